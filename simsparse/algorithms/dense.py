@@ -1,0 +1,185 @@
+"""Dense allreduce: ring, recursive doubling and Rabenseifner.
+
+The schedules follow MPICH (``MPIR_Allreduce_intra_*``; Thakur, Rabenseifner
+and Gropp, "Optimization of collective communication operations in MPICH",
+IJHPCA 2005) including its handling of any P: with ``pof2`` the largest power
+of two <= P and ``rem = P - pof2``, ranks below ``2 rem`` fold pairwise
+(even sends its vector to odd, which adds), the ``pof2`` survivors run the
+power-of-two algorithm, and the odd ranks send the result back. Costs below
+are for P a power of two, n elements of w bytes, message cost alpha + m beta.
+
+The generator functions are reusable inside other algorithms (e.g. Ok-Topk's
+boundary allreduce, DEFT's value allreduce).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops import Dense
+from .base import Algorithm, register
+from .collectives import Fold, recv, send, sendrecv
+
+
+def _bounds(n: int, parts: int) -> list[int]:
+    """Balanced block boundaries: block i is [b[i], b[i+1])."""
+    return [(i * n) // parts for i in range(parts + 1)]
+
+
+def _fold_in(ctx, f: Fold, buf, tag):
+    """Non-power-of-two prologue: even ranks below 2 rem hand their vector over."""
+    r = ctx.rank
+    if r < 2 * f.rem:
+        with ctx.phase("fold"):
+            if r % 2 == 0:
+                yield from send(ctx, r + 1, Dense(buf), tag)
+            else:
+                got = yield from recv(ctx, r - 1, tag)
+                yield ctx.compute("add_into", buf, got.values)
+
+
+def _fold_out(ctx, f: Fold, buf, tag):
+    """Epilogue: the odd ranks return the result to their even partner."""
+    r = ctx.rank
+    if r < 2 * f.rem:
+        with ctx.phase("unfold"):
+            if r % 2 == 1:
+                yield from send(ctx, r - 1, Dense(buf), tag)
+            else:
+                got = yield from recv(ctx, r + 1, tag)
+                yield ctx.compute("copy_into", buf, got.values)
+
+
+def ring_allreduce(ctx, buf, tag=0):
+    """In-place ring allreduce of ``buf`` (any P): reduce-scatter then allgather
+    over P blocks, each step sending to r+1 and receiving from r-1.
+    Cost: 2(P-1) alpha + 2 (P-1)/P n w beta."""
+    P, r = ctx.size, ctx.rank
+    if P == 1:
+        return buf
+    b = _bounds(len(buf), P)
+
+    def seg(i):
+        return buf[b[i]:b[i + 1]]
+
+    right, left = (r + 1) % P, (r - 1) % P
+    with ctx.phase("reduce_scatter"):
+        for s in range(P - 1):
+            got = yield from sendrecv(ctx, right, Dense(seg((r - s) % P)), left, tag)
+            yield ctx.compute("add_into", seg((r - s - 1) % P), got.values)
+    with ctx.phase("allgather"):
+        for s in range(P - 1):
+            got = yield from sendrecv(ctx, right, Dense(seg((r + 1 - s) % P)), left, tag)
+            yield ctx.compute("copy_into", seg((r - s) % P), got.values)
+    return buf
+
+
+def recursive_doubling_allreduce(ctx, buf, tag=0):
+    """In-place recursive-doubling allreduce: log2(pof2) pairwise exchanges of
+    the whole vector with the partner at distance 2^j.
+    Cost: log2(P)(alpha + n w beta)."""
+    f = Fold(ctx.size)
+    yield from _fold_in(ctx, f, buf, tag)
+    nr = f.newrank(ctx.rank)
+    if nr >= 0:
+        with ctx.phase("recursive_doubling"):
+            mask = 1
+            while mask < f.pof2:
+                peer = f.real(nr ^ mask)
+                got = yield from sendrecv(ctx, peer, Dense(buf), peer, tag)
+                yield ctx.compute("add_into", buf, got.values)
+                mask <<= 1
+    yield from _fold_out(ctx, f, buf, tag)
+    return buf
+
+
+def rabenseifner_allreduce(ctx, buf, tag=0):
+    """In-place Rabenseifner allreduce: reduce-scatter by recursive halving
+    (first partner at distance 1 exchanging n/2) then allgather by recursive
+    doubling, index bookkeeping as in MPICH's reduce_scatter_allgather.
+    Cost: 2 log2(P) alpha + 2 (P-1)/P n w beta."""
+    f = Fold(ctx.size)
+    yield from _fold_in(ctx, f, buf, tag)
+    nr = f.newrank(ctx.rank)
+    if nr >= 0 and f.pof2 > 1:
+        pof2 = f.pof2
+        b = _bounds(len(buf), pof2)
+
+        def blocks(lo, hi):
+            return buf[b[lo]:b[hi]]
+
+        send_idx = recv_idx = 0
+        last_idx = pof2
+        mask = 1
+        with ctx.phase("reduce_scatter"):
+            while mask < pof2:
+                newdst = nr ^ mask
+                dst = f.real(newdst)
+                if nr < newdst:
+                    send_idx = recv_idx + pof2 // (mask * 2)
+                    s_lo, s_hi, r_lo, r_hi = send_idx, last_idx, recv_idx, send_idx
+                else:
+                    recv_idx = send_idx + pof2 // (mask * 2)
+                    s_lo, s_hi, r_lo, r_hi = send_idx, recv_idx, recv_idx, last_idx
+                got = yield from sendrecv(ctx, dst, Dense(blocks(s_lo, s_hi)), dst, tag)
+                yield ctx.compute("add_into", blocks(r_lo, r_hi), got.values)
+                send_idx = recv_idx
+                mask <<= 1
+                if mask < pof2:
+                    last_idx = recv_idx + pof2 // mask
+        with ctx.phase("allgather"):
+            mask >>= 1
+            while mask > 0:
+                newdst = nr ^ mask
+                dst = f.real(newdst)
+                if nr < newdst:
+                    if mask != pof2 // 2:
+                        last_idx = last_idx + pof2 // (mask * 2)
+                    recv_idx = send_idx + pof2 // (mask * 2)
+                    s_lo, s_hi, r_lo, r_hi = send_idx, recv_idx, recv_idx, last_idx
+                else:
+                    recv_idx = send_idx - pof2 // (mask * 2)
+                    s_lo, s_hi, r_lo, r_hi = send_idx, last_idx, recv_idx, send_idx
+                got = yield from sendrecv(ctx, dst, Dense(blocks(s_lo, s_hi)), dst, tag)
+                yield ctx.compute("copy_into", blocks(r_lo, r_hi), got.values)
+                if nr > newdst:
+                    send_idx = recv_idx
+                mask >>= 1
+    yield from _fold_out(ctx, f, buf, tag)
+    return buf
+
+
+class _DenseAllreduce(Algorithm):
+    """Common part: copy the input into a working buffer (as MPI_Allreduce
+    copies sendbuf into recvbuf) and reduce it in place."""
+
+    family = "dense"
+    schedule = staticmethod(ring_allreduce)
+
+    def run(self, ctx, grad):
+        buf = yield ctx.compute("copy", grad)
+        return (yield from type(self).schedule(ctx, buf))
+
+    @classmethod
+    def reference(cls, grads, setup, params):
+        out = np.zeros(setup.n)
+        for g in grads:
+            out += g
+        return out
+
+
+@register("ring")
+class RingAllreduce(_DenseAllreduce):
+    __doc__ = ring_allreduce.__doc__
+    schedule = staticmethod(ring_allreduce)
+
+
+@register("recursive_doubling")
+class RecursiveDoublingAllreduce(_DenseAllreduce):
+    __doc__ = recursive_doubling_allreduce.__doc__
+    schedule = staticmethod(recursive_doubling_allreduce)
+
+
+@register("rabenseifner")
+class RabenseifnerAllreduce(_DenseAllreduce):
+    __doc__ = rabenseifner_allreduce.__doc__
+    schedule = staticmethod(rabenseifner_allreduce)

@@ -1,0 +1,154 @@
+"""Command line: ``simsparse run | measure | list``."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from .experiments.config import ConfigError, Experiment, load_config
+from .experiments.store import ResultsStore, write_csv
+
+TABLE_COLUMNS = ["algorithm", "params", "P", "n", "density", "network", "compute", "time_s", "bytes_sent_max",
+                 "bytes_total", "correct"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="simsparse", description="Simulate (and measure) sparse allreduce algorithms.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name, helptext in (("run", "simulate every point of a config"),
+                           ("measure", "run the same points for real under mpiexec (mpi4py + torch)")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("config", help="experiment YAML file")
+        p.add_argument("--out", help="results folder (default results/<name> for run, results/<name>_mpi for measure)")
+        p.add_argument("--trace", action="store_true", help="also write the per-operation trace.csv")
+        p.add_argument("--fresh", action="store_true", help="ignore results already in the folder")
+        p.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
+        if name == "measure":
+            p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                           help="where tensors live (auto: CUDA when torch sees a GPU)")
+            p.add_argument("--timeout", type=float, default=900, help="seconds allowed per point")
+    sub.add_parser("list", help="list algorithms, device profiles and network presets")
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "list":
+            return _list()
+        return _execute(load_config(args.config), args)
+    except ConfigError as e:
+        print(f"simsparse: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nsimsparse: interrupted; finished points are saved, run the same command again to resume.",
+              file=sys.stderr)
+        return 130
+    except Exception as e:  # a failure of a run: say what, without a traceback
+        from .experiments.measure import MeasureError
+
+        if isinstance(e, MeasureError):
+            print(f"simsparse: error: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _execute(exp: Experiment, args) -> int:
+    from tqdm import tqdm
+
+    backend = "sim" if args.cmd == "run" else "mpi"
+    if backend == "sim":
+        from .experiments.runner import simulate_point
+
+        def run_batch(ps):
+            return [simulate_point(ps[0], trace=args.trace)]
+    else:
+        from .experiments.measure import check_prerequisites, measure_points
+
+        check_prerequisites()
+
+        def run_batch(ps):
+            return measure_points(ps, device=args.device, trace=args.trace, timeout_s=args.timeout)
+
+    out_dir = Path(args.out) if args.out else Path("results") / (exp.name + ("" if backend == "sim" else "_mpi"))
+    store = ResultsStore(out_dir, fresh=args.fresh)
+    stale = store.retain({p.point_id(backend) for p in exp.points})
+    if stale:
+        print(f"simsparse: moved {stale} rows of points no longer in {exp.path} to {out_dir / 'results.stale.csv'}",
+              file=sys.stderr)
+    trace_dir = out_dir / "trace"
+
+    def todo(p):
+        pid = p.point_id(backend)
+        return not store.has(pid) or (args.trace and not (trace_dir / f"{pid}.csv").exists())
+
+    pending = [p for p in exp.points if todo(p)]
+    skipped = len(exp.points) - len(pending)
+    if skipped:
+        print(f"simsparse: {skipped} of {len(exp.points)} points already in {store.csv}; running the other "
+              f"{len(pending)}", file=sys.stderr)
+
+    def save(outcome):
+        if args.trace:
+            write_csv(pd.DataFrame(outcome.trace), trace_dir / f"{outcome.row['point_id']}.csv")
+        store.add(outcome.row)
+
+    # the real backend runs all points of one P in one mpiexec launch
+    batches = [[p] for p in pending] if backend == "sim" else \
+        [[p for p in pending if p.P == P] for P in dict.fromkeys(p.P for p in pending)]
+    with tqdm(total=len(pending), desc=f"{exp.name} [{backend}]", unit="point", disable=None, leave=False) as bar:
+        for batch in batches:
+            bar.set_postfix_str(f"{batch[0].algorithm} P={batch[0].P}" if len(batch) == 1 else f"P={batch[0].P}")
+            try:
+                outcomes = run_batch(batch)
+            except Exception as e:
+                for o in getattr(e, "done", []):
+                    save(o)
+                raise
+            for o in outcomes:
+                save(o)
+            bar.update(len(batch))
+    df = store.frame()
+    if args.trace:
+        parts = [pd.read_csv(trace_dir / f"{pid}.csv") for pid in df["point_id"] if (trace_dir / f"{pid}.csv").exists()]
+        write_csv(pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(), out_dir / "trace.csv")
+    _print_table(df)
+    written = [store.csv]
+    if not args.no_plot and not df.empty:
+        from .experiments.plot import plot_time_vs_P
+
+        written.append(plot_time_vs_P(df, out_dir / "time_vs_P.png", title=exp.name))
+    if args.trace:
+        written.append(out_dir / "trace.csv")
+    print("wrote " + ", ".join(str(w) for w in written))
+    bad = df[df["correct"].astype(str) == "False"]
+    if len(bad):
+        print(f"simsparse: {len(bad)} points gave results that differ from the numpy reference", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_table(df: pd.DataFrame) -> None:
+    cols = [c for c in TABLE_COLUMNS if c in df.columns]
+    t = df[cols].copy()
+    if "params" in t and not t["params"].astype(str).replace("nan", "").str.len().any():
+        t = t.drop(columns="params")
+    with pd.option_context("display.max_rows", 200, "display.width", 160, "display.float_format", "{:.6g}".format):
+        print(t.to_string(index=False))
+
+
+def _list() -> int:
+    from .algorithms import ALGORITHMS
+    from .compute.devices import builtin_profiles
+    from .experiments.config import TOPOLOGY_DIRS
+
+    print("algorithms:")
+    for name, cls in sorted(ALGORITHMS.items()):
+        doc = (cls.__doc__ or "").strip().splitlines()
+        print(f"  {name:22s} {doc[0] if doc else ''}")
+    print("device profiles: ideal, " + ", ".join(builtin_profiles()))
+    presets = sorted(p.stem for d in TOPOLOGY_DIRS for p in d.glob("*.yaml"))
+    print("network presets: " + (", ".join(presets) or "(none)"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Compute cost models: how long a kernel call takes on a device.
+
+* ``ideal``: every kernel costs zero (isolates communication).
+* ``parametric``: ``launch_s + per-element cost``. By default a kernel is
+  memory-bound (a roofline): ``launch_s + work.bytes / mem_bandwidth_Bps``.
+  A profile may override any kernel with its own ``launch_s``, ``per_elem_s``
+  and ``complexity`` (``n`` or ``nlogn``), e.g. top-k by sorting, fitted as
+  ``s * d * log2(d)`` in the OMGS-SGD code.
+
+Profiles are YAML files in ``simsparse/compute/profiles/`` (named by file
+stem) or any path; every number in them cites its source.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from .kernels import Work
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+
+
+class KernelCost(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    launch_s: float | None = Field(None, ge=0, description="overrides the device's launch_s")
+    per_elem_s: float = Field(ge=0, description="seconds per element (or per n*log2(n) unit)")
+    complexity: Literal["n", "nlogn"] = "n"
+
+
+class DeviceProfile(BaseModel):
+    """A parametric device."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = "custom"
+    model: Literal["parametric"] = "parametric"
+    launch_s: float = Field(0.0, ge=0, description="fixed cost of every kernel call")
+    mem_bandwidth_Bps: float = Field(gt=0, description="memory bandwidth for memory-bound kernels")
+    kernels: dict[str, KernelCost] = Field(default_factory=dict)
+    source: str | None = None
+
+
+class Device:
+    name = "device"
+
+    def cost(self, kernel: str, work: Work) -> float:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class IdealDevice(Device):
+    """Infinitely fast compute: isolates the network."""
+
+    name = "ideal"
+
+    def cost(self, kernel: str, work: Work) -> float:
+        return 0.0
+
+
+class ParametricDevice(Device):
+    def __init__(self, profile: DeviceProfile):
+        self.profile = profile
+        self.name = profile.name
+
+    def cost(self, kernel: str, work: Work) -> float:
+        p = self.profile
+        kc = p.kernels.get(kernel)
+        if kc is None:
+            return p.launch_s + work.bytes / p.mem_bandwidth_Bps
+        units = work.nlogn if kc.complexity == "nlogn" else work.elems
+        launch = p.launch_s if kc.launch_s is None else kc.launch_s
+        return launch + kc.per_elem_s * units
+
+
+def builtin_profiles() -> list[str]:
+    return sorted(f.stem for f in PROFILE_DIR.glob("*.yaml"))
+
+
+def load_profile(name_or_path: str, base_dir: Path | None = None) -> DeviceProfile:
+    """A built-in profile by name (``p100``) or a YAML file path."""
+    p = Path(name_or_path)
+    if not p.suffix:
+        p = PROFILE_DIR / f"{name_or_path}.yaml"
+    elif base_dir is not None and not p.is_absolute() and not p.exists():
+        p = base_dir / p
+    if not p.exists():
+        raise FileNotFoundError(
+            f"device profile {name_or_path!r} not found; built-in profiles: {builtin_profiles()}, or give a .yaml path"
+        )
+    with open(p) as f:
+        data = yaml.safe_load(f) or {}
+    data.setdefault("name", p.stem)
+    return DeviceProfile.model_validate(data)
+
+
+def make_device(spec) -> Device:
+    """``'ideal'``, a :class:`DeviceProfile`, or ``None`` (ideal)."""
+    if spec is None or spec == "ideal":
+        return IdealDevice()
+    if isinstance(spec, DeviceProfile):
+        return ParametricDevice(spec)
+    raise TypeError(f"cannot make a device from {spec!r}")

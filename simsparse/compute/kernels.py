@@ -1,0 +1,222 @@
+"""Compute kernels: every operation an algorithm performs on gradient data.
+
+A kernel has a numpy implementation (run by the simulator), a torch
+implementation (run and timed by the real backend; CPU or CUDA) and a *work*
+function giving the elements processed and the bytes of memory it touches.
+Device models (``devices.py``) turn work into seconds. Algorithms call kernels
+only through ``yield ctx.compute(name, ...)``, so every data operation is both
+executed and accounted in both backends.
+
+Conventions: sparse vectors are :class:`~simsparse.ops.COO` payloads with
+int32 indices sorted ascending; "like" arguments give dtype and device of a
+created array, so kernels never need to know the backend.
+
+Other modules register more kernels with the same :func:`kernel` decorator.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..ops import COO
+
+KERNELS: dict[str, "Kernel"] = {}
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a kernel call did: elements processed and bytes of memory moved."""
+
+    elems: float
+    bytes: float
+
+    @property
+    def nlogn(self) -> float:
+        n = max(self.elems, 1.0)
+        return n * math.log2(max(n, 2.0))
+
+
+class Kernel:
+    __slots__ = ("name", "numpy", "torch_fn", "work", "doc")
+
+    def __init__(self, name: str, numpy_fn: Callable, work: Callable, doc: str = ""):
+        self.name = name
+        self.numpy = numpy_fn
+        self.torch_fn = numpy_fn  # overridden by @k.torch where the code differs
+        self.work = work
+        self.doc = doc
+
+    def torch(self, fn: Callable) -> Callable:
+        """Decorator: register the torch implementation."""
+        self.torch_fn = fn
+        return fn
+
+
+def kernel(name: str, work: Callable) -> Callable[[Callable], Kernel]:
+    """Register ``fn`` (numpy implementation, also used for torch when the
+    same code works on tensors) as kernel ``name`` with ``work(out, *args, **kw)``."""
+
+    def deco(fn: Callable) -> Kernel:
+        if name in KERNELS:
+            raise ValueError(f"kernel {name!r} registered twice")
+        k = Kernel(name, fn, work, (fn.__doc__ or "").strip())
+        KERNELS[name] = k
+        return k
+
+    return deco
+
+
+def get_kernel(name: str) -> Kernel:
+    try:
+        return KERNELS[name]
+    except KeyError:
+        raise KeyError(f"unknown kernel {name!r}; known: {sorted(KERNELS)}") from None
+
+
+# -- helpers for work functions ------------------------------------------------
+
+def _isz(a) -> int:
+    return a.itemsize if hasattr(a, "itemsize") else a.element_size()
+
+
+def streaming(reads: int, writes: int) -> Callable:
+    """Work of an elementwise kernel over its first argument: reads+writes
+    arrays of that length touched once."""
+
+    def work(out, a, *args, **kw):
+        m = len(a)
+        return Work(m, (reads + writes) * m * _isz(a))
+
+    return work
+
+
+def _coo_nbytes(parts) -> int:
+    return sum(int(p.nbytes) for p in parts)
+
+
+# -- core kernels ---------------------------------------------------------------
+
+@kernel("add", work=streaming(2, 1))
+def add(a, b):
+    """Elementwise a + b (dense reduction of two blocks)."""
+    return a + b
+
+
+@kernel("copy", work=streaming(1, 1))
+def copy(a):
+    """A fresh copy of a dense block."""
+    return a.copy()
+
+
+@copy.torch
+def _copy_torch(a):
+    return a.clone()
+
+
+def _concat_work(out, parts):
+    m = sum(len(p) for p in parts)
+    isz = _isz(parts[0]) if parts else 4
+    return Work(m, 2 * m * isz)
+
+
+@kernel("concat", work=_concat_work)
+def concat(parts):
+    """Concatenate dense blocks into one vector."""
+    return np.concatenate(parts)
+
+
+@concat.torch
+def _concat_torch(parts):
+    import torch
+
+    return torch.cat(list(parts))
+
+
+@kernel("zeros", work=lambda out, n, like: Work(n, n * _isz(like)))
+def zeros(n, like):
+    """A zero vector of length n with the dtype (and device) of ``like``."""
+    return np.zeros(n, dtype=like.dtype)
+
+
+@zeros.torch
+def _zeros_torch(n, like):
+    import torch
+
+    return torch.zeros(n, dtype=like.dtype, device=like.device)
+
+
+def _index_dtype_np(n: int):
+    return np.int32 if n < 2**31 else np.int64
+
+
+def _topk_work(out, x, k):
+    # one pass reading |x|, plus writing k (index, value) pairs
+    m = len(x)
+    return Work(m, m * _isz(x) + 2 * k * 4)
+
+
+@kernel("topk", work=_topk_work)
+def topk(x, k):
+    """Exact top-k by magnitude: COO of the k entries of largest |x|, indices
+    ascending. (Ties are broken arbitrarily, as torch.topk does.)"""
+    n = len(x)
+    k = min(int(k), n)
+    if k == n:
+        idx = np.arange(n)
+    else:
+        idx = np.argpartition(np.abs(x), n - k)[n - k:]
+        idx.sort()
+    idx = idx.astype(_index_dtype_np(n))
+    return COO(idx, x[idx], n)
+
+
+@topk.torch
+def _topk_torch(x, k):
+    import torch
+
+    n = len(x)
+    k = min(int(k), n)
+    idx = torch.topk(x.abs(), k, sorted=False).indices
+    idx, _ = torch.sort(idx)
+    return COO(idx.to(torch.int32 if n < 2**31 else torch.int64), x[idx], n)
+
+
+def _scatter_add_work(out, parts, n, like):
+    nnz = sum(p.nnz for p in parts)
+    return Work(n + nnz, n * _isz(like) + 2 * _coo_nbytes(parts))
+
+
+@kernel("scatter_add", work=_scatter_add_work)
+def scatter_add(parts, n, like):
+    """Dense sum of sparse vectors: zeros(n) then out[idx] += val per part."""
+    out = np.zeros(n, dtype=like.dtype)
+    for p in parts:
+        out[p.indices] += p.values  # indices are unique within one COO
+    return out
+
+
+@scatter_add.torch
+def _scatter_add_torch(parts, n, like):
+    import torch
+
+    out = torch.zeros(n, dtype=like.dtype, device=like.device)
+    for p in parts:
+        out.index_add_(0, p.indices.long(), p.values)
+    return out
+
+
+@kernel("add_into", work=streaming(2, 1))
+def add_into(dst, src):
+    """In place: dst += src (dst is a view into a working buffer); returns dst."""
+    dst += src
+    return dst
+
+
+@kernel("copy_into", work=streaming(1, 1))
+def copy_into(dst, src):
+    """In place: dst[:] = src; returns dst."""
+    dst[:] = src
+    return dst

@@ -1,0 +1,313 @@
+"""Experiment configs: YAML -> validated, fully resolved grid of points.
+
+Top-level keys::
+
+    name:        results go to results/<name>/ (default: the file's stem)
+    description: free text
+    network:     {model: alphabeta, alpha_s, bandwidth_Bps, ...}, or a preset
+                 file name/path (topologies/<preset>.yaml), or
+                 {preset: <file>, <overrides>}
+    compute:     ideal | <built-in profile, e.g. p100> | <profile.yaml> |
+                 {profile: <name or file>, <overrides>} | an inline profile
+    workload:    {n, density, dtype, seed}
+    algorithms:  [name, {name: <name>, <param>: <value>}, ...]
+    P:           number of ranks
+    iterations:  measured iterations per point (>= 1)
+    warmup:      iterations run first and not measured (>= 0)
+    check:       compare every result with the numpy reference (true/false)
+
+A list where a single value is expected (``P: [2, 4, 8]``,
+``workload.density: [0.01, 0.001]``, ``network.alpha_s: [...]``,
+``compute: [ideal, p100]``, or an algorithm parameter) expands into a grid.
+
+Everything is validated before anything runs; a problem raises
+:class:`ConfigError` whose message names the file, the key and what is
+allowed.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..algorithms import ALGORITHMS
+from ..compute.devices import DeviceProfile, builtin_profiles, load_profile
+from ..network.spec import NETWORK_SPECS
+from .point import Point
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TOPOLOGY_DIRS = [REPO_ROOT / "topologies"]
+
+
+class ConfigError(Exception):
+    """A user-facing, one-paragraph description of what is wrong with a config."""
+
+
+class WorkloadSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    n: int = Field(gt=0, le=2**31 - 1, description="gradient elements per rank")
+    density: float = Field(0.01, gt=0, le=1, description="k/n, the fraction selected by sparse algorithms")
+    dtype: typing.Literal["float32", "float64"] = "float32"
+    seed: int = Field(0, ge=0)
+
+
+class RunSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    P: int = Field(ge=1, le=1 << 20, description="number of ranks")
+    iterations: int = Field(3, ge=1, le=100000)
+    warmup: int = Field(1, ge=0, le=100000)
+    check: bool = True
+
+
+TOP_KEYS = ["name", "description", "network", "compute", "workload", "algorithms", "P", "iterations", "warmup", "check"]
+
+
+@dataclass
+class Experiment:
+    name: str
+    path: Path
+    points: list[Point]
+    description: str = ""
+
+
+# -- entry point -----------------------------------------------------------------
+
+def load_config(path: str | Path) -> Experiment:
+    path = Path(path)
+    raw = _read_yaml(path, "config")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the config must be a mapping of keys (name, network, workload, algorithms, P, ...), "
+                          f"got {type(raw).__name__}.")
+    errors: list[str] = []
+    unknown = [k for k in raw if k not in TOP_KEYS]
+    if unknown:
+        errors.append(f"unknown key(s) {', '.join(map(repr, unknown))}; allowed keys: {', '.join(TOP_KEYS)}")
+    for req in ("workload", "algorithms", "P"):
+        if req not in raw:
+            errors.append(f"missing required key '{req}'")
+    name = raw.get("name", path.stem)
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", name or ""):
+        errors.append(f"name: {name!r} is not allowed; use letters, digits, '_', '-' and '.' (it names the results folder)")
+    if errors:
+        raise ConfigError(_paragraph(path, errors))
+
+    networks = _collect(errors, lambda: _networks(raw.get("network"), path))
+    computes = _collect(errors, lambda: _computes(raw.get("compute", "ideal"), path))
+    workloads = _collect(errors, lambda: _validate_variants(raw["workload"], WorkloadSpec, "workload"))
+    algos = _collect(errors, lambda: _algorithms(raw["algorithms"]))
+    run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check") if k in raw}
+    runs = _collect(errors, lambda: _validate_variants(run_raw, RunSpec, ""))
+    if errors:
+        raise ConfigError(_paragraph(path, errors))
+
+    points = []
+    # algorithms innermost: consecutive points share their gradients (cached)
+    for net, comp, wl, run, (aname, params) in itertools.product(networks, computes, workloads, runs, algos):
+        if wl.n < run.P:
+            errors.append(f"workload.n = {wl.n} is smaller than P = {run.P}; allowed: n >= P")
+            continue
+        problem = ALGORITHMS[aname].check_setup(run.P, wl.n, params)
+        if problem:
+            errors.append(f"algorithms: {aname} with P = {run.P}: {problem}")
+            continue
+        points.append(Point(algorithm=aname, P=run.P, workload=wl.model_dump(), network=net,
+                            params=params.model_dump(exclude_unset=True), compute=comp,
+                            iterations=run.iterations, warmup=run.warmup, check=run.check))
+    if errors:
+        raise ConfigError(_paragraph(path, sorted(set(errors), key=errors.index)))
+    return Experiment(name=name, path=path, points=points, description=str(raw.get("description", "")))
+
+
+# -- sections -----------------------------------------------------------------------
+
+def _networks(val, cfg_path: Path) -> list[dict]:
+    if val is None:
+        val = {}
+    if isinstance(val, str):
+        raw = _load_preset(val, cfg_path)
+    elif isinstance(val, dict):
+        raw = dict(val)
+        if "preset" in raw:
+            preset = raw.pop("preset")
+            if not isinstance(preset, str):
+                raise _Err(f"network.preset: expected a file name, got {preset!r}")
+            raw = {**_load_preset(preset, cfg_path), **raw}
+    else:
+        raise _Err(f"network: expected a mapping or a preset file name, got {val!r}")
+    model = raw.get("model", "alphabeta")
+    if model not in NETWORK_SPECS:
+        raise _Err(f"network.model: {model!r} is not allowed; allowed: {', '.join(NETWORK_SPECS)}")
+    specs = _validate_variants(raw, NETWORK_SPECS[model], "network")
+    return [s.model_dump() for s in specs]
+
+
+def _load_preset(name: str, cfg_path: Path) -> dict:
+    cands = []
+    for base in [Path.cwd(), cfg_path.parent, cfg_path.parent.parent, *TOPOLOGY_DIRS]:
+        for nm in (name, f"{name}.yaml", f"topologies/{name}", f"topologies/{name}.yaml"):
+            cands.append(base / nm)
+    for c in cands:
+        if c.is_file():
+            data = _read_yaml(c, "network preset")
+            if not isinstance(data, dict):
+                raise _Err(f"network preset {c}: expected a mapping of keys")
+            return data
+    avail = sorted(p.stem for d in TOPOLOGY_DIRS for p in d.glob("*.yaml"))
+    raise _Err(f"network: preset {name!r} not found (looked next to the config, in the working directory and in "
+               f"topologies/); available presets: {', '.join(avail) or 'none'}")
+
+
+def _computes(val, cfg_path: Path) -> list[dict | None]:
+    vals = val if isinstance(val, list) else [val]
+    if not vals:
+        raise _Err("compute: empty list")
+    out = []
+    for v in vals:
+        if v is None or v == "ideal":
+            out.append(None)
+            continue
+        try:
+            if isinstance(v, str):
+                prof = load_profile(v, cfg_path.parent)
+            elif isinstance(v, dict) and "profile" in v:
+                base = load_profile(str(v["profile"]), cfg_path.parent).model_dump()
+                over = {k: x for k, x in v.items() if k != "profile"}
+                prof = DeviceProfile.model_validate({**base, **over})
+            elif isinstance(v, dict):
+                prof = DeviceProfile.model_validate(v)
+            else:
+                raise _Err(f"compute: expected 'ideal', a profile name ({', '.join(builtin_profiles())}), a .yaml "
+                           f"path or a mapping, got {v!r}")
+        except FileNotFoundError as e:
+            raise _Err(f"compute: {e}") from None
+        except ValidationError as e:
+            raise _Err("; ".join(_pyd_errors(e, DeviceProfile, "compute"))) from None
+        out.append(prof.model_dump())
+    return out
+
+
+def _algorithms(val) -> list[tuple[str, BaseModel]]:
+    if isinstance(val, str):
+        val = [val]
+    if not isinstance(val, list) or not val:
+        raise _Err("algorithms: expected a non-empty list of algorithm names or {name: ..., <params>} mappings")
+    out, errs = [], []
+    for i, entry in enumerate(val):
+        where = f"algorithms[{i}]"
+        if isinstance(entry, str):
+            name, params = entry, {}
+        elif isinstance(entry, dict):
+            params = dict(entry)
+            name = params.pop("name", None)
+        else:
+            errs.append(f"{where}: expected a name or a mapping with 'name', got {entry!r}")
+            continue
+        if name not in ALGORITHMS:
+            errs.append(f"{where}: unknown algorithm {name!r}; allowed: {', '.join(sorted(ALGORITHMS))}")
+            continue
+        try:
+            for p in _validate_variants(params, ALGORITHMS[name].Params, where):
+                out.append((name, p))
+        except _Err as e:
+            errs.append(str(e))
+    if errs:
+        raise _Err("; ".join(errs))
+    return out
+
+
+# -- grid expansion and validation -----------------------------------------------
+
+def _is_list_field(schema: type[BaseModel], key: str) -> bool:
+    f = schema.model_fields.get(key)
+    if f is None:
+        return False
+    ann = f.annotation
+    args = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
+    return any(typing.get_origin(a) in (list, tuple) or a in (list, tuple) for a in args)
+
+
+def _validate_variants(raw, schema: type[BaseModel], where: str) -> list:
+    """Expand list values at scalar keys into a grid, validate every variant."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise _Err(f"{where or 'config'}: expected a mapping, got {raw!r}")
+    axes = []
+    for key, val in raw.items():
+        if isinstance(val, list) and not _is_list_field(schema, key):
+            if not val:
+                raise _Err(f"{_join(where, key)}: empty list (a list expands into a grid; give at least one value)")
+            axes.append((key, val))
+    keys = [k for k, _ in axes]
+    out, errs = [], []
+    for combo in itertools.product(*(v for _, v in axes)):
+        try:
+            out.append(schema.model_validate({**raw, **dict(zip(keys, combo))}))
+        except ValidationError as e:
+            errs.extend(m for m in _pyd_errors(e, schema, where) if m not in errs)
+    if errs:
+        raise _Err("; ".join(errs))
+    return out
+
+
+def _pyd_errors(e: ValidationError, schema: type[BaseModel], where: str) -> list[str]:
+    msgs = []
+    for err in e.errors():
+        loc = _join(where, ".".join(str(x) for x in err["loc"]))
+        typ = err["type"]
+        if typ == "extra_forbidden":
+            msgs.append(f"{loc}: unknown key; allowed keys: {', '.join(schema.model_fields)}")
+        elif typ == "missing":
+            msgs.append(f"{loc}: missing required key")
+        else:
+            f = schema.model_fields.get(str(err["loc"][0])) if err["loc"] else None
+            hint = f" ({f.description})" if f is not None and f.description else ""
+            msgs.append(f"{loc} = {err.get('input')!r} is not allowed: {err['msg'].rstrip('.')}{hint}")
+    return msgs
+
+
+# -- small helpers ---------------------------------------------------------------------
+
+class _Err(Exception):
+    pass
+
+
+def _collect(errors: list, fn):
+    try:
+        return fn()
+    except _Err as e:
+        errors.append(str(e))
+        return []
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _paragraph(path: Path, errors: list[str]) -> str:
+    shown = errors[:6]
+    more = f" (and {len(errors) - 6} more)" if len(errors) > 6 else ""
+    return f"{path}: " + "; ".join(shown) + more + "."
+
+
+def _read_yaml(path: Path, what: str):
+    if not path.exists():
+        raise ConfigError(f"{path}: {what} file not found.")
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a directory, expected a YAML {what} file.")
+    try:
+        with open(path) as f:
+            return yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}.") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read {what} file: {e}.") from None

@@ -1,0 +1,55 @@
+"""Turn per-iteration measurements into one results row (both backends)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .point import Point
+
+ROW_COLUMNS = ["point_id", "backend", "algorithm", "params", "P", "n", "density", "k", "dtype", "seed",
+               "network", "compute", "iterations", "warmup", "time_s", "time_min_s", "time_max_s",
+               "bytes_sent_max", "bytes_total", "msgs_total", "correct", "max_rel_err", "sim_events", "wall_s"]
+
+
+@dataclass
+class IterationRecord:
+    time_s: float                # iteration time: max over ranks
+    bytes_sent: list             # per rank
+    msgs_sent: list              # per rank
+    events: int = 0
+
+
+@dataclass
+class PointOutcome:
+    row: dict
+    trace: list = field(default_factory=list)     # dict rows
+    results: list | None = None                   # last iteration's per-rank results
+
+
+def summarize(point: Point, backend: str, records: list[IterationRecord], correct: bool | None,
+              max_err: float, wall_s: float) -> dict:
+    """time_s is the median iteration time over measured iterations (an
+    iteration's time is the maximum over ranks); byte counts are per
+    iteration, averaged over measured iterations."""
+    times = np.array([r.time_s for r in records])
+    per_rank = np.array([r.bytes_sent for r in records], dtype=np.float64)
+    row = {"point_id": point.point_id(backend), "backend": backend, **point.label_columns()}
+    row.update(
+        time_s=float(np.median(times)),
+        time_min_s=float(times.min()),
+        time_max_s=float(times.max()),
+        bytes_sent_max=_num(per_rank.max(axis=1).mean()),
+        bytes_total=_num(per_rank.sum(axis=1).mean()),
+        msgs_total=_num(np.mean([sum(r.msgs_sent) for r in records])),
+        correct=correct,
+        max_rel_err=max_err,
+        sim_events=int(sum(r.events for r in records)),
+        wall_s=wall_s,
+    )
+    return row
+
+
+def _num(x: float):
+    """Exact integers stay integers (byte counts are compared exactly)."""
+    return int(x) if float(x).is_integer() else float(x)

@@ -1,0 +1,128 @@
+"""One experiment point: everything a backend needs to run it, as plain data.
+
+A point is fully resolved (network preset files read, device profile loaded)
+so it can be sent as JSON to ``mpiexec`` workers, and hashed into a stable
+``point_id`` used to resume interrupted sweeps.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..algorithms import Setup, get_algorithm
+from ..compute.devices import DeviceProfile, make_device
+from ..network.spec import NETWORK_SPECS
+from ..workload import Workload
+
+
+@dataclass(frozen=True)
+class Point:
+    algorithm: str
+    P: int
+    workload: dict
+    network: dict
+    params: dict = field(default_factory=dict)
+    compute: dict | None = None  # None = ideal device
+    iterations: int = 3
+    warmup: int = 1
+    check: bool = True
+
+    # -- identity ----------------------------------------------------------
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Point":
+        return cls(**d)
+
+    def point_id(self, backend: str) -> str:
+        blob = json.dumps({"backend": backend, **self.to_dict()}, sort_keys=True, default=str)
+        return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+    # -- builders ------------------------------------------------------------
+    @property
+    def algorithm_cls(self):
+        return get_algorithm(self.algorithm)
+
+    def params_model(self):
+        return self.algorithm_cls.Params.model_validate(self.params)
+
+    def workload_obj(self) -> Workload:
+        return Workload(**self.workload)
+
+    def network_spec(self):
+        return NETWORK_SPECS[self.network.get("model", "alphabeta")].model_validate(self.network)
+
+    def device(self):
+        return make_device(None if self.compute is None else DeviceProfile.model_validate(self.compute))
+
+    def setup(self, rank: int) -> Setup:
+        w = self.workload
+        return Setup(rank=rank, P=self.P, n=w["n"], density=w["density"], dtype=w["dtype"])
+
+    def instances(self) -> list:
+        """One algorithm instance per rank (they keep per-rank state)."""
+        cls, params = self.algorithm_cls, self.params_model()
+        return [cls(self.setup(r), params) for r in range(self.P)]
+
+    # -- description -----------------------------------------------------------
+    def label_columns(self) -> dict:
+        """The columns of a results row that describe this point."""
+        spec = self.network_spec()
+        cols = {
+            "algorithm": self.algorithm,
+            "params": json.dumps(self.params, sort_keys=True) if self.params else "",
+            "P": self.P,
+            "n": self.workload["n"],
+            "density": self.workload["density"],
+            "k": self.setup(0).k,
+            "dtype": self.workload["dtype"],
+            "seed": self.workload["seed"],
+            "network": spec.label(),
+            "compute": "ideal" if self.compute is None else self.compute.get("name", "custom"),
+            "iterations": self.iterations,
+            "warmup": self.warmup,
+        }
+        for key, val in self.network.items():
+            if isinstance(val, (int, float, str, bool)) and key not in ("name", "source"):
+                cols[f"net_{key}"] = val
+        return cols
+
+
+def check_results(point: Point, grads: list[np.ndarray], results: list) -> tuple[bool, float]:
+    """Compare every rank's result with the algorithm's numpy reference.
+    Returns (all correct, max error relative to max |reference|)."""
+    cls = point.algorithm_cls
+    setup = point.setup(0)
+    ref = np.asarray(cls.reference(grads, setup, point.params_model()), dtype=np.float64)
+    scale = max(float(np.max(np.abs(ref))) if ref.size else 0.0, 1e-30)
+    worst = 0.0
+    for res in results:
+        dense = np.asarray(to_dense(res, setup.n), dtype=np.float64)
+        if dense.shape != ref.shape:
+            return False, float("inf")
+        if dense.size:
+            worst = max(worst, float(np.max(np.abs(dense - ref))) / scale)
+    return worst <= cls.tolerance(setup), worst
+
+
+def to_dense(result, n: int) -> np.ndarray:
+    """A rank's result as a dense numpy vector (accepts arrays, tensors, COO)."""
+    from ..ops import COO
+
+    if isinstance(result, COO):
+        out = np.zeros(n)
+        out[_np(result.indices)] += _np(result.values)
+        return out
+    return _np(result)
+
+
+def _np(a) -> np.ndarray:
+    if isinstance(a, np.ndarray):
+        return a
+    if hasattr(a, "detach"):  # torch tensor
+        return a.detach().cpu().numpy()
+    return np.asarray(a)

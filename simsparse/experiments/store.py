@@ -1,0 +1,76 @@
+"""Results on disk: written atomically, resumable.
+
+``results/<name>/results.csv`` holds one row per point, keyed by
+``point_id`` (a hash of the fully resolved point and the backend). After
+every finished point the whole file is rewritten to a temporary file and
+renamed over the old one, so an interrupted run never leaves a half-written
+file; re-running the same config skips the points already present, so no row
+is lost or duplicated. Rows of points no longer in the config are moved to
+``results.stale.csv`` rather than silently dropped.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from .metrics import ROW_COLUMNS
+
+
+def atomic_write(path: Path, write) -> None:
+    """Call ``write(tmp_path)`` then rename the temporary file onto ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_csv(df: pd.DataFrame, path: Path) -> None:
+    atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
+
+
+class ResultsStore:
+    def __init__(self, out_dir: Path, fresh: bool = False):
+        self.dir = Path(out_dir)
+        self.csv = self.dir / "results.csv"
+        self.rows: dict[str, dict] = {}
+        if self.csv.exists() and not fresh:
+            df = pd.read_csv(self.csv, keep_default_na=False, na_values=[""])
+            if "params" in df:
+                df["params"] = df["params"].astype(object).where(df["params"].notna(), "")
+            for rec in df.to_dict("records"):
+                self.rows[str(rec["point_id"])] = rec
+
+    def has(self, point_id: str) -> bool:
+        return point_id in self.rows
+
+    def add(self, row: dict) -> None:
+        self.rows[row["point_id"]] = row
+        self.flush()
+
+    def retain(self, point_ids: set[str]) -> int:
+        """Keep only the given points; move the others to results.stale.csv."""
+        stale = [r for pid, r in self.rows.items() if pid not in point_ids]
+        if stale:
+            write_csv(pd.DataFrame(stale), self.dir / "results.stale.csv")
+            self.rows = {pid: r for pid, r in self.rows.items() if pid in point_ids}
+            self.flush()
+        return len(stale)
+
+    def frame(self) -> pd.DataFrame:
+        df = pd.DataFrame(list(self.rows.values()))
+        if df.empty:
+            return pd.DataFrame(columns=ROW_COLUMNS)
+        lead = [c for c in ROW_COLUMNS if c in df.columns]
+        return df[lead + [c for c in df.columns if c not in lead]]
+
+    def flush(self) -> None:
+        write_csv(self.frame(), self.csv)

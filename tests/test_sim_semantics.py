@@ -1,0 +1,164 @@
+"""The simulator's MPI and timing semantics on small hand-written programs."""
+import numpy as np
+import pytest
+
+from simsparse.backends.sim import Simulator
+from simsparse.compute.devices import DeviceProfile, ParametricDevice
+from simsparse.network.alphabeta import AlphaBetaNetwork
+from simsparse.ops import Dense
+
+A, BW = 1e-6, 1e9
+
+
+def vec(nbytes, fill=0.0):
+    return Dense(np.full(nbytes // 4, fill, np.float32))
+
+
+# a device on which only "zeros" costs time: 1 us per element (used to sleep)
+SLEEPY = ParametricDevice(DeviceProfile(name="sleepy", mem_bandwidth_Bps=1e30,
+                                        kernels={"zeros": {"per_elem_s": 1e-6, "launch_s": 0.0}}))
+
+
+def sim(**kw):
+    kw.setdefault("device", SLEEPY)
+    return Simulator(AlphaBetaNetwork(A, BW), **kw)
+
+
+def test_eager_message_moves_before_the_receive_is_posted():
+    m = 1000
+
+    def sender(ctx):
+        yield ctx.waitall([ctx.isend(1, vec(m))])
+
+    def receiver(ctx):
+        yield from _sleep(ctx, 1.0)  # post the receive late
+        (got,) = yield ctx.waitall([ctx.irecv(0)])
+        return ctx.now()
+
+    st = sim(eager_threshold_B=m).run([sender, receiver])
+    assert st.finish_s[0] == pytest.approx(A + m / BW)  # sender done long before
+    assert st.finish_s[1] == pytest.approx(1.0)
+
+
+def test_rendezvous_waits_for_the_receive_and_pays_the_handshake():
+    m = 1000
+
+    def sender(ctx):
+        yield ctx.waitall([ctx.isend(1, vec(m))])
+
+    def receiver(ctx):
+        yield from _sleep(ctx, 1.0)
+        yield ctx.waitall([ctx.irecv(0)])
+
+    st = sim(eager_threshold_B=m - 1, rendezvous_rtt_s=5e-6).run([sender, receiver])
+    assert st.finish_s[0] == pytest.approx(1.0 + 5e-6 + A + m / BW)
+    assert st.finish_s[1] == st.finish_s[0]
+
+
+def test_messages_on_one_channel_do_not_overtake():
+    def sender(ctx):
+        hs = [ctx.isend(1, vec(4000 if i == 0 else 4, float(i))) for i in range(3)]
+        yield ctx.waitall(hs)
+
+    def receiver(ctx):
+        got = yield ctx.waitall([ctx.irecv(0) for _ in range(3)])
+        return [float(g.values[0]) for g in got]
+
+    st = sim(eager_threshold_B=100).run([sender, receiver])  # first is rendezvous, later eager
+    assert st.results[1] == [0.0, 1.0, 2.0]
+
+
+def test_tags_separate_channels():
+    def sender(ctx):
+        yield ctx.waitall([ctx.isend(1, vec(4, 1.0), tag=1), ctx.isend(1, vec(4, 2.0), tag=2)])
+
+    def receiver(ctx):
+        b, a = yield ctx.waitall([ctx.irecv(0, tag=2), ctx.irecv(0, tag=1)])
+        return float(a.values[0]), float(b.values[0])
+
+    assert sim().run([sender, receiver]).results[1] == (1.0, 2.0)
+
+
+def test_incast_serialises_at_the_receiver_port():
+    P, m = 8, 8000
+
+    def prog(ctx):
+        if ctx.rank == 0:
+            yield ctx.waitall([ctx.irecv(s) for s in range(1, P)])
+        else:
+            yield ctx.waitall([ctx.isend(0, vec(m))])
+
+    st = sim().run([prog] * P)
+    assert st.time_s == pytest.approx((P - 1) * (A + m / BW))
+
+
+def test_full_duplex_ports():
+    m = 8000
+
+    def prog(ctx):
+        other = 1 - ctx.rank
+        yield ctx.waitall([ctx.irecv(other), ctx.isend(other, vec(m))])
+
+    assert sim().run([prog, prog]).time_s == pytest.approx(A + m / BW)
+
+
+def test_waitany_returns_the_first_arrival():
+    def prog(ctx):
+        if ctx.rank == 0:
+            hs = [ctx.irecv(1), ctx.irecv(2)]
+            i, got = yield ctx.waitany(hs)
+            return i, ctx.now()
+        if ctx.rank == 1:
+            yield from _sleep(ctx, 1.0)
+        yield ctx.waitall([ctx.isend(0, vec(40))])
+
+    st = sim().run([prog] * 3)
+    assert st.results[0] == (1, pytest.approx(A + 40 / BW))
+
+
+def test_compute_advances_the_clock_by_the_device_model():
+    prof = DeviceProfile(name="t", launch_s=1e-5, mem_bandwidth_Bps=1e9)
+
+    def prog(ctx):
+        x = np.zeros(1000, np.float32)
+        yield ctx.compute("add", x, x)  # 12 kB moved
+        return ctx.now()
+
+    st = sim(device=ParametricDevice(prof)).run([prog])
+    assert st.results[0] == pytest.approx(1e-5 + 12000 / 1e9)
+
+
+def test_send_buffers_may_be_reused_after_posting():
+    def prog(ctx):
+        if ctx.rank == 0:
+            buf = np.ones(4, np.float32)
+            h = ctx.isend(1, Dense(buf))
+            buf[:] = 7  # MPI would forbid this before completion; the simulator copied anyway
+            yield ctx.waitall([h])
+        else:
+            (got,) = yield ctx.waitall([ctx.irecv(0)])
+            return got.values.tolist()
+
+    assert sim().run([prog, prog]).results[1] == [1, 1, 1, 1]
+
+
+def test_self_messages_and_bad_peers_are_errors():
+    def prog(ctx):
+        ctx.isend(ctx.rank, vec(4))
+        yield ctx.waitall([])
+
+    with pytest.raises(ValueError, match="invalid peer"):
+        sim().run([prog, prog])
+
+
+def test_read_only_gradients_catch_in_place_writes():
+    from simsparse.workload import Workload
+
+    g = Workload(n=10).grad(0)
+    with pytest.raises(ValueError):
+        g[0] = 1
+
+
+def _sleep(ctx, seconds):
+    """Burn simulated time: on SLEEPY, zeros(n) costs n microseconds."""
+    yield ctx.compute("zeros", int(round(seconds * 1e6)), like=np.zeros(1, np.float32))
