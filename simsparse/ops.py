@@ -43,6 +43,8 @@ class Payload:
 
     __slots__ = ()
     ARRAYS: tuple = ()
+    #: arrays stay host numpy in every backend (small metadata)
+    HOST = False
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -105,6 +107,26 @@ class COO(Payload):
     @property
     def nnz(self) -> int:
         return len(self.values)
+
+
+@dataclass(frozen=True, slots=True)
+class Scalars(Payload):
+    """Small host-side metadata (counts, boundaries, thresholds) as a numpy
+    array in *both* backends: algorithms build and read it with plain numpy;
+    it is never a device tensor. Its bytes count like any payload's."""
+
+    values: Any
+    ARRAYS = ("values",)
+    HOST = True
+
+    @classmethod
+    def of(cls, values, dtype="int64") -> "Scalars":
+        import numpy as np
+
+        return cls(np.asarray(values, dtype=dtype).reshape(-1))
+
+    def tolist(self) -> list:
+        return self.values.tolist()
 
 
 @dataclass(frozen=True, slots=True)

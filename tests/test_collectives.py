@@ -61,3 +61,33 @@ def test_binomial_bcast(P, root):
     for res in st.results:
         np.testing.assert_array_equal(res.values, np.arange(7))
     assert sum(st.msgs_sent) == P - 1
+
+
+@pytest.mark.parametrize("P", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("throttle", [None, 1, 4])
+def test_alltoall_rotated(P, throttle):
+    from simsparse.algorithms.collectives import alltoall
+
+    def prog(ctx):
+        blocks = [Dense(np.array([100 * ctx.rank + j], np.float32)) for j in range(P)]
+        got = yield from alltoall(ctx, blocks, throttle=throttle)
+        return [float(g.values[0]) for g in got]
+
+    st = run(P, prog)
+    for r, res in enumerate(st.results):
+        assert res == [100 * s + r for s in range(P)]
+
+
+@pytest.mark.parametrize("P", [1, 2, 3, 6, 8])
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_allreduce_host(P, op):
+    from simsparse.algorithms.dense import allreduce_host
+
+    def prog(ctx):
+        out = yield from allreduce_host(ctx, np.array([ctx.rank, 10 - ctx.rank]), op)
+        return out.tolist()
+
+    st = run(P, prog)
+    ranks = np.arange(P)
+    expect = [int(ranks.sum()), int((10 - ranks).sum())] if op == "sum" else [P - 1, 10]
+    assert all(res == expect for res in st.results)

@@ -12,7 +12,7 @@ from conftest import make_point, requires_mpi
 pytestmark = [requires_mpi, pytest.mark.mpi]
 
 ALGOS = [("ring", {}), ("recursive_doubling", {}), ("rabenseifner", {}), ("topka", {}),
-         ("topka", {"allgather": "ring"})]
+         ("topka", {"allgather": "ring"}), ("topka", {"error_feedback": True})]
 
 
 @pytest.mark.parametrize("P", [2, 3, 4])

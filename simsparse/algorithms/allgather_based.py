@@ -20,15 +20,12 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
-
 from ..compute.kernels import topk as topk_kernel
-from .base import Algorithm, register
+from .base import Algorithm, SparseParams, register
 from .collectives import allgather
 
 
-class TopkAParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class TopkAParams(SparseParams):
     allgather: Literal["rd", "ring"] = "rd"
 
 
@@ -38,18 +35,19 @@ class TopkA(Algorithm):
     Params = TopkAParams
     family = "sparse"
 
-    def run(self, ctx, grad):
+    def run(self, ctx, x):
         with ctx.phase("select"):
-            sel = yield ctx.compute("topk", grad, self.k)
+            sel = yield ctx.compute("topk", x, self.k)
+        self.contributed = sel.indices
         with ctx.phase("allgather"):
             blocks = yield from allgather(ctx, sel, self.params.allgather)
         with ctx.phase("reduce"):
-            return (yield ctx.compute("scatter_add", blocks, self.setup.n, like=grad))
+            return (yield ctx.compute("scatter_add", blocks, self.setup.n, like=x))
 
     @classmethod
-    def reference(cls, grads, setup, params):
+    def reference(cls, inputs, setup, params, states):
         out = np.zeros(setup.n, dtype=np.float64)
-        for g in grads:
+        for g in inputs:
             sel = topk_kernel.numpy(g, setup.k)
             out[sel.indices] += sel.values
         return out

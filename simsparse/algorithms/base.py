@@ -2,13 +2,21 @@
 
 An algorithm is a class registered by name. The backend makes one instance
 per rank (so instances keep per-rank state across iterations: thresholds,
-boundaries, residuals) and calls ``run(ctx, grad)`` once per iteration; that
-method is a generator of requests (see :mod:`simsparse.ops`) whose return
-value is the rank's result.
+boundaries, residuals) and calls ``iteration(ctx, grad)`` once per
+iteration. That wraps the algorithm's own ``run(ctx, x)`` -- a generator of
+requests (see :mod:`simsparse.ops`) whose return value is the rank's result --
+with error feedback when the params ask for it.
 
-``reference(grads)`` gives what every rank's result should equal, computed
-with plain numpy from all ranks' inputs; backends use it for the
-``correct`` column.
+Correctness: ``reference(inputs, setup, params, states)`` gives what every
+rank's result should equal, computed with plain numpy from every rank's
+actual input to ``run`` (the gradient plus residual under error feedback) and
+every rank's ``check_state()`` (e.g. the thresholds it used); backends use it
+for the ``correct`` column.
+
+Sparse algorithms set ``self.contributed`` in ``run``: the indices of the
+input whose values reached the result (Ok-Topk's index intersection; the
+local top-k for TopkA). Error feedback zeroes those in the accumulator and
+keeps the rest as the residual.
 """
 from __future__ import annotations
 
@@ -17,13 +25,22 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 ALGORITHMS: dict[str, type["Algorithm"]] = {}
 
 
 class NoParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class SparseParams(BaseModel):
+    """Parameters every sparse algorithm accepts."""
+
+    model_config = ConfigDict(extra="forbid")
+    error_feedback: bool = Field(
+        False, description="keep unsent values as a residual added to the next gradient "
+                           "(Ok-Topk Alg. 2, SparCML Alg. 1, DEFT Alg. 1)")
 
 
 @dataclass(frozen=True)
@@ -35,6 +52,12 @@ class Setup:
     n: int
     density: float
     dtype: str = "float32"
+    #: sizes of the model's layers (tensors) in gradient order, summing to n
+    layers: tuple | None = None
+
+    @property
+    def layer_sizes(self) -> tuple:
+        return self.layers if self.layers else (self.n,)
 
     @property
     def k(self) -> int:
@@ -54,6 +77,10 @@ class Algorithm:
     def __init__(self, setup: Setup, params: BaseModel | None = None):
         self.setup = setup
         self.params = params if params is not None else self.Params()
+        self.residual = None      # error-feedback accumulator remainder
+        self.contributed = None   # set by sparse run(): input indices that reached the result
+        self.last_input = None    # what run() was given in the last iteration
+        self.iteration_no = 0     # iterations completed by this instance
 
     @property
     def P(self) -> int:
@@ -63,13 +90,37 @@ class Algorithm:
     def k(self) -> int:
         return self.setup.k
 
-    def run(self, ctx, grad):  # pragma: no cover - interface
+    def iteration(self, ctx, grad):
+        """What backends call once per iteration: error feedback around run()."""
+        x = grad
+        ef = getattr(self.params, "error_feedback", False)
+        if ef and self.residual is not None:
+            with ctx.phase("error_feedback"):
+                x = yield ctx.compute("add", grad, self.residual)
+        self.last_input = x
+        self.contributed = None
+        result = yield from self.run(ctx, x)
+        if ef:
+            if self.contributed is None:
+                raise RuntimeError(f"{self.name} does not report contributed indices; error feedback impossible")
+            with ctx.phase("error_feedback"):
+                self.residual = yield ctx.compute("zero_at", x, self.contributed)
+        self.iteration_no += 1
+        return result
+
+    def run(self, ctx, x):  # pragma: no cover - interface
         """Generator: yields requests, returns the rank's result."""
         raise NotImplementedError
 
+    def check_state(self) -> dict:
+        """Small per-rank state the reference needs (thresholds used, ...),
+        as plain Python/numpy values; gathered from all ranks."""
+        return {}
+
     @classmethod
-    def reference(cls, grads: list[np.ndarray], setup: Setup, params: BaseModel) -> np.ndarray:
-        """The dense vector every rank's result should equal."""
+    def reference(cls, inputs: list[np.ndarray], setup: Setup, params: BaseModel, states: list[dict]) -> np.ndarray:
+        """The dense vector every rank's result should equal, given every
+        rank's input to run() and check_state()."""
         raise NotImplementedError
 
     @classmethod

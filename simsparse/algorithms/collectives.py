@@ -145,3 +145,26 @@ def bcast_binomial(ctx, payload, root=0, tag=0):
     if sends:
         yield ctx.waitall(sends)
     return payload
+
+
+def alltoall(ctx, blocks, tag=0, throttle=None):
+    """Personalised all-to-all: ``blocks[j]`` goes to rank j (``blocks[r]`` stays);
+    returns the P blocks addressed to this rank, by source.
+
+    Rotated schedule: step i sends to (r+i) mod P and receives from (r-i) mod P,
+    so every step is a permutation (no endpoint is a hot spot). With
+    ``throttle = t`` at most t steps are in flight (one waitall per batch), as
+    in the Ok-Topk code (t = min(4, P)); ``None`` posts all at once.
+    Cost: (P-1) alpha + (sum of sent bytes) beta per rank."""
+    P, r = ctx.size, ctx.rank
+    got = [None] * P
+    got[r] = blocks[r]
+    t = max(1, P - 1) if not throttle else max(1, int(throttle))
+    for start in range(1, P, t):
+        steps = range(start, min(P, start + t))
+        recvs = [ctx.irecv((r - i) % P, tag) for i in steps]
+        sends = [ctx.isend((r + i) % P, blocks[(r + i) % P], tag) for i in steps]
+        vals = yield ctx.waitall(recvs + sends)
+        for i, v in zip(steps, vals):
+            got[(r - i) % P] = v
+    return got

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops import Dense
+from ..ops import Dense, Scalars
 from .base import Algorithm, register
 from .collectives import Fold, recv, send, sendrecv
 
@@ -73,23 +73,67 @@ def ring_allreduce(ctx, buf, tag=0):
     return buf
 
 
-def recursive_doubling_allreduce(ctx, buf, tag=0):
-    """In-place recursive-doubling allreduce: log2(pof2) pairwise exchanges of
-    the whole vector with the partner at distance 2^j.
-    Cost: log2(P)(alpha + n w beta)."""
-    f = Fold(ctx.size)
-    yield from _fold_in(ctx, f, buf, tag)
-    nr = f.newrank(ctx.rank)
+def _recursive_doubling(ctx, value, wrap, unwrap, combine, tag):
+    """The recursive-doubling skeleton with MPICH folding, for any payload:
+    ``wrap(value)`` makes the message, ``unwrap(payload)`` reads one, and
+    ``combine(mine, theirs)`` is a generator returning the reduced value."""
+    f, r = Fold(ctx.size), ctx.rank
+    if r < 2 * f.rem:
+        with ctx.phase("fold"):
+            if r % 2 == 0:
+                yield from send(ctx, r + 1, wrap(value), tag)
+            else:
+                value = yield from combine(value, unwrap((yield from recv(ctx, r - 1, tag))))
+    nr = f.newrank(r)
     if nr >= 0:
         with ctx.phase("recursive_doubling"):
             mask = 1
             while mask < f.pof2:
                 peer = f.real(nr ^ mask)
-                got = yield from sendrecv(ctx, peer, Dense(buf), peer, tag)
-                yield ctx.compute("add_into", buf, got.values)
+                got = yield from sendrecv(ctx, peer, wrap(value), peer, tag)
+                value = yield from combine(value, unwrap(got))
                 mask <<= 1
-    yield from _fold_out(ctx, f, buf, tag)
-    return buf
+    if r < 2 * f.rem:
+        with ctx.phase("unfold"):
+            if r % 2 == 1:
+                yield from send(ctx, r - 1, wrap(value), tag)
+            else:
+                value = unwrap((yield from recv(ctx, r + 1, tag)))
+    return value
+
+
+def recursive_doubling_allreduce(ctx, buf, tag=0):
+    """Recursive-doubling allreduce of a dense vector: log2(pof2) pairwise
+    exchanges of the whole vector with the partner at distance 2^j; returns
+    the sum (``buf`` is reduced in place on all but folded-away ranks).
+    Cost: log2(P)(alpha + n w beta)."""
+
+    def add(mine, theirs):
+        return (yield ctx.compute("add_into", mine, theirs))
+
+    return (yield from _recursive_doubling(ctx, buf, Dense, _values, add, tag))
+
+
+HOST_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+
+
+def allreduce_host(ctx, values, op="sum", tag=0):
+    """Recursive-doubling allreduce of small host metadata (a numpy array, sent
+    as :class:`~simsparse.ops.Scalars`), e.g. Ok-Topk's region boundaries or a
+    global count. The reduction is host numpy (not a device kernel).
+    Cost: log2(P)(alpha + m beta)."""
+    fn = HOST_OPS[op]
+
+    def combine(mine, theirs):
+        return fn(mine, theirs)
+        yield  # pragma: no cover - makes this a generator
+
+    values = np.asarray(values)
+    return (yield from _recursive_doubling(ctx, values, Scalars, _values, combine, tag))
+
+
+def _values(p):
+    return p.values
 
 
 def rabenseifner_allreduce(ctx, buf, tag=0):
@@ -148,6 +192,16 @@ def rabenseifner_allreduce(ctx, buf, tag=0):
     return buf
 
 
+def allreduce(ctx, buf, algorithm="auto", tag=0):
+    """Dense allreduce inside another algorithm. ``auto`` follows MPICH 3.x:
+    recursive doubling up to 2048 bytes, Rabenseifner above."""
+    if algorithm == "auto":
+        algorithm = "recursive_doubling" if len(buf) * buf.itemsize <= 2048 else "rabenseifner"
+    fn = {"ring": ring_allreduce, "recursive_doubling": recursive_doubling_allreduce,
+          "rabenseifner": rabenseifner_allreduce}[algorithm]
+    return (yield from fn(ctx, buf, tag))
+
+
 class _DenseAllreduce(Algorithm):
     """Common part: copy the input into a working buffer (as MPI_Allreduce
     copies sendbuf into recvbuf) and reduce it in place."""
@@ -155,14 +209,14 @@ class _DenseAllreduce(Algorithm):
     family = "dense"
     schedule = staticmethod(ring_allreduce)
 
-    def run(self, ctx, grad):
-        buf = yield ctx.compute("copy", grad)
+    def run(self, ctx, x):
+        buf = yield ctx.compute("copy", x)
         return (yield from type(self).schedule(ctx, buf))
 
     @classmethod
-    def reference(cls, grads, setup, params):
+    def reference(cls, inputs, setup, params, states):
         out = np.zeros(setup.n)
-        for g in grads:
+        for g in inputs:
             out += g
         return out
 

@@ -200,16 +200,19 @@ def measure(point, device_kind="auto", trace=False, dump=None) -> dict | None:
         grad = ctx.from_host(workload.grad(rank, it).copy())
         comm.Barrier()
         ctx.reset()
-        result = drive(ctx, alg.run(ctx, grad))
+        result = drive(ctx, alg.iteration(ctx, grad))
         if ctx.cuda:
             torch.cuda.synchronize()
         elapsed = ctx.now()
         times = comm.gather(elapsed, root=0)
         sent = comm.gather((ctx.bytes_sent, ctx.msgs_sent), root=0)
         if point.check:
-            results = comm.gather(to_dense(result, point.workload["n"]), root=0)
+            n = point.workload["n"]
+            results = comm.gather(to_dense(result, n), root=0)
+            inputs = comm.gather(to_dense(alg.last_input, n), root=0)
+            states = comm.gather(alg.check_state(), root=0)
             if rank == 0:
-                ok, err = check_results(point, workload.grads(P, it), results)
+                ok, err = check_results(point, inputs, results, states)
                 correct, worst = correct and ok, max(worst, err)
         if trace:
             tr = comm.gather(ctx.trace, root=0)

@@ -50,15 +50,16 @@ def unpack(buf: np.ndarray, from_numpy) -> Payload:
     arrays = []
     for dtype, count in specs:
         dt = np.dtype(dtype)
-        arrays.append(from_numpy(buf[off:off + count * dt.itemsize].view(dt)))
+        arrays.append(buf[off:off + count * dt.itemsize].view(dt))
         off += _pad(count * dt.itemsize)
     it = iter(arrays)
-    return _build(desc, it)
+    return _build(desc, it, from_numpy)
 
 
-def _build(desc, it) -> Payload:
+def _build(desc, it, from_numpy) -> Payload:
     kind, meta = desc
     if kind == "Bundle":
-        return Bundle(tuple(_build(d, it) for d in meta))
+        return Bundle(tuple(_build(d, it, from_numpy) for d in meta))
     cls = PAYLOAD_TYPES[kind]
-    return cls(**meta, **{f: next(it) for f in cls.ARRAYS})
+    conv = np.copy if cls.HOST else from_numpy
+    return cls(**meta, **{f: conv(next(it)) for f in cls.ARRAYS})

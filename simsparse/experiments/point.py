@@ -61,7 +61,9 @@ class Point:
 
     def setup(self, rank: int) -> Setup:
         w = self.workload
-        return Setup(rank=rank, P=self.P, n=w["n"], density=w["density"], dtype=w["dtype"])
+        layers = w.get("layers")
+        return Setup(rank=rank, P=self.P, n=w["n"], density=w["density"], dtype=w["dtype"],
+                     layers=tuple(layers) if layers else None)
 
     def instances(self) -> list:
         """One algorithm instance per rank (they keep per-rank state)."""
@@ -92,12 +94,14 @@ class Point:
         return cols
 
 
-def check_results(point: Point, grads: list[np.ndarray], results: list) -> tuple[bool, float]:
-    """Compare every rank's result with the algorithm's numpy reference.
+def check_results(point: Point, inputs: list, results: list, states: list[dict]) -> tuple[bool, float]:
+    """Compare every rank's result with the algorithm's numpy reference, given
+    every rank's input to run() and check_state().
     Returns (all correct, max error relative to max |reference|)."""
     cls = point.algorithm_cls
     setup = point.setup(0)
-    ref = np.asarray(cls.reference(grads, setup, point.params_model()), dtype=np.float64)
+    inputs = [_np(x) for x in inputs]
+    ref = np.asarray(cls.reference(inputs, setup, point.params_model(), states), dtype=np.float64)
     scale = max(float(np.max(np.abs(ref))) if ref.size else 0.0, 1e-30)
     worst = 0.0
     for res in results:

@@ -25,7 +25,8 @@ def simulate_point(point: Point, trace: bool = False, keep_results: bool = False
         grads = workload.grads(point.P, it)
         stats = sim.run([_program(a, g) for a, g in zip(algs, grads)])
         if point.check:
-            ok, err = check_results(point, grads, stats.results)
+            ok, err = check_results(point, [a.last_input for a in algs], stats.results,
+                                    [a.check_state() for a in algs])
             correct = correct and ok
             worst = max(worst, err)
         if it >= point.warmup:
@@ -37,4 +38,4 @@ def simulate_point(point: Point, trace: bool = False, keep_results: bool = False
 
 
 def _program(alg, grad):
-    return lambda ctx: alg.run(ctx, grad)
+    return lambda ctx: alg.iteration(ctx, grad)

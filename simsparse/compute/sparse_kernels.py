@@ -1,0 +1,233 @@
+"""Kernels on sparse (COO) vectors and thresholds, shared by the sparse
+allreduce family. Conventions as in :mod:`.kernels`: COO indices are int32
+(int64 beyond 2^31), unique and ascending; selection is by magnitude with
+``|x| >= threshold`` (so the exact k-th largest magnitude selects k values);
+scalar results (thresholds, counts) are Python numbers.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops import COO
+from .kernels import Work, _isz, kernel
+
+
+def _idx_dtype(n):
+    return np.int32 if n < 2**31 else np.int64
+
+
+def _tidx(n):
+    import torch
+
+    return torch.int32 if n < 2**31 else torch.int64
+
+
+def _nnz_bytes(parts) -> int:
+    return sum(int(p.nbytes) for p in parts)
+
+
+# -- thresholds ---------------------------------------------------------------
+
+@kernel("kth_abs", work=lambda out, x, k: Work(len(x), len(x) * _isz(x)))
+def kth_abs(x, k):
+    """The exact k-th largest |x| (the threshold that selects the top k)."""
+    n = len(x)
+    k = min(max(int(k), 1), n)
+    return float(np.partition(np.abs(x), n - k)[n - k])
+
+
+@kth_abs.torch
+def _kth_abs_torch(x, k):
+    import torch
+
+    k = min(max(int(k), 1), len(x))
+    return float(torch.topk(x.abs(), k, sorted=False).values.min().item())
+
+
+@kernel("count_above", work=lambda out, x, thr: Work(len(x), len(x) * _isz(x)))
+def count_above(x, thr):
+    """How many |x| >= thr."""
+    return int(np.count_nonzero(np.abs(x) >= thr))
+
+
+@count_above.torch
+def _count_above_torch(x, thr):
+    return int((x.abs() >= thr).sum().item())
+
+
+def _select_work(out, x, thr):
+    return Work(len(x), len(x) * _isz(x) + out.nbytes)
+
+
+@kernel("threshold_select", work=_select_work)
+def threshold_select(x, thr):
+    """COO of the entries of dense x with |x| >= thr."""
+    idx = np.flatnonzero(np.abs(x) >= thr).astype(_idx_dtype(len(x)))
+    return COO(idx, x[idx], len(x))
+
+
+@threshold_select.torch
+def _threshold_select_torch(x, thr):
+    idx = (x.abs() >= thr).nonzero().flatten()
+    return COO(idx.to(_tidx(len(x))), x[idx], len(x))
+
+
+# -- operations on COO vectors -------------------------------------------------------
+
+def _coo_add_work(out, parts):
+    nnz = sum(p.nnz for p in parts)
+    return Work(nnz, _nnz_bytes(parts) + out.nbytes)
+
+
+@kernel("coo_add", work=_coo_add_work)
+def coo_add(parts):
+    """Sum of sparse vectors: the union of their indices (SparCML's sum of streams)."""
+    parts = list(parts)
+    n = parts[0].n
+    idx = np.concatenate([p.indices for p in parts])
+    val = np.concatenate([p.values for p in parts])
+    uniq, inv = np.unique(idx, return_inverse=True)
+    out = np.bincount(inv, weights=val, minlength=len(uniq)).astype(val.dtype)
+    return COO(uniq.astype(_idx_dtype(n)), out, n)
+
+
+@coo_add.torch
+def _coo_add_torch(parts):
+    import torch
+
+    parts = list(parts)
+    n = parts[0].n
+    idx = torch.cat([p.indices for p in parts])
+    val = torch.cat([p.values for p in parts])
+    uniq, inv = torch.unique(idx, sorted=True, return_inverse=True)
+    out = torch.zeros(len(uniq), dtype=val.dtype, device=val.device).index_add_(0, inv, val)
+    return COO(uniq.to(_tidx(n)), out, n)
+
+
+@kernel("coo_split", work=lambda out, coo, bounds: Work(coo.nnz, coo.nbytes))
+def coo_split(coo, bounds):
+    """Split by index ranges: part i holds the entries with
+    bounds[i] <= index < bounds[i+1] (global indices kept; views, no copy)."""
+    cuts = np.searchsorted(coo.indices, np.asarray(bounds))
+    return [COO(coo.indices[a:b], coo.values[a:b], coo.n) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+@coo_split.torch
+def _coo_split_torch(coo, bounds):
+    import torch
+
+    b = torch.as_tensor(list(bounds), dtype=coo.indices.dtype, device=coo.indices.device)
+    cuts = torch.searchsorted(coo.indices, b).tolist()
+    return [COO(coo.indices[a:c], coo.values[a:c], coo.n) for a, c in zip(cuts[:-1], cuts[1:])]
+
+
+def _concat_work(out, parts, n=None):
+    return Work(out.nnz, 2 * out.nbytes)
+
+
+@kernel("coo_concat", work=_concat_work)
+def coo_concat(parts, n=None):
+    """Concatenate sparse vectors with disjoint, ordered index ranges."""
+    parts = list(parts)
+    n = parts[0].n if n is None else n
+    return COO(np.concatenate([p.indices for p in parts]).astype(_idx_dtype(n)),
+               np.concatenate([p.values for p in parts]), n)
+
+
+@coo_concat.torch
+def _coo_concat_torch(parts, n=None):
+    import torch
+
+    parts = list(parts)
+    n = parts[0].n if n is None else n
+    return COO(torch.cat([p.indices for p in parts]).to(_tidx(n)), torch.cat([p.values for p in parts]), n)
+
+
+@kernel("coo_topk", work=lambda out, coo, k: Work(coo.nnz, coo.nbytes + out.nbytes))
+def coo_topk(coo, k):
+    """The k entries of a sparse vector with the largest |value| (indices ascending)."""
+    m = coo.nnz
+    if k >= m:
+        return coo
+    sel = np.sort(np.argpartition(np.abs(coo.values), m - k)[m - k:])
+    return COO(coo.indices[sel], coo.values[sel], coo.n)
+
+
+@coo_topk.torch
+def _coo_topk_torch(coo, k):
+    import torch
+
+    if k >= coo.nnz:
+        return coo
+    sel, _ = torch.sort(torch.topk(coo.values.abs(), int(k), sorted=False).indices)
+    return COO(coo.indices[sel], coo.values[sel], coo.n)
+
+
+@kernel("coo_threshold", work=lambda out, coo, thr: Work(coo.nnz, coo.nbytes + out.nbytes))
+def coo_threshold(coo, thr):
+    """The entries of a sparse vector with |value| >= thr."""
+    keep = np.abs(coo.values) >= thr
+    return COO(coo.indices[keep], coo.values[keep], coo.n)
+
+
+@coo_threshold.torch
+def _coo_threshold_torch(coo, thr):
+    keep = coo.values.abs() >= thr
+    return COO(coo.indices[keep], coo.values[keep], coo.n)
+
+
+# -- dense <-> sparse -------------------------------------------------------------------
+
+@kernel("sparsify", work=lambda out, x, offset=0, n=None: Work(len(x), len(x) * _isz(x) + out.nbytes))
+def sparsify(x, offset=0, n=None):
+    """COO of the nonzeros of a dense block that starts at global index
+    ``offset`` of a vector of length ``n`` (SparCML's re-sparsification)."""
+    n = len(x) + offset if n is None else n
+    nz = np.flatnonzero(x)
+    return COO((nz + offset).astype(_idx_dtype(n)), x[nz], n)
+
+
+@sparsify.torch
+def _sparsify_torch(x, offset=0, n=None):
+    n = len(x) + offset if n is None else n
+    nz = x.nonzero().flatten()
+    return COO((nz + offset).to(_tidx(n)), x[nz], n)
+
+
+@kernel("gather_at", work=lambda out, x, idx: Work(len(idx), 2 * len(idx) * _isz(x) + len(idx) * 4))
+def gather_at(x, idx):
+    """x[idx]: the values of a dense vector at given indices."""
+    return x[idx]
+
+
+@gather_at.torch
+def _gather_at_torch(x, idx):
+    return x[idx.long()]
+
+
+@kernel("zero_at", work=lambda out, x, idx: Work(len(x), 2 * len(x) * _isz(x) + len(idx) * 4))
+def zero_at(x, idx):
+    """A copy of x with x[idx] = 0 (the error-feedback residual update)."""
+    out = x.copy()
+    out[idx] = 0
+    return out
+
+
+@zero_at.torch
+def _zero_at_torch(x, idx):
+    out = x.clone()
+    out[idx.long()] = 0
+    return out
+
+
+@kernel("intersect", work=lambda out, a, b: Work(len(a) + len(b), 4 * (len(a) + len(b))))
+def intersect(a, b):
+    """Sorted intersection of two sorted unique index arrays."""
+    return np.intersect1d(a, b, assume_unique=True).astype(a.dtype)
+
+
+@intersect.torch
+def _intersect_torch(a, b):
+    import torch
+
+    return a[torch.isin(a, b)]
