@@ -110,6 +110,24 @@ class COO(Payload):
 
 
 @dataclass(frozen=True, slots=True)
+class Quantized(Payload):
+    """A dense vector quantized bucket-wise (QSGD, SparCML section 5.4): ``codes``
+    packs ``bits`` bits per entry into uint8, ``scales`` holds one float32
+    scaling factor per bucket of ``bucket`` entries; ``n`` entries in all.
+    Size = packed codes + scales (e.g. 4 bits: n/2 bytes + 4 n/bucket)."""
+
+    codes: Any
+    scales: Any
+    n: int
+    bits: int
+    bucket: int
+    ARRAYS = ("codes", "scales")
+
+    def __len__(self) -> int:
+        return self.n
+
+
+@dataclass(frozen=True, slots=True)
 class Scalars(Payload):
     """Small host-side metadata (counts, boundaries, thresholds) as a numpy
     array in *both* backends: algorithms build and read it with plain numpy;
