@@ -221,19 +221,27 @@ class _DenseAllreduce(Algorithm):
         return out
 
 
+_SOURCE = """
+    Source: Thakur, Rabenseifner and Gropp, "Optimization of collective
+    communication operations in MPICH", IJHPCA 2005; the Ok-Topk paper's
+    "Dense" baseline (Table 1). Non-powers of two fold as MPICH does (module
+    docstring). The input is copied into a working buffer first, as
+    MPI_Allreduce copies sendbuf into recvbuf."""
+
+
 @register("ring")
 class RingAllreduce(_DenseAllreduce):
-    __doc__ = ring_allreduce.__doc__
+    __doc__ = ring_allreduce.__doc__ + _SOURCE
     schedule = staticmethod(ring_allreduce)
 
 
 @register("recursive_doubling")
 class RecursiveDoublingAllreduce(_DenseAllreduce):
-    __doc__ = recursive_doubling_allreduce.__doc__
+    __doc__ = recursive_doubling_allreduce.__doc__ + _SOURCE
     schedule = staticmethod(recursive_doubling_allreduce)
 
 
 @register("rabenseifner")
 class RabenseifnerAllreduce(_DenseAllreduce):
-    __doc__ = rabenseifner_allreduce.__doc__
+    __doc__ = rabenseifner_allreduce.__doc__ + _SOURCE
     schedule = staticmethod(rabenseifner_allreduce)
