@@ -134,6 +134,12 @@ class Algorithm:
         eps = float(np.finfo(np.dtype(setup.dtype)).eps)
         return 16 * eps * max(1, setup.P)
 
+    @classmethod
+    def tolerance_for(cls, setup: Setup, params: BaseModel) -> float:
+        """Tolerance when it depends on the params (e.g. a quantizer's bits);
+        defaults to ``tolerance(setup)``."""
+        return cls.tolerance(setup)
+
 
 def register(name: str):
     def deco(cls):

@@ -101,7 +101,8 @@ def check_results(point: Point, inputs: list, results: list, states: list[dict])
     cls = point.algorithm_cls
     setup = point.setup(0)
     inputs = [_np(x) for x in inputs]
-    ref = np.asarray(cls.reference(inputs, setup, point.params_model(), states), dtype=np.float64)
+    params = point.params_model()
+    ref = np.asarray(cls.reference(inputs, setup, params, states), dtype=np.float64)
     scale = max(float(np.max(np.abs(ref))) if ref.size else 0.0, 1e-30)
     worst = 0.0
     for res in results:
@@ -110,7 +111,7 @@ def check_results(point: Point, inputs: list, results: list, states: list[dict])
             return False, float("inf")
         if dense.size:
             worst = max(worst, float(np.max(np.abs(dense - ref))) / scale)
-    return worst <= cls.tolerance(setup), worst
+    return worst <= cls.tolerance_for(setup, params), worst
 
 
 def to_dense(result, n: int) -> np.ndarray:
