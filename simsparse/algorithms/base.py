@@ -101,12 +101,18 @@ class Algorithm:
         self.contributed = None
         result = yield from self.run(ctx, x)
         if ef:
-            if self.contributed is None:
-                raise RuntimeError(f"{self.name} does not report contributed indices; error feedback impossible")
             with ctx.phase("error_feedback"):
-                self.residual = yield ctx.compute("zero_at", x, self.contributed)
+                self.residual = yield from self.residual_after(ctx, x)
         self.iteration_no += 1
         return result
+
+    def residual_after(self, ctx, x):
+        """Generator: the error-feedback residual after ``run(ctx, x)``; by
+        default x with the ``contributed`` entries zeroed. Compressors whose
+        result is no subset of the input (FFT, quantizers) override it."""
+        if self.contributed is None:
+            raise RuntimeError(f"{self.name} does not report contributed indices; error feedback impossible")
+        return (yield ctx.compute("zero_at", x, self.contributed))
 
     def run(self, ctx, x):  # pragma: no cover - interface
         """Generator: yields requests, returns the rank's result."""
