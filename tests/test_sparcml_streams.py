@@ -1,7 +1,6 @@
 """Sparse streams (SparCML section 5.1): sums and splits against dense numpy,
 the dense switch at nnz (idx + val) >= size * val, torch against numpy."""
 import numpy as np
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from simsparse.algorithms.streams import DenseRange, goes_dense
