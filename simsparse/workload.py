@@ -1,14 +1,100 @@
-"""Per-rank gradients for an experiment point.
+"""Per-rank gradients for an experiment point: synthetic, or replayed from files.
 
-Rank r's gradient at iteration t is drawn from numpy's PCG64 seeded with
-``(seed, t, r)``, so every backend and every process builds exactly the same
-inputs without communicating them. Values are standard normal in ``dtype``.
+``Workload(**point.workload)`` (the config's ``workload:`` keys are its fields)
+gives rank r's gradient at iteration t with ``grad(r, t)``, a read-only numpy
+array; every backend and process builds exactly the same inputs from
+(seed, iteration, rank) without communicating them.
+
+Synthetic gradients are ``g[r,t] = L * F(u[r,t])``:
+
+* ``u[r,t]``: standard normal noise, i.i.d. over coordinates and ranks, drawn
+  from numpy's PCG64 seeded with ``(seed, t, r)``. **drift** makes it change
+  slowly: ``u[r,0] = e[r,0]``, ``u[r,t] = rho u[r,t-1] + sqrt(1-rho^2) e[r,t]``
+  with ``rho = 1 - drift``, so ``u`` is N(0,1) at every t and
+  ``corr(u_t, u_t+s) = rho^s``. ``drift = 1`` (default): independent
+  iterations; ``drift = 0``: the same gradient every iteration. The last state
+  per rank is cached, so consecutive iterations cost one draw each.
+* ``F``: the marginal **distribution**, by a Gaussian copula: the sign of ``u``
+  and ``|x| = Q(2 Phi(-|u|))`` with ``Q`` the upper quantile of ``|X|``:
+  ``normal`` (F is the identity), ``laplace`` (unit variance) or
+  ``student_t`` with ``df > 2`` degrees of freedom (scaled to unit variance):
+  heavy tails, while ``u`` keeps the temporal correlation.
+* **Hot sets** (used when ``overlap`` is set or ``skew > 0``): rank r has a
+  set ``H_r`` of ``k = round(density n)`` coordinates whose magnitudes are the
+  upper ``k/n`` tail of ``|X|`` (``tau' = (k/n) tau``) and all others the rest
+  (``tau' = k/n + (1 - k/n) tau``), where ``tau = 2 Phi(-|u|)``. So ``H_r`` is
+  exactly the rank's top-k set, the marginal distribution is unchanged, and
+  ``H_r`` is fixed over iterations (the values in it drift with ``u``).
+
+  - **overlap** ``f`` in [0, 1]: ``H_r = S + D_r`` with ``round(f k)``
+    coordinates ``S`` shared by all ranks and the rest ``D_r`` disjoint across
+    ranks: 1 gives identical top-k sets, 0 disjoint ones (needs ``P k <= n``).
+    The Jaccard index of two ranks' top-k sets is ``f / (2 - f)``.
+  - overlap unset (default): independent ranks. Without skew no hot set is
+    planted at all (i.i.d. values; two top-k sets share ``k^2/n`` coordinates
+    on average, the same as ``f = k/n``); with skew each rank draws its own.
+  - **skew** ``s`` in [0, 1): hot coordinates are placed with density
+    ``proportional to (i/n)^-s``, the same law on every rank, so the fraction of
+    them in the first ``q`` of the index space is ``q^(1-s)`` (``s = 0``:
+    uniform). Drawn without replacement (Efraimidis-Spirakis keys); with
+    ``overlap`` the ``D_r`` are consecutive blocks of one weighted order, so
+    when ``P k`` is a large part of ``n`` later ranks' sets are less skewed.
+* ``L``: the per-layer scale. With **layers** (sizes in gradient order) or
+  **model** (per-tensor parameter counts from ``simsparse/data/layer_params.json``),
+  layer l is multiplied by ``10^(-layer_spread U_l)`` with ``U_l ~ U(0, 1)``
+  drawn from the seed: per-layer RMS values log-uniform over ``layer_spread``
+  decades, the same on every rank and iteration (DEFT's layer norm
+  differences). The top-k then concentrates in high-norm layers, so hot sets
+  are the exact top-k only with equal layer norms (``layer_spread: 0``).
+
+**source** ``{path, key}`` replays recorded gradients instead: rank r at
+iteration t reads array ``key`` of ``path.format(rank=r, iteration=t)`` (an
+``.npz``, relative to the working directory). :func:`record_gradients` writes
+such files from a torch model's ``.grad``\\ s.
 """
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
 
 import numpy as np
+from scipy import special
+
+DISTRIBUTIONS = ("normal", "laplace", "student_t")
+#: entropy tags of the auxiliary random streams (never an iteration number)
+_TAG_HOT, _TAG_LAYERS = 2**40 + 1, 2**40 + 2
+
+
+@dataclass(frozen=True)
+class FileSource:
+    """Recorded gradients: array ``key`` of ``path.format(rank=, iteration=)``."""
+
+    path: str
+    key: str = "grad"
+
+    def file(self, rank: int, iteration: int) -> Path:
+        try:
+            return Path(self.path.format(rank=rank, iteration=iteration))
+        except (KeyError, IndexError, ValueError) as e:
+            raise ValueError(f"workload.source.path {self.path!r}: only {{rank}} and {{iteration}} may appear "
+                             f"in braces ({e})") from None
+
+    def read(self, rank: int, iteration: int) -> tuple[np.ndarray, tuple | None]:
+        """The flat gradient and the layer sizes stored with it (if any)."""
+        f = self.file(rank, iteration)
+        if not f.is_file():
+            raise FileNotFoundError(f"workload.source: {f} not found (rank {rank}, iteration {iteration}; "
+                                    f"pattern {self.path!r})")
+        with np.load(f) as z:
+            if self.key not in z.files:
+                raise ValueError(f"workload.source: {f} has no array {self.key!r}; it has {', '.join(z.files)}")
+            g = np.asarray(z[self.key]).reshape(-1)
+            layers = tuple(int(s) for s in z["layers"]) if "layers" in z.files else None
+        return g, layers
 
 
 @dataclass(frozen=True)
@@ -17,10 +103,74 @@ class Workload:
     density: float = 0.01
     dtype: str = "float32"
     seed: int = 0
+    distribution: str = "normal"
+    df: float = 3.0
+    overlap: float | None = None
+    skew: float = 0.0
+    drift: float = 1.0
+    model: str | None = None
+    layers: tuple | None = None
+    layer_spread: float = 2.0
+    source: FileSource | None = None
+
+    def __post_init__(self):
+        if isinstance(self.source, dict):
+            object.__setattr__(self, "source", FileSource(**self.source))
+        layers, n = resolve_layers(self.model, self.layers, self.n)
+        object.__setattr__(self, "layers", layers)
+        if n != self.n:
+            raise ValueError(f"workload.n = {self.n} but the layers sum to {n}")
+        if self.distribution not in DISTRIBUTIONS:
+            raise ValueError(f"workload.distribution = {self.distribution!r}; allowed: {', '.join(DISTRIBUTIONS)}")
+        if self.distribution == "student_t" and not self.df > 2:
+            raise ValueError(f"workload.df = {self.df}; student_t needs df > 2 (finite variance)")
+        if self.overlap is not None and not 0 <= self.overlap <= 1:
+            raise ValueError(f"workload.overlap = {self.overlap}; allowed: 0 (disjoint) to 1 (identical), or unset")
+        if not 0 <= self.skew < 1:
+            raise ValueError(f"workload.skew = {self.skew}; allowed: 0 <= skew < 1")
+        if not 0 <= self.drift <= 1:
+            raise ValueError(f"workload.drift = {self.drift}; allowed: 0 (static) to 1 (independent iterations)")
+
+    # -- public ---------------------------------------------------------------
+    @property
+    def k(self) -> int:
+        """Hot-set size: round(density n), as ``Setup.k``."""
+        return max(1, min(self.n, int(round(self.density * self.n))))
+
+    @property
+    def planted(self) -> bool:
+        return self.source is None and (self.overlap is not None or self.skew > 0)
+
+    def check_P(self, P: int) -> str | None:
+        """Why this workload cannot feed P ranks, or None."""
+        if self.planted and self.overlap is not None:
+            m, k = self._shared(), self.k
+            if m + P * (k - m) > self.n:
+                return (f"overlap = {self.overlap} keeps {k - m} of each rank's top-k = {k} coordinates disjoint from "
+                        f"the other ranks', which needs {m} + P*{k - m} = {m + P * (k - m)} <= n = {self.n}; "
+                        f"raise n or overlap, or lower density")
+        return None
+
+    def hot_set(self, rank: int) -> np.ndarray | None:
+        """Rank's planted top-k coordinates (sorted), or None when nothing is planted."""
+        if not self.planted:
+            return None
+        if self.overlap is None:
+            return _independent_hot(self.n, self.k, self.seed, self.skew, rank)
+        m, k = self._shared(), self.k
+        if m + (rank + 1) * (k - m) > self.n:
+            raise ValueError(f"workload: rank {rank}: {self.check_P(rank + 1)}")
+        order = _weighted_order(self.n, self.seed, self.skew)
+        lo = m + rank * (k - m)
+        return np.sort(np.concatenate([order[:m], order[lo:lo + k - m]]))
 
     def grad(self, rank: int, iteration: int = 0) -> np.ndarray:
-        rng = np.random.default_rng([self.seed, iteration, rank])
-        g = rng.standard_normal(self.n, dtype=np.float64 if self.dtype == "float64" else np.float32)
+        if self.source is not None:
+            g = self._replay(rank, iteration)
+        else:
+            g = self._shape(self._noise(rank, iteration), rank)
+            if self.layers is not None and self.layer_spread > 0:
+                g = (g * _scale_vector(self.layers, self.seed, self.layer_spread, self.dtype)).astype(self.dtype)
         g.setflags(write=False)  # rank programs must not modify their input
         return g
 
@@ -28,10 +178,187 @@ class Workload:
         key = (self, P, iteration)
         hit = _CACHE.get(key)
         if hit is None:
+            problem = self.check_P(P)
+            if problem:
+                raise ValueError(f"workload with P = {P}: {problem}")
             hit = [self.grad(r, iteration) for r in range(P)]
             _CACHE.put(key, hit, P * self.n * np.dtype(self.dtype).itemsize)
         return hit
 
+    # -- the pieces ---------------------------------------------------------------
+    def _shared(self) -> int:
+        return int(round(self.overlap * self.k))
+
+    def _noise(self, rank: int, t: int) -> np.ndarray:
+        """u[rank, t]: N(0,1) per coordinate, AR(1) over iterations."""
+        dt = np.dtype(self.dtype)
+        if self.drift >= 1:
+            return _normal(self.seed, t, rank, self.n, dt)
+        key = (self.n, self.dtype, self.seed, self.drift, rank)
+        hit = _STATE.get(key)
+        t0, u = hit if hit is not None and hit[0] <= t else (0, _normal(self.seed, 0, rank, self.n, dt))
+        rho = 1.0 - self.drift
+        c = math.sqrt(1.0 - rho * rho)
+        if c > 0:
+            for s in range(t0 + 1, t + 1):
+                u = rho * u + c * _normal(self.seed, s, rank, self.n, dt)
+        _STATE.put(key, (t, u), u.nbytes)
+        return u
+
+    def _shape(self, u: np.ndarray, rank: int) -> np.ndarray:
+        """The copula: marginal distribution and planted hot set."""
+        hot = self.hot_set(rank)
+        if hot is None and self.distribution == "normal":
+            return u
+        logtau = math.log(2.0) + special.log_ndtr(-np.abs(u, dtype=np.float64))  # log P(|Z| > |u|)
+        if hot is not None:
+            d = self.k / self.n
+            if d < 1:
+                cold = np.logaddexp(math.log(d), math.log1p(-d) + logtau)
+                cold[hot] = math.log(d) + logtau[hot]
+                logtau = cold
+        mag = _abs_quantile(self.distribution, self.df)(logtau)
+        return np.copysign(mag, u).astype(self.dtype)
+
+    def _replay(self, rank: int, t: int) -> np.ndarray:
+        g, _ = self.source.read(rank, t)
+        if len(g) != self.n:
+            raise ValueError(f"workload.source: {self.source.file(rank, t)} holds {len(g)} values "
+                             f"({self.source.key!r}), but workload.n = {self.n}")
+        return g.astype(self.dtype)
+
+
+# -- layers --------------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def model_layer_params() -> dict:
+    """Per-tensor parameter counts of known models (``simsparse/data/layer_params.json``)."""
+    return json.loads(resources.files("simsparse").joinpath("data", "layer_params.json").read_text())
+
+
+def resolve_layers(model: str | None, layers, n: int | None) -> tuple[tuple | None, int | None]:
+    """(layer sizes, n) from ``model`` or ``layers``; n is checked or filled in."""
+    if model is not None:
+        known = model_layer_params()
+        if model not in known:
+            raise ValueError(f"workload.model = {model!r}; known models: {', '.join(sorted(known))}")
+        sizes = tuple(known[model]["sizes_in_registration_order"])
+        if layers is not None and tuple(layers) != sizes:
+            raise ValueError(f"workload: give either layers or model ({model!r}), not both")
+        layers = sizes
+    if layers is None:
+        return None, n
+    layers = tuple(int(s) for s in layers)
+    if any(s <= 0 for s in layers):
+        raise ValueError("workload.layers: every layer size must be > 0")
+    total = sum(layers)
+    if n is not None and n != total:
+        what = f"model {model!r} has" if model else "the layers sum to"
+        raise ValueError(f"workload.n = {n} but {what} {total} parameters; omit n or set it to {total}")
+    return layers, total
+
+
+@lru_cache(maxsize=4)
+def _scale_vector(layers: tuple, seed: int, spread: float, dtype: str) -> np.ndarray:
+    u = np.random.default_rng([seed, _TAG_LAYERS]).random(len(layers))
+    v = np.repeat(10.0 ** (-spread * u), layers).astype(dtype)
+    v.setflags(write=False)
+    return v
+
+
+def layer_scales(w: Workload) -> np.ndarray:
+    """Per-layer RMS multipliers of a workload (ones without layers)."""
+    if w.layers is None:
+        return np.ones(1)
+    return 10.0 ** (-w.layer_spread * np.random.default_rng([w.seed, _TAG_LAYERS]).random(len(w.layers)))
+
+
+# -- hot sets -------------------------------------------------------------------------
+
+def _position_weights(n: int, skew: float) -> np.ndarray:
+    """Probability mass of each index under the position law F(x) = x^(1-skew)."""
+    edges = (np.arange(n + 1, dtype=np.float64) / n) ** (1.0 - skew)
+    return np.diff(edges)
+
+
+def _keys(n: int, skew: float, rng) -> np.ndarray:
+    """Efraimidis-Spirakis keys: ordering by them descending is a weighted
+    sample without replacement."""
+    u = rng.random(n)
+    if skew == 0:
+        return u
+    with np.errstate(divide="ignore"):
+        return np.log(u) / _position_weights(n, skew)
+
+
+@lru_cache(maxsize=4)
+def _weighted_order(n: int, seed: int, skew: float) -> np.ndarray:
+    order = np.argsort(-_keys(n, skew, np.random.default_rng([seed, _TAG_HOT])), kind="stable")
+    order.setflags(write=False)
+    return order
+
+
+@lru_cache(maxsize=1024)
+def _independent_hot(n: int, k: int, seed: int, skew: float, rank: int) -> np.ndarray:
+    keys = _keys(n, skew, np.random.default_rng([seed, _TAG_HOT, rank + 1]))
+    hot = np.sort(np.argpartition(-keys, k - 1)[:k]) if k < n else np.arange(n)
+    hot.setflags(write=False)
+    return hot
+
+
+# -- distributions -------------------------------------------------------------------
+
+def _normal(seed: int, t: int, rank: int, n: int, dt) -> np.ndarray:
+    return np.random.default_rng([seed, t, rank]).standard_normal(n, dtype=np.float64 if dt == np.float64 else np.float32)
+
+
+@lru_cache(maxsize=8)
+def _abs_quantile(distribution: str, df: float):
+    """Q(log tau): the magnitude whose upper tail probability under |X| is tau."""
+    if distribution == "normal":
+        return lambda logtau: -special.ndtri(0.5 * np.exp(logtau))
+    if distribution == "laplace":  # scale b = 1/sqrt(2): unit variance
+        return lambda logtau: -logtau / math.sqrt(2.0)
+    # student_t: stdtrit is slow (~0.4 us/value), so interpolate h = log(m / -g)
+    # on a fine grid of g = log tau (smooth; 1e-7 relative); beyond the grid the
+    # tail is a power law, m ~ tau^(-1/df).
+    g = np.linspace(-100.0, -1e-9, 20001)
+    m = -special.stdtrit(df, 0.5 * np.exp(g))
+    h = np.log(m / -g)
+    unit = math.sqrt((df - 2.0) / df)
+
+    def q(logtau):
+        lt = np.minimum(logtau, 0.0)
+        out = np.exp(np.interp(lt, g, h)) * -lt
+        deep = lt < g[0]
+        if deep.any():
+            out[deep] = m[0] * np.exp((g[0] - lt[deep]) / df)
+        return unit * out
+
+    return q
+
+
+# -- recording -----------------------------------------------------------------------
+
+def record_gradients(parameters, path: str, rank: int, iteration: int, key: str = "grad") -> Path:
+    """Save the ``.grad`` of torch ``parameters`` (registration order, zeros
+    where a gradient is missing) as one flat float32 vector under ``key``,
+    with the per-tensor sizes under ``layers``, to
+    ``path.format(rank=rank, iteration=iteration)``: a file a
+    ``source: {path, key}`` workload replays."""
+    parts, sizes = [], []
+    for p in parameters:
+        g = p.grad
+        flat = np.zeros(p.numel(), np.float32) if g is None else g.detach().cpu().reshape(-1).float().numpy()
+        parts.append(flat)
+        sizes.append(p.numel())
+    out = FileSource(path, key).file(rank, iteration)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(out, **{key: np.concatenate(parts), "layers": np.asarray(sizes, dtype=np.int64)})
+    return out
+
+
+# -- caches --------------------------------------------------------------------------
 
 class _LRU:
     """Keeps recently generated gradient sets (consecutive points of a sweep
@@ -50,6 +377,9 @@ class _LRU:
         return None
 
     def put(self, key, val, nbytes: int) -> None:
+        old = self.items.pop(key, None)
+        if old is not None:
+            self.size -= old[1]
         if nbytes > self.max_bytes:
             return
         while self.items and self.size + nbytes > self.max_bytes:
@@ -60,3 +390,5 @@ class _LRU:
 
 
 _CACHE = _LRU(max_bytes=1 << 30)
+#: the last AR(1) noise state per (stream, rank): iteration t costs one draw after t-1
+_STATE = _LRU(max_bytes=1 << 30)

@@ -9,7 +9,8 @@ Top-level keys::
                  {preset: <file>, <overrides>}
     compute:     ideal | <built-in profile, e.g. p100> | <profile.yaml> |
                  {profile: <name or file>, <overrides>} | an inline profile
-    workload:    {n, density, dtype, seed}
+    workload:    {n, density, dtype, seed, distribution, overlap, skew, drift,
+                 layers | model, layer_spread, source} (see simsparse/workload.py)
     algorithms:  [name, {name: <name>, <param>: <value>}, ...]
     P:           number of ranks
     iterations:  measured iterations per point (>= 1)
@@ -34,11 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..algorithms import ALGORITHMS
 from ..compute.devices import DeviceProfile, builtin_profiles, load_profile
 from ..network.spec import NETWORK_SPECS
+from ..workload import FileSource, Workload, model_layer_params, resolve_layers
 from .point import Point
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -49,12 +51,100 @@ class ConfigError(Exception):
     """A user-facing, one-paragraph description of what is wrong with a config."""
 
 
-class WorkloadSpec(BaseModel):
+class SourceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    n: int = Field(gt=0, le=2**31 - 1, description="gradient elements per rank")
+    path: str = Field(description="one .npz per rank and iteration, e.g. grads/rank{rank}_iter{iteration}.npz "
+                                  "(relative to the working directory)")
+    key: str = Field("grad", description="name of the gradient array inside each .npz")
+
+
+def _probe(source: SourceSpec):
+    """The recorded gradient of rank 0, iteration 0 (and its layer sizes)."""
+    try:
+        return FileSource(source.path, source.key).read(0, 0)
+    except (OSError, ValueError) as e:
+        raise ValueError(str(e).removeprefix("workload.source: ")) from None
+
+
+class WorkloadSpec(BaseModel):
+    """The ``workload:`` section; its fields are :class:`~simsparse.workload.Workload`'s.
+    ``model``/``source`` resolve into ``layers`` and ``n`` (validated in this order)."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = Field(None, description="take the layer sizes of a known model: "
+                                                + ", ".join(sorted(model_layer_params())))
+    source: SourceSpec | None = Field(None, description="replay recorded gradients instead of generating them")
+    layers: list[int] | None = Field(None, min_length=1, validate_default=True,
+                                     description="layer sizes in gradient order, summing to n")
+    n: int | None = Field(None, gt=0, le=2**31 - 1, validate_default=True,
+                          description="gradient elements per rank (may be omitted with model, layers or source)")
     density: float = Field(0.01, gt=0, le=1, description="k/n, the fraction selected by sparse algorithms")
     dtype: typing.Literal["float32", "float64"] = "float32"
     seed: int = Field(0, ge=0)
+    distribution: typing.Literal["normal", "laplace", "student_t"] = Field(
+        "normal", description="marginal distribution of the values (laplace and student_t: heavy tails, unit variance)")
+    df: float = Field(3.0, gt=2, description="degrees of freedom of student_t (> 2: finite variance)")
+    overlap: float | None = Field(None, ge=0, le=1, description="fraction of each rank's top-k coordinates shared by "
+                                  "all ranks (1 identical, 0 disjoint); unset: independent ranks")
+    skew: float = Field(0.0, ge=0, lt=1, description="concentration of the large coordinates at the start of the index "
+                        "space: a fraction q^(1-skew) of them lies in the first q (0: uniform)")
+    drift: float = Field(1.0, ge=0, le=1, description="change between iterations: g_t = (1-drift) g_(t-1) + noise "
+                         "(1: independent iterations, 0: the same gradient every iteration)")
+    layer_spread: float = Field(2.0, ge=0, le=30, description="decades over which the per-layer RMS values are spread "
+                                "(log-uniform; with layers or model)")
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v):
+        if v is not None and v not in model_layer_params():
+            raise ValueError(f"unknown model; known models: {', '.join(sorted(model_layer_params()))}")
+        return v
+
+    @field_validator("source")
+    @classmethod
+    def _source_readable(cls, v):
+        if v is not None:
+            _probe(v)  # rank 0, iteration 0 must be there
+        return v
+
+    @field_validator("layers")
+    @classmethod
+    def _layers(cls, v, info: ValidationInfo):
+        model, source = info.data.get("model"), info.data.get("source")
+        if v is None and model is None and source is not None:
+            v = _probe(source)[1]
+        layers, _ = resolve_layers(model, v, None)
+        return None if layers is None else list(layers)
+
+    @field_validator("n")
+    @classmethod
+    def _n(cls, v, info: ValidationInfo):
+        layers, source = info.data.get("layers"), info.data.get("source")
+        if source is not None:
+            got = len(_probe(source)[0])
+            if v is not None and v != got:
+                raise ValueError(f"the recorded gradient {source.path!r} (rank 0, iteration 0) has {got} values")
+            v = got
+        if layers is not None:
+            if v is not None and v != sum(layers):
+                raise ValueError(f"the layers (or model) sum to {sum(layers)}; omit n or set it to that")
+            v = sum(layers)
+        if v is None:
+            raise ValueError("missing: give n, or model, layers or source to take it from")
+        return v
+
+    @model_validator(mode="after")
+    def _generator_knobs_need_no_source(self):
+        if self.source is not None:
+            set_ = [k for k in ("distribution", "overlap", "skew", "drift") if k in self.model_fields_set]
+            if set_:
+                raise ValueError(f"workload.source replays recorded gradients; {', '.join(set_)} apply only to "
+                                 f"synthetic gradients")
+        return self
+
+    def check_P(self, P: int) -> str | None:
+        """Why these gradients cannot feed P ranks (disjoint top-k sets need P k <= n), or None."""
+        return Workload(**self.model_dump()).check_P(P)
 
 
 class RunSpec(BaseModel):
@@ -111,6 +201,10 @@ def load_config(path: str | Path) -> Experiment:
     for net, comp, wl, run, (aname, params) in itertools.product(networks, computes, workloads, runs, algos):
         if wl.n < run.P:
             errors.append(f"workload.n = {wl.n} is smaller than P = {run.P}; allowed: n >= P")
+            continue
+        problem = wl.check_P(run.P)
+        if problem:
+            errors.append(f"workload with P = {run.P}: {problem}")
             continue
         problem = ALGORITHMS[aname].check_setup(run.P, wl.n, params)
         if problem:
@@ -265,6 +359,8 @@ def _pyd_errors(e: ValidationError, schema: type[BaseModel], where: str) -> list
             msgs.append(f"{loc}: unknown key; allowed keys: {', '.join(schema.model_fields)}")
         elif typ == "missing":
             msgs.append(f"{loc}: missing required key")
+        elif not err["loc"]:  # a check across keys (model_validator)
+            msgs.append(f"{where or 'config'}: {err['msg'].removeprefix('Value error, ')}")
         else:
             f = schema.model_fields.get(str(err["loc"][0])) if err["loc"] else None
             hint = f" ({f.description})" if f is not None and f.description else ""
