@@ -256,7 +256,7 @@ class DEFT(Algorithm):
                 a, b = frags[j]
                 parts.append((yield ctx.compute("topk", x[a:b], ks[j])))
             idx = yield ctx.compute("fragment_indices", parts, [frags[j][0] for j in mine], like=x)
-        with ctx.phase("allgather"):
+        with ctx.phase("gather"):
             got = yield from allgather(ctx, Scalars.of([len(idx)], "int32"), prm.allgather)
             nsel = [int(s.values[0]) for s in got]
             if prm.index_allgather == "padded" and len(idx) < max(nsel):
