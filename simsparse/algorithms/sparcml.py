@@ -58,6 +58,10 @@ def send_order(r: int, P: int, order: str) -> list[int]:
     return [i for i in range(P) if i != r]
 
 
+def _same(p):
+    return p
+
+
 def sum_of_local_topk(inputs, setup) -> np.ndarray:
     """``sum_i Top_k(G_i)`` in float64, every rank's exact top-k."""
     out = np.zeros(setup.n, dtype=np.float64)
@@ -86,10 +90,6 @@ class _LocalTopkSum(Algorithm):
 # ---------------------------------------------------------------------------------------
 
 
-class SSARRecursiveDoubleParams(SparseParams):
-    pass
-
-
 @register("ssar_recursive_double")
 class SSARRecursiveDouble(_LocalTopkSum):
     """SSAR_Recursive_double (SparCML, section 5.3.1; code
@@ -109,7 +109,7 @@ class SSARRecursiveDouble(_LocalTopkSum):
     counted like any other (the code's stream header is framing).
     """
 
-    Params = SSARRecursiveDoubleParams
+    Params = SparseParams
 
     def run(self, ctx, x):
         n = self.setup.n
@@ -121,10 +121,6 @@ class SSARRecursiveDouble(_LocalTopkSum):
 
         s = yield from _recursive_doubling(ctx, s, _same, _same, add, TAG_GATHER)
         return stream_result(s)
-
-
-def _same(p):
-    return p
 
 
 # ---------------------------------------------------------------------------------------
@@ -182,6 +178,7 @@ class SSARSplitAllgather(_LocalTopkSum):
     """
 
     Params = SSARSplitAllgatherParams
+    cut_range = None  # the reduced range this rank re-sparsified from dense, if any
 
     def run(self, ctx, x):
         P, r, n = ctx.size, ctx.rank, self.setup.n
@@ -217,8 +214,6 @@ class SSARSplitAllgather(_LocalTopkSum):
                 else:
                     s = yield from recv(ctx, r + 1, TAG_FOLD)
         return stream_result(s)
-
-    cut_range = None  # the reduced range this rank re-sparsified from dense, if any
 
     def check_state(self):
         return {"cut_range": self.cut_range}
