@@ -2,9 +2,7 @@
 (Alg. 3), bin packing (Alg. 4), layer-wise selection (Alg. 5) and the
 exchange of Alg. 1; its density against TopkA's build-up, and Eq. 9.
 Also the real-backend check of gtopk, gaussiank, cltk and deft (one launch)."""
-import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,17 +14,15 @@ from simsparse.backends.sim import Simulator
 from simsparse.compute.devices import IdealDevice
 from simsparse.compute.kernels import get_kernel
 from simsparse.network.alphabeta import AlphaBetaNetwork
+from simsparse.workload import model_layer_params
 
 from conftest import ALPHA, BW, make_point, requires_mpi, requires_torch
 
 DEFT = get_algorithm("deft")
-LAYERS = Path("/work/shared/reference/layer_params.json")
 
 
 def resnet20_layers():
-    if LAYERS.exists():
-        return tuple(json.loads(LAYERS.read_text())["resnet20_cifar10"]["sizes_in_registration_order"])
-    return (432, 16, 16) + (2304, 16, 16) * 18 + (4608, 32, 32) + (9216, 32, 32) * 17 + (640, 10)  # fallback
+    return tuple(model_layer_params()["resnet20_cifar10"]["sizes_in_registration_order"])
 
 
 def layered_grads(layers, P, iteration, spread=2.0, seed=0):
