@@ -93,6 +93,17 @@ def test_the_sparcml_code_cut_is_reproduced_by_the_reference():
     assert ref[1] == 0.0
 
 
+def test_compute_is_accounted_with_a_device_model():
+    from simsparse.compute.devices import load_profile
+
+    p100 = load_profile("p100").model_dump()
+    for name, params in [*VARIANTS, ("dsar_split_allgather", {"quantize_bits": 4})]:
+        timed = simulate(name, 4, n=4096, density=0.05, params=params, compute=p100)[0]
+        ideal = simulate(name, 4, n=4096, density=0.05, params=params)[0]
+        assert timed["correct"] is True and timed["time_s"] > ideal["time_s"], name
+        assert timed["bytes_total"] == ideal["bytes_total"]
+
+
 # -- bytes: the extremes of SparCML section 5.3 and Ok-Topk Table 1, exactly --------------------------
 
 @pytest.mark.parametrize("P", [2, 4, 8, 16])

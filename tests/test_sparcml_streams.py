@@ -151,3 +151,22 @@ def test_torch_matches_numpy(params, seed, disjoint, inplace):
         np.testing.assert_array_equal(to_np(r_t.map(lambda v: v.numpy()), n), to_np(r_np, n))
         if isinstance(r_t, COO):
             assert r_t.indices.dtype == torch.int32
+
+
+def test_work_follows_the_representation():
+    n, size = 1000, 1000
+    sp = COO(np.arange(0, 100, 2, dtype=np.int32), np.ones(50, np.float32), n)
+    dn = DenseRange(np.ones(size, np.float32), 0, n)
+    w = {}
+    for label, a, b, kw in [("sparse", sp, COO(sp.indices + 1, sp.values, n), {}),
+                            ("inplace", dn, sp, {"inplace": True}), ("copy", dn, sp, {}),
+                            ("dense", dn, DenseRange(np.ones(size, np.float32), 0, n), {})]:
+        out = ADD.numpy(DenseRange(a.values.copy(), 0, n) if label != "sparse" else a, b, 0, size, **kw)
+        w[label] = ADD.work(out, a, b, 0, size, **kw)
+    assert w["sparse"].elems == 100 and w["inplace"].elems == 50      # union merge; scatter into the buffer
+    assert w["copy"].elems == size + 50 and w["dense"].elems == size  # a fresh dense result touches the range
+    assert w["inplace"].bytes < w["copy"].bytes < w["dense"].bytes + 1
+    parts = SPLIT.numpy(sp, [0, 50, 1000])
+    assert SPLIT.work(parts, sp, [0, 50, 1000]).elems == 50
+    assert RESP.work(RESP.numpy(dn, 0.0), dn, 0.0).bytes == 4 * size + 8 * size
+    assert DENSE.work(DENSE.numpy(sp, 0, size), sp, 0, size).elems == size
