@@ -97,8 +97,8 @@ class SSARRecursiveDouble(_LocalTopkSum):
     its whole current stream with the rank at distance 2^(t-1) and sums the
     two (``stream_add``, which switches to dense when nnz_1 + nnz_2 reaches
     n/2 for int32 + float32). A non-power-of-two P is folded first as the
-    code does: the even rank of each of the first 2(P - pof2) pairs sends its
-    stream to the odd one and receives the result at the end.
+    code does: each even rank below 2(P - pof2) sends its stream to the next
+    (odd) rank, which adds it, and receives the result at the end.
 
     Cost: latency ``L1(P) = log2(P) alpha``; bandwidth between
     ``log2(P) k beta_s`` (identical coordinates: every stream stays k long)
