@@ -1,0 +1,325 @@
+"""Ok-Topk: the O(k) sparse allreduce (Li & Hoefler, PPoPP'22, sections 3 and 4).
+
+Per iteration, on the error-compensated gradient x (Alg. 1; Alg. 2 is the
+error feedback of :class:`~simsparse.algorithms.base.Algorithm`):
+
+1. *Local top-k by threshold* (section 3.1.3): the exact k-th largest |x|
+   every ``tau`` iterations (torch.topk, as the paper and code do), reused in
+   between (:mod:`.oktopk_select`).
+2. *Balanced region boundaries* (section 3.1.1): every ``tau_prime``
+   iterations each rank picks the P-1 equal-count split points of its selected
+   indices; an allreduce of them, divided by P, makes them consensual.
+3. *Split and reduce* (section 3.1.1, Eq. 1): rank r owns region r and
+   receives every other rank's selected entries there. Step i sends to
+   (r+i) mod P and receives from (r-i) mod P (*destination rotation*, Fig. 2b;
+   ``rotation: false`` is Fig. 2a, where at step i everyone sends to rank i);
+   ``bucket_size`` steps are in flight at a time, and the local reduction of
+   the previous bucket overlaps the current bucket's messages (``overlap``).
+4. *Global top-k by threshold* on the reduced region (section 3.1.3): the
+   reused global threshold, or every ``tau`` iterations the exact k-th largest
+   magnitude over all regions (``global_exact``).
+5. *Balance and allgatherv* (section 3.1.2, Eq. 2): an allgather of the
+   packed buffer sizes; data balancing by point-to-point messages into P
+   equal consecutive blocks when the largest buffer exceeds ``balance_trigger``
+   times the mean (section 5.3); a recursive-doubling allgatherv.
+6. The index intersection of the local selection and the global result is
+   ``contributed`` (Alg. 1 line 14), zeroed in the residual by error feedback.
+
+Result semantic: Top_k(sum_i Top_k(x_i)) with exact thresholds; with reused
+thresholds the same construction with the thresholds used (``reference``).
+
+Cost (alpha-beta, P a power of two, w-byte words, uniform coordinates):
+split and reduce (P-1) alpha + 2k(P-1)/P w beta; sizes allgather log2(P) alpha
+(4(P-1) bytes); balancing at most (P-1) alpha + 2k(P-1)/P w beta; allgatherv
+log2(P) alpha + 2k(P-1)/P w beta; in all at most (2P + 2 log2 P) alpha +
+6k(P-1)/P w beta (Eq. 3). Amortised extras: boundaries every ``tau_prime``
+iterations, log2(P)(alpha + 8(P-1) beta); with ``global_exact: select`` every
+``tau`` iterations ceil(31/b) log2(P)(alpha + 4 * 2^b beta), b = ``select_bits``.
+
+Where the paper and the public code (seed_impls.md sections 1 and 6) differ:
+
+* data balancing: the paper balances when max > 4x mean; the code never
+  balances for VGG/LSTM and always for BERT -- ``balance: auto|never|always``
+  with ``balance_trigger`` (default: the paper);
+* exact global threshold: the paper does not say how; the code allgathers
+  every nonzero of every reduced region (``global_exact: gather``, up to
+  2k(P-1) words in those iterations); the default ``select`` finds the same
+  threshold by a radix select with latency-only messages, so Eq. 3 holds in
+  every iteration;
+* the code exchanges the P send counts by an Alltoall before the split
+  (its receive buffers need them); our transport sizes receives by probing, as
+  the paper's cost model assumes -- ``count_exchange: true`` adds it back;
+* the code sends indices and values as two messages (tags 1 and 2); we send
+  one COO message (same bytes, half the messages);
+* the code selects |x| > thr and divides the result by P; we select |x| >= thr
+  (so the exact k-th magnitude selects k values) and return the sum, like
+  every simsparse algorithm; its dense warm-up (first 512/128 iterations
+  dense) is a training schedule, not part of the allreduce, and is left out;
+* the code takes split point i at position i*floor(m/P) of the m selected
+  indices; a rank that selected fewer than P values proposes equal regions.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from ..compute.kernels import Work, _isz, kernel
+from ..compute.sparse_kernels import kth_abs
+from ..ops import COO, Scalars
+from .base import Algorithm, SparseParams, register
+from .collectives import allgather, alltoall
+from .dense import _bounds, allreduce_host
+from .oktopk_select import ThresholdTuning, as_dtype, radix_select, rescale
+
+TAG_SPLIT, TAG_COUNTS, TAG_BOUNDS, TAG_SELECT, TAG_SIZES, TAG_BALANCE, TAG_GATHER = range(11, 18)
+
+
+class OkTopkParams(SparseParams, ThresholdTuning):
+    tau: int = Field(32, ge=1, description="exact local and global thresholds every tau iterations, reused in between "
+                                           "(code: 32 VGG/LSTM, 128 BERT)")
+    tau_prime: int = Field(64, ge=1, description="region boundaries re-evaluated every tau_prime iterations (paper: 64)")
+    threshold_reuse: bool = Field(True, description="false: exact thresholds in every iteration")
+    balanced_boundaries: bool = Field(True, description="false: P equal regions")
+    rotation: bool = Field(True, description="destination rotation in split and reduce; false: at step i all send to rank i")
+    bucket_size: int = Field(4, ge=1, description="steps in flight in split and reduce (code: throttle = min(4, P))")
+    overlap: bool = Field(True, description="reduce the previous bucket while the current one is in flight")
+    count_exchange: bool = Field(False, description="Alltoall of the send counts before the split, as the code does")
+    balance: Literal["auto", "always", "never"] = Field(
+        "auto", description="data balancing before the allgatherv: auto = when the largest buffer exceeds "
+                            "balance_trigger x the mean (paper); never (code, VGG/LSTM); always (code, BERT)")
+    balance_trigger: float = Field(4.0, ge=1, description="the auto balancing trigger (paper section 5.3: 4)")
+    global_exact: Literal["select", "gather"] = Field(
+        "select", description="exact global threshold by a distributed radix select (latency only) or by the code's "
+                              "allgatherv of every reduced nonzero")
+    select_bits: int = Field(4, ge=1, le=16, description="bits per radix-select round (histogram of 2^bits counts)")
+
+
+def _region_add_work(out, buf, parts, offset):
+    nnz = sum(p.nnz for p in parts)
+    return Work(nnz, sum(p.nbytes for p in parts) + 2 * nnz * _isz(buf))
+
+
+@kernel("scatter_add_region", work=_region_add_work)
+def scatter_add_region(buf, parts, offset):
+    """In place: buf[idx - offset] += val for every COO part (indices unique
+    within a part); ``buf`` is the dense region starting at global ``offset``."""
+    for p in parts:
+        buf[p.indices - offset] += p.values
+    return buf
+
+
+@scatter_add_region.torch
+def _scatter_add_region_torch(buf, parts, offset):
+    for p in parts:
+        buf.index_add_(0, p.indices.long() - offset, p.values)
+    return buf
+
+
+@register("oktopk")
+class OkTopk(Algorithm):
+    __doc__ = __doc__
+    Params = OkTopkParams
+    family = "sparse"
+
+    def __init__(self, setup, params=None):
+        super().__init__(setup, params)
+        self.local_thr = None    # local threshold kept for the next iteration
+        self.global_thr = None   # global threshold kept for the next iteration
+        self.bounds = None       # region boundaries [0, b_1, ..., b_{P-1}, n]
+        self.used = {}           # what this iteration used (check_state)
+
+    def run(self, ctx, x):
+        p, t, k = self.params, self.iteration_no, self.k
+        exact = not p.threshold_reuse or t % p.tau == 0
+        with ctx.phase("local_select"):
+            thr = yield from self._local_threshold(ctx, x, exact)
+            sel = yield ctx.compute("threshold_select", x, thr)
+        self.local_thr = as_dtype(rescale(thr, sel.nnz, k, p.local_low, p.local_high, p.local_scale, p.local_scale),
+                                  self.setup.dtype)
+        if not p.balanced_boundaries:
+            bounds = _bounds(self.setup.n, ctx.size)
+        else:
+            if self.bounds is None or t % p.tau_prime == 0:
+                with ctx.phase("boundaries"):
+                    self.bounds = yield from self._balanced_bounds(ctx, sel)
+            bounds = self.bounds
+        with ctx.phase("split_reduce"):
+            reduced = yield from self._split_reduce(ctx, x, sel, bounds)
+        result, gthr = yield from self._global_topk(ctx, reduced, bounds[ctx.rank], exact)
+        self.global_thr = gthr if exact else as_dtype(
+            rescale(gthr, result.nnz, k, p.global_low, p.global_high, p.global_scale_low, p.global_scale_high),
+            self.setup.dtype)
+        self.used = {"local_thr": thr, "local_exact": exact, "local_nnz": sel.nnz,
+                     "global_thr": gthr, "global_exact": exact, "global_nnz": result.nnz}
+        with ctx.phase("intersect"):
+            self.contributed = yield ctx.compute("intersect", sel.indices, result.indices)
+        return result
+
+    # -- phases ---------------------------------------------------------------
+    def _local_threshold(self, ctx, x, exact):
+        """Exact (torch.topk and its smallest magnitude, code: ratio2threshold)
+        or the reused one raised while it selects too many (code: add2residual)."""
+        p, k = self.params, self.k
+        if exact:
+            top = yield ctx.compute("topk", x, k)
+            return (yield ctx.compute("kth_abs", top.values, k))
+        thr = self.local_thr
+        for _ in range(p.local_raise_max):
+            if (yield ctx.compute("count_above", x, thr)) <= p.local_raise_above * k:
+                break
+            thr = as_dtype(thr * p.local_raise, self.setup.dtype)
+        return thr
+
+    def _balanced_bounds(self, ctx, sel):
+        """P-1 equal-count split points of the selected indices, averaged over ranks."""
+        P, n = ctx.size, self.setup.n
+        if P == 1:
+            return [0, n]
+        m = sel.nnz
+        if m >= P:
+            step = m // P
+            pts = np.asarray(sel.indices[step:step * P:step].tolist(), dtype=np.int64)
+        else:
+            pts = np.asarray(_bounds(n, P)[1:-1], dtype=np.int64)
+        total = yield from allreduce_host(ctx, pts, "sum", TAG_BOUNDS)
+        return [0, *(np.asarray(total) // P).tolist(), n]
+
+    def _split_reduce(self, ctx, x, sel, bounds):
+        """Send each region's entries to its owner, bucketed; reduce into a dense region."""
+        p, P, r = self.params, ctx.size, ctx.rank
+        parts = yield ctx.compute("coo_split", sel, bounds)
+        if p.count_exchange and P > 1:
+            with ctx.phase("counts"):
+                yield from alltoall(ctx, [Scalars.of([q.nnz], "int32") for q in parts], TAG_COUNTS)
+        buf = yield ctx.compute("zeros", bounds[r + 1] - bounds[r], x)
+        pending = []
+        for start in range(0, P, p.bucket_size):
+            local, recvs, sends = [], [], []
+            for i in range(start, min(P, start + p.bucket_size)):
+                if p.rotation:
+                    dst, src = (r + i) % P, (r - i) % P
+                    if dst == r:
+                        local.append(parts[r])
+                    else:
+                        recvs.append(ctx.irecv(src, TAG_SPLIT))
+                        sends.append(ctx.isend(dst, parts[dst], TAG_SPLIT))
+                elif i == r:
+                    local.append(parts[r])
+                    recvs += [ctx.irecv(j, TAG_SPLIT) for j in range(P) if j != r]
+                else:
+                    sends.append(ctx.isend(i, parts[i], TAG_SPLIT))
+            if p.overlap and pending:
+                yield ctx.compute("scatter_add_region", buf, pending, bounds[r])
+                pending = []
+            got = (yield ctx.waitall(recvs + sends))[:len(recvs)]
+            pending = pending + local + got
+            if not p.overlap and pending:
+                yield ctx.compute("scatter_add_region", buf, pending, bounds[r])
+                pending = []
+        if pending:
+            yield ctx.compute("scatter_add_region", buf, pending, bounds[r])
+        return buf
+
+    def _global_topk(self, ctx, reduced, offset, exact):
+        """Select the reduced region's entries at or above the global
+        threshold (reused, or exact by radix select), then balance and
+        allgatherv; or the code's exact path (``gather``). Returns (result, threshold)."""
+        p = self.params
+        with ctx.phase("global_select"):
+            nz = yield ctx.compute("sparsify", reduced, offset, self.setup.n)
+            if exact and p.global_exact == "gather":
+                return (yield from self._gather_exact(ctx, nz))
+            if exact:
+                gthr = yield from radix_select(ctx, nz.values, self.k, self.setup.dtype, p.select_bits, TAG_SELECT)
+            else:
+                gthr = self.global_thr
+            mine = yield ctx.compute("coo_threshold", nz, gthr)
+        return (yield from self._balance_allgatherv(ctx, mine)), gthr
+
+    def _gather_exact(self, ctx, nz):
+        """The code's exact global threshold: allgatherv every reduced nonzero,
+        then the k-th largest magnitude of them all."""
+        sizes = yield from self._sizes(ctx, nz)
+        with ctx.phase("gather_nonzeros"):
+            blocks = yield from allgather(ctx, nz, "rd", TAG_GATHER)
+        every = yield ctx.compute("coo_concat", blocks, self.setup.n)
+        if sum(sizes) == 0:
+            return every, 0.0
+        gthr = yield ctx.compute("kth_abs", every.values, self.k)
+        return (yield ctx.compute("coo_threshold", every, gthr)), gthr
+
+    def _sizes(self, ctx, block):
+        with ctx.phase("sizes"):
+            got = yield from allgather(ctx, Scalars.of([block.nnz], "int32"), "rd", TAG_SIZES)
+        return [int(s.values[0]) for s in got]
+
+    def _balance_allgatherv(self, ctx, mine):
+        """Sizes allgather, data balancing when triggered, recursive-doubling allgatherv."""
+        p, P = self.params, ctx.size
+        sizes = yield from self._sizes(ctx, mine)
+        total = sum(sizes)
+        if P > 1 and total > 0 and (p.balance == "always" or
+                                    (p.balance == "auto" and max(sizes) > p.balance_trigger * total / P)):
+            with ctx.phase("balance"):
+                mine = yield from self._balance(ctx, mine, sizes)
+        with ctx.phase("allgatherv"):
+            blocks = yield from allgather(ctx, mine, "rd", TAG_GATHER)
+            return (yield ctx.compute("coo_concat", blocks, self.setup.n))
+
+    def _balance(self, ctx, mine, sizes):
+        """Cut the rank-ordered concatenation of all buffers into P consecutive
+        blocks of equal size (remainder to the lowest ranks); every rank sends
+        the slices of its buffer that fall into other ranks' blocks."""
+        P, r, n = ctx.size, ctx.rank, self.setup.n
+        total = sum(sizes)
+        off = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+        want = [total // P + (j < total % P) for j in range(P)]
+        boff = np.concatenate([[0], np.cumsum(want)]).tolist()
+
+        def overlap(i, j):  # part of rank i's buffer that belongs in block j
+            return max(off[i], boff[j]), min(off[i + 1], boff[j + 1])
+
+        sends, recvs, srcs = [], [], []
+        for j in range(P):
+            if j == r:
+                continue
+            a, b = overlap(r, j)
+            if b > a:
+                sends.append(ctx.isend(j, COO(mine.indices[a - off[r]:b - off[r]], mine.values[a - off[r]:b - off[r]], n),
+                                       TAG_BALANCE))
+            a, b = overlap(j, r)
+            if b > a:
+                recvs.append(ctx.irecv(j, TAG_BALANCE))
+                srcs.append(j)
+        got = (yield ctx.waitall(recvs + sends))[:len(recvs)]
+        a, b = overlap(r, r)
+        a, b = a - off[r], max(a, b) - off[r]
+        pieces = dict(zip(srcs, got))
+        pieces[r] = COO(mine.indices[a:b], mine.values[a:b], n)
+        return (yield ctx.compute("coo_concat", [pieces[i] for i in sorted(pieces)], n))
+
+    # -- checking -----------------------------------------------------------
+    def check_state(self) -> dict:
+        return dict(self.used)
+
+    @classmethod
+    def reference(cls, inputs, setup, params, states):
+        """Top_k(sum_i Top_k(x_i)) by thresholds: exact ones computed here
+        from the inputs, reused ones as the ranks report them."""
+        k = setup.k
+        total = np.zeros(setup.n)
+        for x, st in zip(inputs, states):
+            thr = kth_abs.numpy(x, k) if st["local_exact"] else st["local_thr"]
+            keep = np.abs(x) >= np.asarray(thr, dtype=x.dtype)
+            total[keep] += x[keep]
+        if states[0]["global_exact"]:
+            nz = np.abs(total[total != 0])
+            gthr = kth_abs.numpy(nz, k) if len(nz) else 0.0
+        else:
+            used = {st["global_thr"] for st in states}
+            if len(used) != 1:  # ranks must agree on the global threshold
+                return np.full(setup.n, np.nan)
+            gthr = used.pop()
+        return np.where((np.abs(total) >= gthr) & (total != 0), total, 0.0)
