@@ -136,6 +136,11 @@ def test_random_cases_equal_the_reference(P, layers, density, seed, params):
         np.testing.assert_allclose(res, want, rtol=1e-5, atol=1e-6)
 
 
+def test_layers_must_cover_the_gradient():
+    with pytest.raises(ValueError, match="layer sizes sum to 90"):
+        run("deft", [[np.ones(100, np.float32)]], [40, 50], 0.1)
+
+
 def test_one_worker_one_layer_is_plain_topk():
     g = np.random.default_rng(0).standard_normal(500).astype(np.float32)
     (a,), stats, _ = run("deft", [[g]], [500], 0.04)

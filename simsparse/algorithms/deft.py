@@ -234,6 +234,8 @@ class DEFT(Algorithm):
     def run(self, ctx, x):
         P, r, prm = ctx.size, ctx.rank, self.params
         if self.fragments is None:
+            if sum(self.setup.layer_sizes) != self.setup.n:
+                raise ValueError(f"deft: the layer sizes sum to {sum(self.setup.layer_sizes)}, not n = {self.setup.n}")
             self.fragments = partition(self.setup.layer_sizes, P)
         frags = self.fragments
         sizes = [b - a for a, b in frags]
