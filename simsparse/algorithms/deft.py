@@ -33,6 +33,10 @@ beta`` for large P; selection ``max_r sum_{x in bin r} n_x log k_x``
 (Eq. 5). (Section 5.3 states ``log(P) alpha + 2(P-1) max_r(sum k_x) beta``, the
 TopkA formula with DEFT's counts; the code's exchange is the one above.)
 
+Eq. 9 (f(P) >= P) is not guaranteed: a layer just below n/P is not split,
+and LPT may have to put two of them in one bin (VGG-16/ImageNet layer sizes,
+P = 8: f(P)/P = 0.96 with Eq. 3 costs; ``benchmarks/bench_deft.py``).
+
 Result semantic (the reference): ``sum_i G_i[I]`` on the union I of every
 worker's layer-wise top-k on its own bin, each worker using its own local k.
 
