@@ -30,10 +30,17 @@ def main(argv=None) -> int:
                            help="where tensors live (auto: CUDA when torch sees a GPU)")
             p.add_argument("--timeout", type=float, default=900, help="seconds allowed per point")
     sub.add_parser("list", help="list algorithms, device profiles and network presets")
+    p = sub.add_parser("topo", help="summarise (and draw) the machine a network preset builds for P ranks")
+    p.add_argument("network", help="preset name (e.g. piz_daint_aries) or network YAML file")
+    p.add_argument("-P", type=int, default=16, help="number of ranks (default 16)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a preset key (repeatable)")
+    p.add_argument("--draw", metavar="PNG", help="draw the instance to this PNG file")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "list":
             return _list()
+        if args.cmd == "topo":
+            return _topo(args)
         return _execute(load_config(args.config), args)
     except ConfigError as e:
         print(f"simsparse: error: {e}", file=sys.stderr)
@@ -133,6 +140,40 @@ def _print_table(df: pd.DataFrame) -> None:
         t = t.drop(columns="params")
     with pd.option_context("display.max_rows", 200, "display.width", 160, "display.float_format", "{:.6g}".format):
         print(t.to_string(index=False))
+
+
+def _topo(args) -> int:
+    import yaml
+
+    from .experiments import config
+    from .network.spec import NETWORK_SPECS
+    from .network.summary import draw, summary
+
+    over = {}
+    for kv in args.set:
+        key, eq, val = kv.partition("=")
+        if not eq:
+            raise ConfigError(f"--set {kv!r}: expected KEY=VALUE")
+        over[key] = yaml.safe_load(val)
+    try:
+        variants = config._networks({"preset": args.network, **over}, Path.cwd() / "topo")
+    except config._Err as e:
+        raise ConfigError(str(e)) from None
+    if len(variants) != 1:
+        raise ConfigError(f"topo describes one network; the overrides make {len(variants)}")
+    spec = NETWORK_SPECS[variants[0]["model"]].model_validate(variants[0])
+    try:
+        info = summary(spec, args.P)
+        if args.draw:
+            draw(spec, args.P, args.draw)
+    except ValueError as e:
+        raise ConfigError(f"network {args.network}: {e}") from None
+    width = max(map(len, info))
+    for k, v in info.items():
+        print(f"{k:>{width}}: {v:.6g}" if isinstance(v, float) else f"{k:>{width}}: {v}")
+    if args.draw:
+        print(f"wrote {args.draw}")
+    return 0
 
 
 def _list() -> int:

@@ -2,18 +2,65 @@
 
 A message of ``m`` bytes from ``src`` to ``dst`` holds the send port of
 ``src`` and the receive port of ``dst`` for ``alpha + m * beta`` seconds
-(``beta = 1 / bandwidth``). Each port serves its messages one at a time in
-the order they become ready (a NIC serialises its own messages), so an
-endpoint may send and receive at once (full duplex) and ``P - 1`` senders to
-one receiver take ``(P - 1)(alpha + m beta)``. There is no link contention:
-this is the fast path, and the reference for closed-form checks.
+(``beta = 1 / bandwidth``). A port serves one message at a time (a NIC
+serialises its own messages), so an endpoint may send and receive at once
+(full duplex) and ``P - 1`` senders to one receiver take
+``(P - 1)(alpha + m beta)``. There is no link contention: this is the fast
+path, and the reference for closed-form checks.
 
-Because durations are known when a transfer starts, each port is a single
-"free at" time and each message costs one simulator event.
+Scheduling: when a message becomes ready it takes the *earliest* interval in
+which both of its ports are free (backfilling). A message whose receiver is
+busy therefore does not block its sender's port for messages to idle
+receivers that became ready later -- a NIC keeps several messages in flight
+and moves whichever can move, instead of head-of-line blocking in posting
+order. Durations are known when a transfer is scheduled, so each message
+costs one simulator event.
 """
 from __future__ import annotations
 
+from bisect import bisect_right, insort
 from typing import Callable
+
+
+class _Port:
+    """Busy intervals of one port, sorted and disjoint."""
+
+    __slots__ = ("starts", "ends", "last")
+
+    def __init__(self):
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.last = 0.0  # end of the last busy interval
+
+    def fit(self, t: float, d: float) -> float:
+        """Earliest t' >= t with [t', t'+d) free."""
+        if t >= self.last:
+            return t
+        starts, ends = self.starts, self.ends
+        i = bisect_right(starts, t) - 1
+        if i >= 0 and ends[i] > t:
+            t = ends[i]
+        i += 1
+        while i < len(starts) and starts[i] < t + d:
+            if ends[i] > t:
+                t = ends[i]
+            i += 1
+        return t
+
+    def book(self, t: float, d: float, now: float) -> None:
+        if d <= 0:
+            return
+        if t >= self.last:
+            self.starts.append(t)
+            self.ends.append(t + d)
+            self.last = t + d
+        else:
+            i = bisect_right(self.starts, t)
+            self.starts.insert(i, t)
+            self.ends.insert(i, t + d)
+        if len(self.starts) > 64 and self.ends[0] <= now:  # forget the past now and then
+            k = bisect_right(self.ends, now)
+            del self.starts[:k], self.ends[:k]
 
 
 class AlphaBetaNetwork:
@@ -30,21 +77,23 @@ class AlphaBetaNetwork:
     def reset(self, env, P: int) -> None:
         """Bind to a fresh simulation of ``P`` ranks (idle network)."""
         self.env = env
-        self._send_free = [0.0] * P
-        self._recv_free = [0.0] * P
+        self._send = [_Port() for _ in range(P)]
+        self._recv = [_Port() for _ in range(P)]
 
     def transfer(self, src: int, dst: int, nbytes: int, done: Callable[[], None]) -> None:
-        env = self.env
-        now = env.now
-        sf, rf = self._send_free, self._recv_free
-        start = now
-        if sf[src] > start:
-            start = sf[src]
-        if rf[dst] > start:
-            start = rf[dst]
-        end = start + self.alpha + nbytes * self.beta
-        sf[src] = rf[dst] = end
-        env.timeout(end - now).callbacks.append(lambda _ev: done())
+        now = self.env.now
+        d = self.alpha + nbytes * self.beta
+        a, b = self._send[src], self._recv[dst]
+        t = now
+        while True:  # alternate until both ports agree on a start
+            t1 = a.fit(t, d)
+            t2 = b.fit(t1, d)
+            if t2 == t1:
+                break
+            t = t2
+        a.book(t1, d, now)
+        b.book(t1, d, now)
+        self.env.timeout(t1 + d - now).callbacks.append(lambda _ev: done())
 
     def describe(self) -> str:
         return f"alpha-beta: alpha={self.alpha:.3g} s, bandwidth={1 / self.beta:.4g} B/s"

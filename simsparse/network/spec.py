@@ -2,13 +2,16 @@
 
 Every model shares the MPI protocol settings (eager/rendezvous switch); each
 model adds its own keys. ``NETWORK_SPECS`` maps the ``model:`` value to its
-schema.
+schema: ``alphabeta`` (contention-free fast path) and the flow-level models
+``fattree``, ``dragonfly`` and ``ethernet``, which share the node, placement
+and LogGP keys of :class:`FlowSpecBase`.
 """
 from __future__ import annotations
 
+import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class NetworkSpecBase(BaseModel):
@@ -41,4 +44,200 @@ class AlphaBetaSpec(NetworkSpecBase):
         return self.name or f"alphabeta(a={self.alpha_s:g}s,B={self.bandwidth_Bps:g}B/s)"
 
 
-NETWORK_SPECS: dict[str, type[NetworkSpecBase]] = {"alphabeta": AlphaBetaSpec}
+_MACHINES: dict = {}   # (spec as JSON, P) -> (machine, placement); building Piz Daint takes ~0.3 s
+_MACHINE_CACHE_SIZE = 8
+
+
+class FlowSpecBase(NetworkSpecBase):
+    """Keys shared by the flow-level models: nodes, placement, LogGP overheads
+    (see :mod:`simsparse.network.flow`, :mod:`.node`, :mod:`.topology`)."""
+
+    gpus_per_node: int = Field(1, ge=1, le=64, description="GPUs (ranks) per node; they share the node's NIC(s)")
+    nics_per_node: int = Field(1, ge=1, le=64, description="NICs per node; GPU g uses NIC g mod nics_per_node")
+    intra: Literal["pcie", "nvlink", "nvswitch"] = Field(
+        "pcie", description="GPU-to-GPU path inside a node: via the PCIe root, a direct NVLink per pair, or an NVSwitch")
+    pcie_bw_Bps: float = Field(16e9, gt=0, description="PCIe bandwidth per direction of each GPU's and NIC's link to the root")
+    nvlink_bw_Bps: float | None = Field(None, gt=0, description="NVLink bandwidth per direction: per GPU pair (nvlink) "
+                                                                "or per GPU port (nvswitch)")
+    intra_latency_s: float = Field(0.0, ge=0, description="latency of each link inside a node")
+    placement: Literal["linear", "round_robin", "random", "list"] = Field(
+        "linear", description="ranks onto endpoints: linear, round_robin (across nodes), random (placement_seed), "
+                              "list (endpoints)")
+    placement_seed: int = Field(0, ge=0, description="seed of the random placement")
+    endpoints: list[int] | None = Field(None, description="endpoint index of every rank, for placement: list")
+    send_overhead_s: float = Field(0.0, ge=0, description="LogGP o at the sender: time before a message enters the network")
+    recv_overhead_s: float = Field(0.0, ge=0, description="LogGP o at the receiver: time after its last byte arrives")
+    gap_s: float = Field(0.0, ge=0, description="LogGP g: least time between two messages entering the network "
+                                                "from one endpoint")
+    routing_seed: int = Field(0, ge=0, description="seed of random routing choices (Valiant, ECMP hash)")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if (self.placement == "list") != (self.endpoints is not None):
+            raise ValueError("give 'endpoints' exactly when placement is 'list'")
+        if self.gpus_per_node > 1 and self.intra != "pcie" and self.nvlink_bw_Bps is None:
+            raise ValueError(f"intra = {self.intra!r} needs nvlink_bw_Bps")
+        if self.nics_per_node > max(1, self.gpus_per_node):
+            raise ValueError("nics_per_node must be at most gpus_per_node")
+        return self
+
+    # -- what each family provides ---------------------------------------------------
+    def nodes_for(self, P: int) -> int:
+        """Nodes in the machine that runs P ranks."""
+        return math.ceil(P / self.gpus_per_node)
+
+    def fabric(self, hosts: int):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    # -- shared ------------------------------------------------------------------------
+    def machine(self, P: int):
+        """The :class:`~.node.Machine` for P ranks and every rank's endpoint."""
+        from .node import Machine
+        from .topology import place
+
+        key = (self.model_dump_json(exclude={"name", "source", "eager_threshold_B", "rendezvous_rtt_s",
+                                             "send_overhead_s", "recv_overhead_s", "gap_s"}), P)
+        hit = _MACHINES.get(key)
+        if hit is not None:
+            return hit
+        nodes = self.nodes_for(P)
+        if P > nodes * self.gpus_per_node:
+            raise ValueError(f"P = {P} ranks do not fit on {nodes} nodes x {self.gpus_per_node} GPUs of "
+                             f"{self.label()}")
+        m = Machine(self.fabric(nodes * self.nics_per_node), nodes, self.gpus_per_node, self.nics_per_node,
+                    self.intra, self.pcie_bw_Bps, self.nvlink_bw_Bps, self.intra_latency_s)
+        eps = place(P, m.n_endpoints, self.gpus_per_node, self.placement, self.placement_seed, self.endpoints)
+        if len(_MACHINES) >= _MACHINE_CACHE_SIZE:
+            _MACHINES.pop(next(iter(_MACHINES)))
+        _MACHINES[key] = (m, eps)
+        return m, eps
+
+    def build(self):
+        from .flow import FlowNetwork
+
+        return FlowNetwork(lambda P: self.machine(P)[0], lambda m, P: self.machine(P)[1],
+                           self.send_overhead_s, self.recv_overhead_s, self.gap_s, self.routing_seed,
+                           describe=self.label())
+
+
+class FatTreeSpec(FlowSpecBase):
+    """InfiniBand-style fat tree (see :mod:`simsparse.network.fattree`)."""
+
+    model: Literal["fattree"] = "fattree"
+    link_rate: Literal["FDR", "EDR", "HDR", "NDR"] = Field("EDR", description="InfiniBand 4x generation (data rate)")
+    link_bw_Bps: float | None = Field(None, gt=0, description="link bandwidth per direction; overrides link_rate")
+    link_latency_s: float = Field(0.0, ge=0, description="latency of every link (cable + the switch it enters)")
+    radix: int = Field(36, ge=4, le=1024, description="ports per switch")
+    levels: Literal[2, 3] = Field(2, description="switch levels: 2 (leaf-spine) or 3 (leaf-aggregation-core)")
+    hosts_per_leaf: int | None = Field(None, ge=1, description="hosts per leaf switch (default radix/2)")
+    oversubscription: float = Field(1.0, ge=1, le=64, description="leaf down:up bandwidth ratio (2 means 2:1)")
+    leaves_per_pod: int | None = Field(None, ge=1, description="leaves per pod in a 3-level tree (default radix/2)")
+    upper_oversubscription: float = Field(1.0, ge=1, le=64, description="aggregation down:up bandwidth ratio (3-level)")
+    routing: Literal["dmodk", "ecmp"] = Field("dmodk", description="dmodk (destination mod k) or ecmp (hash of src, dst)")
+    nodes: int | None = Field(None, ge=1, description="machine size in nodes (default: just enough for P)")
+
+    def nodes_for(self, P: int) -> int:
+        return self.nodes or super().nodes_for(P)
+
+    def bandwidth(self) -> float:
+        from .fattree import IB_RATES_Bps
+
+        return self.link_bw_Bps or IB_RATES_Bps[self.link_rate]
+
+    def fabric(self, hosts: int):
+        from .fattree import FatTree
+
+        return FatTree(hosts, self.radix, self.levels, self.bandwidth(), self.link_latency_s, self.hosts_per_leaf,
+                       self.oversubscription, self.leaves_per_pod, self.upper_oversubscription, self.routing,
+                       self.routing_seed, name=self.label())
+
+    def label(self) -> str:
+        over = f",{self.oversubscription:g}:1" if self.oversubscription != 1 else ""
+        return self.name or f"fattree({self.levels}L,{self.link_rate if not self.link_bw_Bps else 'custom'}{over})"
+
+
+class DragonflySpec(FlowSpecBase):
+    """Cray Aries-style dragonfly (see :mod:`simsparse.network.dragonfly`)."""
+
+    model: Literal["dragonfly"] = "dragonfly"
+    groups: int | None = Field(None, ge=1, description="groups in the machine (default: just enough for P)")
+    chassis_per_group: int = Field(6, ge=1, description="chassis per group (rank-2 all-to-all between them)")
+    routers_per_chassis: int = Field(16, ge=1, description="routers per chassis (rank-1 all-to-all)")
+    nodes_per_router: int = Field(4, ge=1, description="nodes per router")
+    global_links_per_router: int = Field(10, ge=0, description="rank-3 (global) links per router")
+    rank2_links: int = Field(3, ge=1, description="parallel rank-2 cables between two routers (one link of their sum)")
+    injection_bw_Bps: float = Field(10.2e9, gt=0, description="node <-> router bandwidth per direction")
+    rank1_bw_Bps: float = Field(5.25e9, gt=0, description="rank-1 link bandwidth per direction")
+    rank2_bw_Bps: float = Field(5.25e9, gt=0, description="rank-2 bandwidth per cable per direction")
+    rank3_bw_Bps: float = Field(4.7e9, gt=0, description="rank-3 (global) link bandwidth per direction")
+    injection_latency_s: float = Field(0.0, ge=0, description="latency of a node <-> router link")
+    rank1_latency_s: float = Field(0.0, ge=0, description="latency of a rank-1 hop")
+    rank2_latency_s: float = Field(0.0, ge=0, description="latency of a rank-2 hop")
+    rank3_latency_s: float = Field(0.0, ge=0, description="latency of a rank-3 hop")
+    routing: Literal["minimal", "valiant", "ugal"] = Field("minimal", description="minimal, valiant or ugal")
+
+    def nodes_for(self, P: int) -> int:
+        return self._groups(P) * self.chassis_per_group * self.routers_per_chassis * self.nodes_per_router
+
+    def _groups(self, P: int) -> int:
+        from .dragonfly import Dragonfly
+
+        need = Dragonfly.groups_for(math.ceil(P / self.gpus_per_node), self.chassis_per_group,
+                                    self.routers_per_chassis, self.nodes_per_router)
+        if self.groups is not None and need > self.groups:
+            cap = self.groups * self.chassis_per_group * self.routers_per_chassis * self.nodes_per_router
+            raise ValueError(f"P = {P} ranks need {need} groups; {self.label()} has {self.groups} "
+                             f"({cap * self.gpus_per_node} ranks)")
+        return self.groups or need
+
+    def fabric(self, hosts: int):
+        from .dragonfly import Dragonfly
+
+        return Dragonfly(hosts // (self.chassis_per_group * self.routers_per_chassis * self.nodes_per_router),
+                         self.chassis_per_group, self.routers_per_chassis, self.nodes_per_router,
+                         self.global_links_per_router, self.injection_bw_Bps, self.rank1_bw_Bps,
+                         self.rank2_links * self.rank2_bw_Bps, self.rank3_bw_Bps, self.injection_latency_s,
+                         self.rank1_latency_s, self.rank2_latency_s, self.rank3_latency_s, self.routing,
+                         name=self.label())
+
+    def label(self) -> str:
+        return self.name or f"dragonfly({self.routing})"
+
+
+class EthernetSpec(FlowSpecBase):
+    """Ethernet: one switch (star) or a leaf-spine (see :mod:`simsparse.network.ethernet`);
+    the TCP stack's per-message cost is ``send_overhead_s`` + ``recv_overhead_s``."""
+
+    model: Literal["ethernet"] = "ethernet"
+    topology: Literal["star", "leafspine"] = Field("star", description="star (one switch) or leafspine")
+    link_bw_Bps: float = Field(125e6, gt=0, description="link bandwidth per direction (bytes/s)")
+    link_latency_s: float = Field(0.0, ge=0, description="latency of every link (cable + the switch it enters)")
+    switch_ports: int | None = Field(None, ge=2, description="ports per switch (star: limits hosts; leafspine: radix, "
+                                                             "default 64)")
+    hosts_per_leaf: int | None = Field(None, ge=1, description="leafspine: hosts per leaf (default ports/2)")
+    oversubscription: float = Field(1.0, ge=1, le=64, description="leafspine: leaf down:up bandwidth ratio")
+    routing: Literal["ecmp", "dmodk"] = Field("ecmp", description="leafspine: ecmp (hash) or dmodk")
+    nodes: int | None = Field(None, ge=1, description="machine size in nodes (default: just enough for P)")
+
+    def nodes_for(self, P: int) -> int:
+        return self.nodes or super().nodes_for(P)
+
+    def fabric(self, hosts: int):
+        from .ethernet import Star
+        from .fattree import FatTree
+
+        if self.topology == "star":
+            return Star(hosts, self.link_bw_Bps, self.link_latency_s, self.switch_ports, name=self.label())
+        return FatTree(hosts, self.switch_ports or 64, 2, self.link_bw_Bps, self.link_latency_s, self.hosts_per_leaf,
+                       self.oversubscription, routing=self.routing, seed=self.routing_seed, name=self.label())
+
+    def label(self) -> str:
+        return self.name or f"ethernet({self.topology},{self.link_bw_Bps * 8 / 1e9:g}Gb/s)"
+
+
+NETWORK_SPECS: dict[str, type[NetworkSpecBase]] = {
+    "alphabeta": AlphaBetaSpec,
+    "fattree": FatTreeSpec,
+    "dragonfly": DragonflySpec,
+    "ethernet": EthernetSpec,
+}
