@@ -119,11 +119,15 @@ def test_threshold_reuse_schedule_and_drift_correction():
     algs, _ = run_custom(P, grads[:2], {"tau": 3}, n, density)
     assert all(a.check_state()["local_exact"] is False for a in algs)
     kept = [a.local_thr for a in algs]
+    kept_global = algs[0].global_thr
     doubled = [g * 2 for g in grads[2]]  # far more than 4k/3 above the kept thresholds
     run_custom(P, [doubled], {"tau": 3}, n, density, algs=algs)
     for a, thr, g in zip(algs, kept, doubled):
         s = a.check_state()
         assert s["local_exact"] is False and s["global_exact"] is False
+        # the global threshold is the kept one, raised by 1.008 afterwards since too many were selected
+        assert s["global_thr"] == kept_global and s["global_nnz"] > 4 * k / 3
+        assert a.global_thr == float(np.float32(kept_global * 1.008))
         want = thr
         for _ in range(5):
             if np.count_nonzero(np.abs(g) >= want) <= 4 * k / 3:
