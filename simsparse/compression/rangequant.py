@@ -59,8 +59,9 @@ def tune_base(R: float, m: int, bits: int) -> int:
     """The smallest base pattern B whose largest number reaches R (the fixed
     point of the paper's eps loop); B of the smallest normal float if even
     that reaches R."""
-    lo = 1 << m                                       # eps = 2^-126, the smallest normal
-    hi = (_B_MAX >> (MANTISSA - m)) - max_code(bits) + 1
+    lo, hi = _base_bounds(m, bits)
+    if lo > hi:
+        raise ValueError(f"a {bits}-bit range-based float with {m} mantissa bits does not fit in float32")
     if R <= top_value(lo, m, bits):
         return lo
     if R > top_value(hi, m, bits):
@@ -74,8 +75,15 @@ def tune_base(R: float, m: int, bits: int) -> int:
     return hi
 
 
-def mantissas(bits: int) -> range:
-    return range(0, min(MANTISSA, bits - 1) + 1)
+def _base_bounds(m: int, bits: int) -> tuple[int, int]:
+    """Smallest and largest base pattern B: eps a normal float32, the top finite."""
+    return 1 << m, (_B_MAX >> (MANTISSA - m)) - max_code(bits) + 1
+
+
+def mantissas(bits: int) -> list[int]:
+    """The m worth trying: at most N-1, and the format's 2^(N-1)-1 numbers fit
+    in float32's normal range (m = 0 at N = 10 would span 511 octaves)."""
+    return [m for m in range(min(MANTISSA, bits - 1) + 1) if _base_bounds(m, bits)[0] <= _base_bounds(m, bits)[1]]
 
 
 # -- encode / decode (numpy; torch below) ------------------------------------------------

@@ -138,8 +138,8 @@ class WorkloadSpec(BaseModel):
         if self.source is not None:
             set_ = [k for k in ("distribution", "overlap", "skew", "drift") if k in self.model_fields_set]
             if set_:
-                raise ValueError(f"workload.source replays recorded gradients; {', '.join(set_)} apply only to "
-                                 f"synthetic gradients")
+                raise ValueError(f"source replays recorded gradients, so {', '.join(set_)} (settings of synthetic "
+                                 f"gradients) cannot be given with it")
         return self
 
     def check_P(self, P: int) -> str | None:
