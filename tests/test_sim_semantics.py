@@ -162,3 +162,29 @@ def test_read_only_gradients_catch_in_place_writes():
 def _sleep(ctx, seconds):
     """Burn simulated time: on SLEEPY, zeros(n) costs n microseconds."""
     yield ctx.compute("zeros", int(round(seconds * 1e6)), like=np.zeros(1, np.float32))
+
+
+def test_a_busy_receiver_does_not_block_the_senders_other_messages():
+    """Backfilling: 0->1 must wait for 1's port (busy with 2->1), but 0->3,
+    posted after it, moves at once instead of queueing behind it."""
+    big, small = 100000, 40
+
+    def prog(ctx):
+        r = ctx.rank
+        if r == 2:
+            yield ctx.waitall([ctx.isend(1, vec(big))])
+        elif r == 0:
+            yield from _sleep(ctx, 1e-6)
+            h1, h3 = ctx.isend(1, vec(small)), ctx.isend(3, vec(small))
+            yield ctx.waitall([h3])
+            t3 = ctx.now()
+            yield ctx.waitall([h1])
+            return t3, ctx.now()
+        elif r == 1:
+            yield ctx.waitall([ctx.irecv(2), ctx.irecv(0)])
+        else:
+            yield ctx.waitall([ctx.irecv(0)])
+
+    t3, t1 = sim().run([prog] * 4).results[0]
+    assert t3 == pytest.approx(1e-6 + A + small / BW)
+    assert t1 == pytest.approx(A + big / BW + A + small / BW)

@@ -12,7 +12,8 @@ Choices (the paper does not fix them): the scale is the bucket's max |v|
 (exactly reproducible across numpy and torch, unlike an l2 norm whose
 summation order differs); the random numbers are the counter-based hash of
 :mod:`.rng`, so the simulator and the real backend quantize identically.
-Size on the wire: ``ceil(n/bucket) * 4 + ceil(n * bits / 8)`` bytes.
+Size on the wire: ``ceil(n/bucket) * 4 + ceil(n * bits / 8)`` bytes (codes
+only for the n entries; the last bucket may be short).
 """
 from __future__ import annotations
 
@@ -33,8 +34,7 @@ def levels(bits: int) -> int:
 
 def wire_bytes(n: int, bits: int, bucket: int) -> int:
     """Exact payload size of a quantized vector of n entries."""
-    per = 8 // bits
-    return 4 * math.ceil(n / bucket) + math.ceil(math.ceil(n / bucket) * bucket / per)
+    return 4 * max(1, math.ceil(n / bucket)) + math.ceil(n / (8 // bits))
 
 
 def _check(bits, bucket):
@@ -63,7 +63,7 @@ def qsgd_quantize(x, bits, bucket, seed):
     low = np.floor(r)
     u = uniform_np(seed, nb * bucket).reshape(nb, bucket)
     lvl = low + (u < (r - low))
-    codes = (np.sign(xp) * lvl + s).astype(np.int32).reshape(-1)
+    codes = (np.sign(xp) * lvl + s).astype(np.int32).reshape(-1)[:n]
     codes = np.concatenate([codes, np.zeros(-len(codes) % per, np.int32)]).reshape(-1, per)
     packed = np.zeros(len(codes), dtype=np.int32)
     for j in range(per):
@@ -87,7 +87,7 @@ def _qsgd_quantize_torch(x, bits, bucket, seed):
     low = torch.floor(r)
     u = uniform_torch(seed, nb * bucket, xp).reshape(nb, bucket)
     lvl = low + (u < (r - low)).to(low.dtype)
-    codes = (torch.sign(xp) * lvl + s).to(torch.int32).reshape(-1)
+    codes = (torch.sign(xp) * lvl + s).to(torch.int32).reshape(-1)[:n]
     codes = torch.cat([codes, codes.new_zeros(-len(codes) % per)]).reshape(-1, per)
     packed = torch.zeros(len(codes), dtype=torch.int32, device=x.device)
     for j in range(per):
@@ -105,7 +105,8 @@ def qsgd_dequantize(q, like):
     s, per, mask = levels(q.bits), 8 // q.bits, (1 << q.bits) - 1
     packed = q.codes.astype(np.int32)
     codes = np.stack([(packed >> (q.bits * j)) & mask for j in range(per)], axis=1).reshape(-1)
-    codes = codes[:len(q.scales) * q.bucket]
+    size = len(q.scales) * q.bucket
+    codes = np.concatenate([codes[:q.n], np.full(size - q.n, s, np.int32)])  # pad with level 0
     lvl = (codes - s).astype(np.float32).reshape(len(q.scales), q.bucket)
     vals = lvl / np.float32(s) * q.scales[:, None]
     return vals.reshape(-1)[:q.n].astype(like.dtype)
@@ -118,7 +119,8 @@ def _qsgd_dequantize_torch(q, like):
     s, per, mask = levels(q.bits), 8 // q.bits, (1 << q.bits) - 1
     packed = q.codes.to(torch.int32)
     codes = torch.stack([(packed >> (q.bits * j)) & mask for j in range(per)], dim=1).reshape(-1)
-    codes = codes[:len(q.scales) * q.bucket]
+    size = len(q.scales) * q.bucket
+    codes = torch.cat([codes[:q.n], codes.new_full((size - q.n,), s)])  # pad with level 0
     lvl = (codes - s).to(torch.float32).reshape(len(q.scales), q.bucket)
     vals = lvl / float(s) * q.scales[:, None]
     return vals.reshape(-1)[:q.n].to(like.dtype)
