@@ -1,11 +1,12 @@
 """Ok-Topk: the effect of each optimisation, side by side (simulated).
 
     python benchmarks/bench_oktopk.py [--n 1048576] [--density 0.01] [--P 8 16 32 64] [--balance-density 0.05]
+        [--networks aries_alphabeta piz_daint_aries ib_edr_fattree]
 
 Every figure is an iteration time (max over ranks) or the time of one phase
-(max over ranks of its span), from the simulator with real data. Network:
-Aries alpha-beta (topologies/aries_alphabeta.yaml) and every flow-level
-network preset in topologies/ that builds (none yet: then only alpha-beta).
+(max over ranks of its span), from the simulator with real data. Networks: Aries alpha-beta
+(topologies/aries_alphabeta.yaml) for all sections; section 1 also on the
+flow-level (max-min fair) Piz Daint dragonfly and an EDR fat tree.
 
 1. destination rotation vs the naive order (Fig. 2): split-and-reduce time,
    ideal compute, uniform coordinates, thresholds reused (iteration 1), one
@@ -42,20 +43,17 @@ from simsparse.workload import Workload
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def networks():
-    """(label, spec) for every network preset this version can read, Aries alpha-beta first."""
+def networks(names):
+    """(label, spec) for the named presets in topologies/ (the first one is
+    used for sections 2-5)."""
     out = []
-    for f in sorted((ROOT / "topologies").glob("*.yaml"), key=lambda f: f.stem != "aries_alphabeta"):
-        d = yaml.safe_load(f.read_text())
+    for name in names:
+        d = yaml.safe_load((ROOT / "topologies" / f"{name}.yaml").read_text())
         model = d.get("model", "alphabeta")
         if model not in NETWORK_SPECS:
+            print(f"  (skipping {name}: network model {model!r} not available)")
             continue
-        try:
-            spec = NETWORK_SPECS[model].model_validate(d)
-        except Exception as e:  # a preset this version cannot read
-            print(f"  (skipping {f.name}: {type(e).__name__})")
-            continue
-        out.append((f"{f.stem} [{model}]", spec))
+        out.append((f"{name} [{model}]", NETWORK_SPECS[model].model_validate(d)))
     return out
 
 
@@ -116,14 +114,16 @@ def main():
     ap.add_argument("--n", type=int, default=1 << 20)
     ap.add_argument("--density", type=float, default=0.01)
     ap.add_argument("--P", type=int, nargs="+", default=[8, 16, 32, 64])
+    ap.add_argument("--networks", nargs="+", default=["aries_alphabeta", "piz_daint_aries", "ib_edr_fattree"],
+                    help="presets in topologies/ for section 1; the first is used for sections 2-5")
     ap.add_argument("--balance-density", type=float, default=0.05,
                     help="density for section 3 (data balancing pays once the global top-k is large)")
     a = ap.parse_args()
     n, d, Ps = a.n, a.density, a.P
     t_start = time.perf_counter()
     p100 = make_device(load_profile("p100"))
-    nets = networks()
-    aries = nets[0][1] if nets else NETWORK_SPECS["alphabeta"].model_validate({})
+    nets = networks(a.networks)
+    aries = nets[0][1]
     print(f"Ok-Topk, n = {n} float32, density {d} (k = {round(n * d)}); networks: {', '.join(lbl for lbl, _ in nets)}")
 
     def phase(name):
