@@ -325,8 +325,9 @@ def _abs_quantile(distribution: str, df: float):
         return lambda logtau: -logtau / math.sqrt(2.0)
     # student_t: stdtrit is slow (~0.4 us/value), so interpolate h = log(m / -g)
     # on a fine grid of g = log tau (smooth; 1e-7 relative, 40 ms to build);
+    # h is flat towards g = 0 (m ~ -g / (2 f(0))), np.interp holds it there;
     # beyond the grid the tail is a power law, m ~ tau^(-1/df).
-    g = np.linspace(-100.0, -1e-9, 100001)
+    g = np.linspace(-100.0, -1e-6, 100001)
     m = -special.stdtrit(df, 0.5 * np.exp(g))
     h = np.log(m / -g)
     unit = math.sqrt((df - 2.0) / df)

@@ -88,6 +88,8 @@ def test_student_t_quantile_table_is_accurate():
     logtau = np.concatenate([np.linspace(-99, -1e-6, 5001), [-150.0]])
     exact = -special.stdtrit(3.0, 0.5 * np.exp(logtau)) * np.sqrt(1 / 3)
     np.testing.assert_allclose(q(logtau), exact, rtol=1e-6)
+    center = np.array([-1e-7, -1e-12])  # 1 - tau = -log tau: m = (1 - tau) / (2 f(0)), f(0) = 2 / (pi sqrt(3))
+    np.testing.assert_allclose(q(center), -center * np.pi * np.sqrt(3) / 4 * np.sqrt(1 / 3), rtol=1e-6)
 
 
 def head_fraction(w, q):
