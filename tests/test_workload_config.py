@@ -35,6 +35,8 @@ def test_layers_fill_n_and_lists_expand(tmp_path):
     pts = load_config(config(tmp_path, "{layers: [100, 300], overlap: [0, 0.5, 1], drift: 0.1}")).points
     assert [p.workload["overlap"] for p in pts] == [0, 0.5, 1]
     assert all(p.workload["n"] == 400 and p.setup(0).layers == (100, 300) for p in pts)
+    cols = [p.label_columns() for p in pts]  # results rows tell the variants apart
+    assert [c["wl_overlap"] for c in cols] == [0, 0.5, 1] and cols[0]["wl_drift"] == 0.1
 
 
 def test_source_fills_n_and_layers(tmp_path):

@@ -91,6 +91,9 @@ class Point:
         for key, val in self.network.items():
             if isinstance(val, (int, float, str, bool)) and key not in ("name", "source"):
                 cols[f"net_{key}"] = val
+        for key, val in self.workload.items():  # the gradient source's knobs (overlap, drift, model, ...)
+            if isinstance(val, (int, float, str, bool)) and key not in ("n", "density", "dtype", "seed"):
+                cols[f"wl_{key}"] = val
         return cols
 
 
