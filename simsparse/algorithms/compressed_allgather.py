@@ -146,7 +146,9 @@ class QSGDAllgather(_CompressedAllgather):
     (Wang et al., HPDC'20, section 4.2 baseline). Bucket-wise max-scaled
     stochastic rounding to ``2^(bits-1) - 1`` levels; see
     :mod:`simsparse.compression.qsgd`. The FFT paper used 8 bins (3 bits);
-    our packing offers 2, 4 or 8 bits."""
+    our packing offers 2, 4 or 8 bits.
+    Cost: ``log2(P) alpha + (P-1) m beta`` (rd) with
+    ``m = 4 ceil(n/bucket) + ceil(n bits / 8)`` bytes."""
 
     Params = QSGDParams
     used_seed = None
@@ -188,8 +190,11 @@ class TernGradParams(SparseParams):
 @register("terngrad_allgather")
 class TernGradAllgather(QSGDAllgather):
     """TernGrad (Wen et al., NIPS'17) with the FFT paper's allgather exchange
-    (Wang et al., HPDC'20, section 4.2: TernGrad-noclip, 2 bits per entry);
-    see :mod:`simsparse.compression.terngrad`."""
+    (Wang et al., HPDC'20, section 4.2: TernGrad-noclip, 2 bits per entry):
+    per layer (or vector) scale max |g|, stochastic ternarization; see
+    :mod:`simsparse.compression.terngrad`.
+    Cost: ``log2(P) alpha + (P-1) m beta`` (rd) with ``m = ceil(n/4) + 4 L``
+    bytes (L scales)."""
 
     Params = TernGradParams
 
