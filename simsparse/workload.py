@@ -120,10 +120,7 @@ class Workload:
     def __post_init__(self):
         if isinstance(self.source, dict):
             object.__setattr__(self, "source", FileSource(**self.source))
-        layers, n = resolve_layers(self.model, self.layers, self.n)
-        object.__setattr__(self, "layers", layers)
-        if n != self.n:
-            raise ValueError(f"workload.n = {self.n} but the layers sum to {n}")
+        object.__setattr__(self, "layers", resolve_layers(self.model, self.layers, self.n)[0])
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(f"workload.distribution = {self.distribution!r}; allowed: {', '.join(DISTRIBUTIONS)}")
         if self.distribution == "student_t" and not self.df > 2:
@@ -174,7 +171,7 @@ class Workload:
         else:
             g = self._shape(self._noise(rank, iteration), rank)
             if self.layers is not None and self.layer_spread > 0:
-                g = (g * _scale_vector(self.layers, self.seed, self.layer_spread, self.dtype)).astype(self.dtype)
+                g = (g * _scale_vector(self)).astype(self.dtype)
         g.setflags(write=False)  # rank programs must not modify their input
         return g
 
@@ -262,19 +259,18 @@ def resolve_layers(model: str | None, layers, n: int | None) -> tuple[tuple | No
     return layers, total
 
 
-@lru_cache(maxsize=4)
-def _scale_vector(layers: tuple, seed: int, spread: float, dtype: str) -> np.ndarray:
-    u = np.random.default_rng([seed, _TAG_LAYERS]).random(len(layers))
-    v = np.repeat(10.0 ** (-spread * u), layers).astype(dtype)
-    v.setflags(write=False)
-    return v
-
-
 def layer_scales(w: Workload) -> np.ndarray:
-    """Per-layer RMS multipliers of a workload (ones without layers)."""
+    """Per-layer RMS multipliers ``10^(-layer_spread U_l)`` of a workload (one 1 without layers)."""
     if w.layers is None:
         return np.ones(1)
     return 10.0 ** (-w.layer_spread * np.random.default_rng([w.seed, _TAG_LAYERS]).random(len(w.layers)))
+
+
+@lru_cache(maxsize=4)
+def _scale_vector(w: Workload) -> np.ndarray:
+    v = np.repeat(layer_scales(w), w.layers).astype(w.dtype)
+    v.setflags(write=False)
+    return v
 
 
 # -- hot sets -------------------------------------------------------------------------

@@ -71,8 +71,8 @@ class WorkloadSpec(BaseModel):
     ``model``/``source`` resolve into ``layers`` and ``n`` (validated in this order)."""
 
     model_config = ConfigDict(extra="forbid")
-    model: str | None = Field(None, description="take the layer sizes of a known model: "
-                                                + ", ".join(sorted(model_layer_params())))
+    model: str | None = Field(None, description="take n and the layer sizes from a model in "
+                                                "simsparse/data/layer_params.json")
     source: SourceSpec | None = Field(None, description="replay recorded gradients instead of generating them")
     layers: list[int] | None = Field(None, min_length=1, validate_default=True,
                                      description="layer sizes in gradient order, summing to n")
