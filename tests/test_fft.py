@@ -189,3 +189,12 @@ def test_benefit_model_ethernet_vs_infiniband():
     eth = fft.min_compression_ratio(fft.Throughputs(**gpu, net=10e9 / 8))
     ib = fft.min_compression_ratio(fft.Throughputs(**gpu, net=56e9 / 8))
     assert 1 < eth < 1.5 < ib  # Fig. 10's shape: a small ratio pays on 10GbE, FDR InfiniBand needs more
+
+
+def test_float16_overflow_is_an_error():
+    x = np.ones(100, np.float32)
+    x[3] = 1e5
+    with pytest.raises(ValueError, match="fp16: false"):
+        SPARSIFY.numpy(x, 10, fp16=True)
+    assert SPARSIFY.numpy(x, 10, fp16=False).nnz == 10
+

@@ -81,7 +81,8 @@ class FFTParams(SparseParams):
     theta: float = Field(0.85, ge=0, lt=1, description="fraction of the frequencies dropped (the paper's theta; "
                                                        "0.85 in its experiments keeps 15%)")
     bits: int = Field(10, ge=2, le=16, description="N of the range-based N-bit floats (10 in the paper's experiments)")
-    fp16: bool = Field(True, description="round the gradient to float16 before the FFT, as the paper does")
+    fp16: bool = Field(True, description="round the gradient to float16 before the FFT, as the paper does "
+                                         "(|g| must stay below 65504)")
     range_bound: float | None = Field(None, gt=0, description="representable range [-R, R] set by hand; "
                                                               "unset: R = max |kept value| when tuning")
     retune_every: int = Field(0, ge=0, description="re-estimate the range and re-tune (m, eps) every this many "

@@ -70,6 +70,12 @@ def wire_bytes(n: int, theta: float, bits: int) -> int:
 
 # -- kernels -----------------------------------------------------------------------------
 
+def _check_half(amax: float) -> None:
+    """The paper's float16 conversion before the FFT assumes bounded gradients."""
+    if not amax <= 65504:  # also catches NaN
+        raise ValueError(f"fft_allgather: max |gradient| = {amax:g} does not fit float16 (65504); set fp16: false")
+
+
 def _sparsify_work(out, x, keep, fp16=True):
     n = len(x)
     return Work(n, n * _isz(x) + 16 * n_freq(n) + out.nbytes)
@@ -79,6 +85,8 @@ def _sparsify_work(out, x, keep, fp16=True):
 def fft_sparsify(x, keep, fp16=True):
     """The ``keep`` largest-magnitude frequencies of rfft(x) (orthonormal), as a
     COO over the n//2+1 frequencies with complex128 values."""
+    if fp16:
+        _check_half(float(np.abs(x).max(initial=0)))
     xs = x.astype(np.float16) if fp16 else x
     X = np.fft.rfft(xs.astype(np.float64), norm="ortho")
     F = len(X)
@@ -90,6 +98,8 @@ def fft_sparsify(x, keep, fp16=True):
 def _fft_sparsify_torch(x, keep, fp16=True):
     import torch
 
+    if fp16:
+        _check_half(float(x.abs().max()) if len(x) else 0.0)
     xs = x.to(torch.float16) if fp16 else x
     X = torch.fft.rfft(xs.to(torch.float64), norm="ortho")
     F = len(X)
