@@ -254,7 +254,9 @@ class ContextBase:
 
     # -- phases -----------------------------------------------------------
     def phase(self, name: str):
-        """Context manager labelling the operations posted inside it."""
+        """Context manager labelling the operations posted inside it. Phases
+        nest: inside ``split_reduce`` a helper's ``allgather`` is labelled
+        ``split_reduce/allgather``."""
         return _Phase(self, name)
 
     def _check_peer(self, peer: int) -> None:
@@ -270,7 +272,7 @@ class _Phase:
 
     def __enter__(self):
         self.prev = self.ctx._phase
-        self.ctx._phase = self.name
+        self.ctx._phase = self.name if self.prev == "main" else f"{self.prev}/{self.name}"
         return self
 
     def __exit__(self, *exc):
