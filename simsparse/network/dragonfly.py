@@ -34,6 +34,8 @@ from .topology import NIC, ROUTER, Fabric, Topology
 class Dragonfly(Fabric):
     """A dragonfly of ``groups`` groups; see the module docstring."""
 
+    watch_kind = "rank3"
+
     def __init__(self, groups: int, chassis_per_group: int = 6, routers_per_chassis: int = 16,
                  nodes_per_router: int = 4, global_links_per_router: int = 10,
                  injection_bw_Bps: float = 10.2e9, rank1_bw_Bps: float = 5.25e9, rank2_bw_Bps: float = 15.75e9,

@@ -49,15 +49,18 @@ END_TOL = 1e-12              # flows ending within now * END_TOL of a tick end a
 
 def maxmin_rates(routes: np.ndarray, cap: np.ndarray) -> np.ndarray:
     """Max-min fair rates by progressive filling (Bertsekas and Gallager,
-    *Data Networks*, section 6.5.2).
+    *Data Networks*, section 6.5.2), freezing many bottlenecks per round.
 
     ``routes`` is flows x hops of link ids padded with the last link id
-    (``len(cap) - 1``), whose capacity must be ``inf``. Each round raises all
-    unfrozen flows by the smallest remaining fair share of any link
-    (remaining capacity / unfrozen flows on it), and freezes the flows that
-    cross a link saturated by that raise. Rounds = distinct bottleneck levels;
-    each is a few numpy operations over the flows x hops array (the link
-    space is first compacted to the links in use when that is smaller)."""
+    (``len(cap) - 1``), whose capacity must be ``inf``. A link's *level* is
+    the rate its unfrozen flows would get if it were their bottleneck:
+    (capacity - rates of its frozen flows) / (its unfrozen flows). Levels
+    never decrease as flows freeze, so a link whose level is the lowest among
+    all links its flows cross is a bottleneck at that level: every round
+    freezes the flows of all such links at once (the global minimum is always
+    one, so each round makes progress; rounds are few in practice). Each round
+    is a few numpy operations over the flows x hops array; the link space is
+    first compacted to the links in use when that is smaller."""
     F = routes.shape[0]
     rate = np.empty(F)
     if F == 0:
@@ -68,22 +71,24 @@ def maxmin_rates(routes: np.ndarray, cap: np.ndarray) -> np.ndarray:
     nl = len(cap)
     cnt = np.bincount(routes.ravel(), minlength=nl).astype(np.float64)
     cnt[-1] = 0.0
-    capr = cap.copy()
+    avail = cap.copy()
     todo = np.arange(F)
     R = routes
-    level = 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
         while True:
-            share = (capr[R] / cnt[R]).min(axis=1)
-            delta = share.min()
-            hit = share <= delta * (1.0 + REL_TOL)
-            level += delta
+            level = avail / cnt                      # inf for the padding link and links without flows
+            mine = level[R].min(axis=1)              # each unfrozen flow's lowest link level
+            low = np.full(nl, np.inf)
+            np.minimum.at(low, R, mine[:, None])     # per link: the lowest level its flows see
+            neck = level <= low * (1.0 + REL_TOL)    # bottleneck links of this round
+            neck[-1] = False
+            hit = neck[R].any(axis=1)
+            rate[todo[hit]] = mine[hit]
             if hit.all():
-                rate[todo] = level
                 return rate
-            rate[todo[hit]] = level
-            capr -= delta * cnt
-            cnt -= np.bincount(R[hit].ravel(), minlength=nl)
+            Rh = R[hit]
+            avail -= np.bincount(Rh.ravel(), weights=np.repeat(mine[hit], R.shape[1]), minlength=nl)
+            cnt -= np.bincount(Rh.ravel(), minlength=nl)
             cnt[-1] = 0.0
             keep = ~hit
             R, todo = R[keep], todo[keep]
@@ -100,7 +105,11 @@ class _Routes:
         self.bneck = np.zeros(64)   # the route's smallest link bandwidth
         self.n = 0
         self.ids: dict = {}
+        self.links: list[list[int]] = []   # per route: its link ids
+        self.watch: list[list[int]] = []   # per route: its links whose load adaptive routing reads
         self._lat_of, self._bw_of = machine.topo.lat_arr, machine.topo.bw_arr
+        kind = machine.fabric.watch_kind if machine.adaptive else None
+        self._watched = [k == kind for k in machine.topo.lkind] if kind else None
 
     def add(self, links: list[int]) -> int:
         i = self.n
@@ -113,8 +122,24 @@ class _Routes:
         self.R[i, :len(links)] = links
         self.lat[i] = float(self._lat_of[links].sum()) if links else 0.0
         self.bneck[i] = float(self._bw_of[links].min()) if links else np.inf
+        self.watch.append([x for x in links if self._watched[x]] if self._watched else [])
+        self.links.append(list(links))
         self.n += 1
         return i
+
+
+class _Solo:
+    """A flow alone on all its links: it runs at its route's bottleneck from
+    ``start`` to ``end`` and fires ``done`` at ``end + latency + o_r`` unless
+    another flow joins one of its links first (then it is ``moved`` to the
+    shared set with the bytes it has left)."""
+
+    __slots__ = ("rid", "size", "start", "end", "rate", "done", "moved")
+
+    def __init__(self, rid, size, start, rate, done):
+        self.rid, self.size, self.start, self.rate, self.done = rid, size, start, rate, done
+        self.end = start + size / rate
+        self.moved = False
 
 
 class FlowNetwork:
@@ -122,7 +147,15 @@ class FlowNetwork:
 
     ``machine_for(P)`` builds the :class:`~.node.Machine` for P ranks and
     ``place(machine, P)`` gives every rank's endpoint; both are called once
-    per P and kept. ``seed`` drives random routing choices (Valiant)."""
+    per P and kept. ``seed`` drives random routing choices (Valiant).
+
+    Flows are *solo* or *shared*. A flow whose links carry no other flow when
+    it starts is solo: its end is known, so it costs one event (its arrival),
+    like the alpha-beta fast path. A link holds either one solo flow or any
+    number of shared ones: a flow that finds its links busy is shared, and
+    turns the solo flows on its links into shared ones (with the bytes they
+    have left). Shared flows are the parallel arrays the ticks advance and
+    the max-min solver rates."""
 
     def __init__(self, machine_for: Callable, place: Callable, send_overhead_s: float = 0.0,
                  recv_overhead_s: float = 0.0, gap_s: float = 0.0, seed: int = 0, describe: str = "flow"):
@@ -151,16 +184,18 @@ class FlowNetwork:
         m, self._ep, self._cap, self._routes = self.machine(P)
         self._m = m
         self._adaptive = m.adaptive
-        self._cnt = np.zeros(len(self._cap))    # active flows per link (the padding link stays 0)
-        self._load = np.zeros(len(self._cap))   # flows per link incl. those about to start (adaptive routing)
+        n = len(self._cap)
+        self._own: list = [None] * n            # per link: its solo flow (maybe finished), or None
+        self._cnt = np.zeros(n)                 # per link: shared flows (the padding link stays 0)
+        self._load = [0] * n                    # flows per watched link incl. those about to start (adaptive)
         self._rng = random.Random(self.seed)
         self._nic_free: dict[int, float] = {}
-        # active flows, as parallel arrays
+        # shared flows, as parallel arrays
         self._rid = np.zeros(0, dtype=np.intp)   # route id
         self._rate = np.zeros(0)                 # bytes/s
         self._end = np.zeros(0)                  # when the last byte leaves at this rate
         self._dones = np.zeros(0, dtype=object)
-        self._new: list = []        # (route id, bytes, done) starting at the next tick
+        self._new: list = []        # (route id, bytes, done) to start at the next tick
         self._later: list = []      # heap of (start time, seq, route id, bytes, done)
         self._seq = 0
         self._tick_at = None        # time of the pending valid tick
@@ -183,7 +218,8 @@ class FlowNetwork:
         rt = self._routes
         if self._adaptive:
             rid = self.route_id(es, ed, self._m.select(es, ed, self._load, self._rng))
-            self._load[rt.R[rid]] += 1.0
+            for x in rt.watch[rid]:
+                self._load[x] += 1
         else:
             rid = rt.ids.get((es, ed, None))
             if rid is None:
@@ -194,19 +230,69 @@ class FlowNetwork:
             t0 = max(t0, self._nic_free.get(es, 0.0))
             self._nic_free[es] = t0 + self.gap
         if nbytes <= 0:
-            self.env.timeout(t0 - now + rt.lat[rid] + self.o_r).callbacks.append(lambda _e: done())
-        elif t0 > now:
-            self._seq += 1
-            heapq.heappush(self._later, (t0, self._seq, rid, nbytes, done))
-            self._want_tick(t0)
-        else:
-            self._new.append((rid, nbytes, done))
-            self._want_tick(now)
+            self.env.timeout(t0 - now + rt.lat[rid] + self.o_r).callbacks.append(lambda _e: self._arrive(rid, done))
+        elif not self._solo(rid, nbytes, t0, done, now):
+            if t0 > now:
+                self._seq += 1
+                heapq.heappush(self._later, (t0, self._seq, rid, nbytes, done))
+                self._want_tick(t0)
+            else:
+                self._new.append((rid, nbytes, done))
+                self._want_tick(now)
 
     def describe(self) -> str:
         return self._describe
 
-    # -- event handling ---------------------------------------------------------------
+    # -- solo flows ---------------------------------------------------------------------
+    def _solo(self, rid: int, size: float, start: float, done, now: float) -> bool:
+        """Start a solo flow if its links are free; False if they are not."""
+        own, cnt = self._own, self._cnt
+        links = self._routes.links[rid]
+        horizon = now * (1.0 + END_TOL)
+        for x in links:
+            g = own[x]
+            if g is not None:
+                if g.end > horizon:
+                    return False
+                own[x] = None   # its bytes have all left: the link is free
+            if cnt[x]:
+                return False
+        f = _Solo(rid, size, start, self._routes.bneck[rid], done)
+        for x in links:
+            own[x] = f
+        self.env.timeout(f.end + self._routes.lat[rid] + self.o_r - now).callbacks.append(
+            lambda _e: f.moved or self._arrive(rid, done))
+        return True
+
+    def _unsolo(self, links: list[int], now: float, into: list) -> None:
+        """Turn the running solo flows on ``links`` into shared flows: those
+        already started go to ``into`` with the bytes they have left, the
+        others back to the queue of later starts."""
+        own = self._own
+        horizon = now * (1.0 + END_TOL)
+        for x in links:
+            g = own[x]
+            if g is None:
+                continue
+            for y in self._routes.links[g.rid]:
+                if own[y] is g:
+                    own[y] = None
+            if g.end <= horizon:
+                continue
+            g.moved = True
+            if g.start <= now:
+                into.append((g.rid, g.size - (now - g.start) * g.rate, g.done))
+            else:
+                self._seq += 1
+                heapq.heappush(self._later, (g.start, self._seq, g.rid, g.size, g.done))
+
+    def _arrive(self, rid: int, done) -> None:
+        if self._adaptive:
+            for x in self._routes.watch[rid]:
+                self._load[x] -= 1
+        done()
+
+    # -- shared flows: event handling -----------------------------------------------------
     def _want_tick(self, t: float) -> None:
         if self._tick_at is not None and self._tick_at <= t:
             return
@@ -246,17 +332,29 @@ class FlowNetwork:
             self._want_tick(nxt)
 
     def _admit(self, new: list, now: float) -> bool:
-        """Start flows at their route's bottleneck rate. True if one of them
-        shares a link (then every rate must be solved again)."""
-        k = len(new)
-        rids = np.fromiter((x[0] for x in new), dtype=np.intp, count=k)
-        size = np.fromiter((x[1] for x in new), dtype=np.float64, count=k)
+        """Start flows: solo where their links are free, else shared (making
+        the solo flows they meet shared too). True if the shared set changed
+        in a way that needs a new solve."""
+        links, cnt = self._routes.links, self._cnt
+        shared: list = []
+        i = 0
+        while i < len(new):   # _unsolo may append
+            rid, size, done = new[i]
+            i += 1
+            if not self._solo(rid, size, now, done, now):
+                self._unsolo(links[rid], now, new)
+                shared.append((rid, size, done))
+                for x in links[rid]:
+                    cnt[x] += 1.0
+        if not shared:
+            return False
+        k = len(shared)
+        rids = np.fromiter((x[0] for x in shared), dtype=np.intp, count=k)
+        size = np.fromiter((x[1] for x in shared), dtype=np.float64, count=k)
         dones = np.empty(k, dtype=object)
-        dones[:] = [x[2] for x in new]
-        rt, cnt = self._routes, self._cnt
+        dones[:] = [x[2] for x in shared]
+        rt = self._routes
         Rn = rt.R[rids]
-        np.add.at(cnt, Rn, 1.0)
-        cnt[-1] = 0.0
         rate = rt.bneck[rids]
         self._rid = np.concatenate((self._rid, rids))
         self._rate = np.concatenate((self._rate, rate))
@@ -265,7 +363,7 @@ class FlowNetwork:
         return bool(cnt[Rn].max() > 1.0)
 
     def _solve(self) -> np.ndarray:
-        """Max-min rates of the active flows; those alone on all their links
+        """Max-min rates of the shared flows; those alone on all their links
         get their bottleneck without solving."""
         self.solves += 1
         rt, rid = self._routes, self._rid
@@ -277,8 +375,8 @@ class FlowNetwork:
         return rate
 
     def _retire(self, fin: np.ndarray, now: float) -> bool:
-        """Drop finished flows and call their ``done`` after latency + o_r.
-        True if one of them shared a link (the others' rates change)."""
+        """Drop finished shared flows and call their ``done`` after latency +
+        o_r. True if one of them shared a link (the others' rates change)."""
         idx = np.flatnonzero(fin)
         rids = self._rid[idx]
         rt, cnt = self._routes, self._cnt
@@ -286,21 +384,23 @@ class FlowNetwork:
         shared = bool(cnt[Rf].max() > 1.0)
         np.subtract.at(cnt, Rf, 1.0)
         cnt[-1] = 0.0
-        if self._adaptive:
-            np.subtract.at(self._load, Rf, 1.0)
         arrive = rt.lat[rids] + self.o_r
-        fired = self._dones[idx].tolist()
+        fired = list(zip(rids.tolist(), self._dones[idx].tolist()))
         keep = ~fin
         self._rid, self._rate, self._end, self._dones = \
             self._rid[keep], self._rate[keep], self._end[keep], self._dones[keep]
         lo, hi = arrive.min(), arrive.max()
         groups = {float(lo): fired} if lo == hi else _group(arrive.tolist(), fired)
-        for delay, ds in groups.items():
+        for delay, fs in groups.items():
             if delay <= 0.0:
-                _fire(ds)
+                self._fire(fs)
             else:
-                self.env.timeout(delay).callbacks.append(lambda _e, ds=ds: _fire(ds))
+                self.env.timeout(delay).callbacks.append(lambda _e, fs=fs: self._fire(fs))
         return shared
+
+    def _fire(self, flows: list) -> None:
+        for rid, done in flows:
+            self._arrive(rid, done)
 
 
 def _group(keys: list, items: list) -> dict:
@@ -308,8 +408,3 @@ def _group(keys: list, items: list) -> dict:
     for k, x in zip(keys, items):
         out.setdefault(k, []).append(x)
     return out
-
-
-def _fire(dones: list) -> None:
-    for d in dones:
-        d()

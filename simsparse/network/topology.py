@@ -88,6 +88,7 @@ class Fabric:
     fabrics override :meth:`select` to make that choice per message."""
 
     adaptive = False
+    watch_kind: str | None = None   # kind of link whose load :meth:`select` reads
 
     def __init__(self, topo: Topology, hosts: list[int]):
         self.topo = topo
@@ -97,8 +98,8 @@ class Fabric:
         raise NotImplementedError
 
     def select(self, a: int, b: int, load: np.ndarray, rng):
-        """The route key for a new message from host a to host b, given the
-        number of active flows on every link."""
+        """The route key for a new message from host a to host b, given
+        ``load[link]``: the flows on each link of kind ``watch_kind``."""
         return None
 
 
