@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -12,6 +13,13 @@ from .experiments.store import ResultsStore, write_csv
 
 TABLE_COLUMNS = ["algorithm", "params", "P", "n", "density", "network", "compute", "time_s", "bytes_sent_max",
                  "bytes_total", "correct"]
+
+
+def entry() -> int:
+    """The console script: like main(), but ends quietly when piped into `head`."""
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    return main()
 
 
 def main(argv=None) -> int:
@@ -183,8 +191,8 @@ def _list() -> int:
 
     print("algorithms:")
     for name, cls in sorted(ALGORITHMS.items()):
-        doc = (cls.__doc__ or "").strip().splitlines()
-        print(f"  {name:22s} {doc[0] if doc else ''}")
+        first = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+        print(f"  {name:22s} {first if len(first) <= 96 else first[:93] + '...'}")
     print("device profiles: ideal, " + ", ".join(builtin_profiles()))
     presets = sorted(p.stem for d in TOPOLOGY_DIRS for p in d.glob("*.yaml"))
     print("network presets: " + (", ".join(presets) or "(none)"))
@@ -192,4 +200,4 @@ def _list() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

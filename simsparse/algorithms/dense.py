@@ -231,17 +231,20 @@ _SOURCE = """
 
 @register("ring")
 class RingAllreduce(_DenseAllreduce):
-    __doc__ = ring_allreduce.__doc__ + _SOURCE
+    __doc__ = "Dense ring allreduce (reduce-scatter + allgather around a ring).\n\n    " + \
+        ring_allreduce.__doc__ + _SOURCE
     schedule = staticmethod(ring_allreduce)
 
 
 @register("recursive_doubling")
 class RecursiveDoublingAllreduce(_DenseAllreduce):
-    __doc__ = recursive_doubling_allreduce.__doc__ + _SOURCE
+    __doc__ = "Dense recursive-doubling allreduce (whole vector, log2 P steps).\n\n    " + \
+        recursive_doubling_allreduce.__doc__ + _SOURCE
     schedule = staticmethod(recursive_doubling_allreduce)
 
 
 @register("rabenseifner")
 class RabenseifnerAllreduce(_DenseAllreduce):
-    __doc__ = rabenseifner_allreduce.__doc__ + _SOURCE
+    __doc__ = "Dense Rabenseifner allreduce (recursive halving + doubling), the Dense baseline.\n\n    " + \
+        rabenseifner_allreduce.__doc__ + _SOURCE
     schedule = staticmethod(rabenseifner_allreduce)
