@@ -40,7 +40,7 @@ import random
 from typing import Callable
 
 import numpy as np
-from simpy.events import NORMAL, Event
+from simpy.events import NORMAL, Event, Timeout
 
 TICK_PRIORITY = NORMAL + 1   # after every ordinary event of the same timestamp
 REL_TOL = 1e-9               # bottleneck shares this close are equal
@@ -106,6 +106,9 @@ class _Routes:
         self.n = 0
         self.ids: dict = {}
         self.links: list[list[int]] = []   # per route: its link ids
+        self.tail: list[float] = []        # per route: latency, as a list for fast scalar access
+        self.rate: list[float] = []        # per route: bottleneck bandwidth, likewise
+        self.pair: dict[int, int] = {}     # es * endpoints + ed -> default route id
         self.watch: list[list[int]] = []   # per route: its links whose load adaptive routing reads
         self._lat_of, self._bw_of = machine.topo.lat_arr, machine.topo.bw_arr
         kind = machine.fabric.watch_kind if machine.adaptive else None
@@ -124,8 +127,19 @@ class _Routes:
         self.bneck[i] = float(self._bw_of[links].min()) if links else np.inf
         self.watch.append([x for x in links if self._watched[x]] if self._watched else [])
         self.links.append(list(links))
+        self.tail.append(float(self.lat[i]))
+        self.rate.append(float(self.bneck[i]))
         self.n += 1
         return i
+
+
+class _Busy:
+    """Marks a link that carries shared flows (``end`` never passes)."""
+
+    end = np.inf
+
+
+BUSY = _Busy()
 
 
 class _Solo:
@@ -183,9 +197,10 @@ class FlowNetwork:
         self.env = env
         m, self._ep, self._cap, self._routes = self.machine(P)
         self._m = m
+        self._n_ep = m.n_endpoints
         self._adaptive = m.adaptive
         n = len(self._cap)
-        self._own: list = [None] * n            # per link: its solo flow (maybe finished), or None
+        self._own: list = [None] * n            # per link: its solo flow (maybe finished), BUSY or None
         self._cnt = np.zeros(n)                 # per link: shared flows (the padding link stays 0)
         self._load = [0] * n                    # flows per watched link incl. those about to start (adaptive)
         self._rng = random.Random(self.seed)
@@ -221,16 +236,16 @@ class FlowNetwork:
             for x in rt.watch[rid]:
                 self._load[x] += 1
         else:
-            rid = rt.ids.get((es, ed, None))
+            rid = rt.pair.get(es * self._n_ep + ed)
             if rid is None:
-                rid = self.route_id(es, ed)
-        now = self.env.now
+                rid = rt.pair[es * self._n_ep + ed] = self.route_id(es, ed)
+        now = self.env._now
         t0 = now + self.o_s
         if self.gap > 0.0:
             t0 = max(t0, self._nic_free.get(es, 0.0))
             self._nic_free[es] = t0 + self.gap
         if nbytes <= 0:
-            self.env.timeout(t0 - now + rt.lat[rid] + self.o_r).callbacks.append(lambda _e: self._arrive(rid, done))
+            self.env.timeout(t0 - now + rt.tail[rid] + self.o_r).callbacks.append(lambda _e: self._arrive(rid, done))
         elif not self._solo(rid, nbytes, t0, done, now):
             if t0 > now:
                 self._seq += 1
@@ -246,23 +261,26 @@ class FlowNetwork:
     # -- solo flows ---------------------------------------------------------------------
     def _solo(self, rid: int, size: float, start: float, done, now: float) -> bool:
         """Start a solo flow if its links are free; False if they are not."""
-        own, cnt = self._own, self._cnt
+        own = self._own
         links = self._routes.links[rid]
         horizon = now * (1.0 + END_TOL)
         for x in links:
             g = own[x]
             if g is not None:
-                if g.end > horizon:
+                if g.end > horizon:   # a running solo flow, or BUSY with shared flows
                     return False
-                own[x] = None   # its bytes have all left: the link is free
-            if cnt[x]:
-                return False
-        f = _Solo(rid, size, start, self._routes.bneck[rid], done)
+                own[x] = None         # a solo flow whose bytes have all left: the link is free
+        rt = self._routes
+        f = _Solo(rid, size, start, rt.rate[rid], done)
         for x in links:
             own[x] = f
-        self.env.timeout(f.end + self._routes.lat[rid] + self.o_r - now).callbacks.append(
-            lambda _e: f.moved or self._arrive(rid, done))
+        Timeout(self.env, f.end + rt.tail[rid] + self.o_r - now, f).callbacks.append(self._solo_arrive)
         return True
+
+    def _solo_arrive(self, ev) -> None:
+        f = ev._value
+        if not f.moved:
+            self._arrive(f.rid, f.done)
 
     def _unsolo(self, links: list[int], now: float, into: list) -> None:
         """Turn the running solo flows on ``links`` into shared flows: those
@@ -272,7 +290,7 @@ class FlowNetwork:
         horizon = now * (1.0 + END_TOL)
         for x in links:
             g = own[x]
-            if g is None:
+            if g is None or g is BUSY:
                 continue
             for y in self._routes.links[g.rid]:
                 if own[y] is g:
@@ -335,7 +353,7 @@ class FlowNetwork:
         """Start flows: solo where their links are free, else shared (making
         the solo flows they meet shared too). True if the shared set changed
         in a way that needs a new solve."""
-        links, cnt = self._routes.links, self._cnt
+        links, cnt, own = self._routes.links, self._cnt, self._own
         shared: list = []
         i = 0
         while i < len(new):   # _unsolo may append
@@ -346,6 +364,7 @@ class FlowNetwork:
                 shared.append((rid, size, done))
                 for x in links[rid]:
                     cnt[x] += 1.0
+                    own[x] = BUSY
         if not shared:
             return False
         k = len(shared)
@@ -384,6 +403,10 @@ class FlowNetwork:
         shared = bool(cnt[Rf].max() > 1.0)
         np.subtract.at(cnt, Rf, 1.0)
         cnt[-1] = 0.0
+        own = self._own
+        for x in np.unique(Rf[cnt[Rf] == 0.0]).tolist():
+            if own[x] is BUSY:
+                own[x] = None
         arrive = rt.lat[rids] + self.o_r
         fired = list(zip(rids.tolist(), self._dones[idx].tolist()))
         keep = ~fin
