@@ -6,7 +6,7 @@ contention-free alpha-beta fast path (topologies/aries_alphabeta.yaml).
 
     python benchmarks/bench_network.py                  # everything (~10 min on 2 cores)
     python benchmarks/bench_network.py --P 256 --networks fattree
-    python benchmarks/bench_network.py --solver         # max-min solver alone
+    python benchmarks/bench_network.py --model          # the network model alone
 
 Every case runs in a fresh process, one at a time (P = 1024 carries ~8 GB of
 real gradients), so the peak resident memory (ru_maxrss) is that case's own.
@@ -16,8 +16,14 @@ time, and the network model's ticks (event batches) and max-min solves.
 The reference to beat: SimGrid's SMPI needs about 10 s (P = 256) and 97 s
 (P = 1024) for the ring on this 2-core machine (the issue's figures).
 
-``--solver`` times :func:`maxmin_rates` alone on F concurrent flows between
-random endpoint pairs of the full Piz Daint machine (UGAL off: minimal routes).
+``--model`` times the network model without rank programs or data: the cost
+per message of ``transfer`` and its events for a ring pattern at P = 1024
+(each step every rank sends 4 KiB to the next, steps 5 us apart), and
+:func:`maxmin_rates` alone on F concurrent flows between random endpoint pairs
+of the full Piz Daint machine (minimal routes). Then the model's worst case:
+an all-to-all on piz_daint_aries with random block sizes (1 to 4095 float32),
+every message posted at once (P(P-1) shared flows ending one by one, each end
+a max-min solve) or 4 in flight per rank as in the Ok-Topk code.
 """
 import argparse
 import json
@@ -58,30 +64,75 @@ def child(network: str, algorithm: str, P: int, n: int) -> dict:
             "ticks": getattr(net, "ticks", 0), "solves": getattr(net, "solves", 0)}
 
 
-def solver_bench() -> None:
+def model_bench() -> None:
+    import simpy
+
+    from simsparse.experiments.config import _load_preset
     from simsparse.network.flow import maxmin_rates
-    from simsparse.network.spec import DragonflySpec
+    from simsparse.network.spec import NETWORK_SPECS, DragonflySpec
+
+    P, steps = 1024, 200
+    print(f"network model alone: ring pattern, P = {P}, {steps} steps of 4 KiB messages")
+    print(f"{'network':>10} {'us/message':>11}")
+    for net, preset in NETWORKS.items():
+        raw = _load_preset(preset, __import__("pathlib").Path.cwd() / "bench")
+        model = NETWORK_SPECS[raw.get("model", "alphabeta")].model_validate(raw).build()
+        env = simpy.Environment()
+        model.reset(env, P)
+
+        def step(s, model=model, env=env):
+            for r in range(P):
+                model.transfer(r, (r + 1) % P, 4096, _nothing)
+            if s + 1 < steps:
+                env.timeout(5e-6).callbacks.append(lambda _e: step(s + 1))
+
+        step(0)
+        t0 = time.perf_counter()
+        env.run()
+        print(f"{net:>10} {(time.perf_counter() - t0) / (P * steps) * 1e6:>11.2f}")
 
     spec = DragonflySpec(groups=14, routing="minimal")
     m, _ = spec.machine(5376)
     cap = np.append(m.topo.bw_arr, np.inf)
     rng = np.random.default_rng(0)
-    print(f"max-min solver on Piz Daint ({m.topo.n_links} links), random endpoint pairs, minimal routes")
-    print(f"{'flows':>7} {'rounds-free solve [ms]':>24} {'links in use':>13}")
+    print(f"max-min solver on Piz Daint ({m.topo.n_links} links), F flows between random endpoint pairs")
+    print(f"{'flows':>7} {'solve [ms]':>11} {'links in use':>13}")
     for F in (1000, 4000, 16000):
         src = rng.integers(0, m.n_endpoints, F)
         dst = (src + rng.integers(1, m.n_endpoints, F)) % m.n_endpoints
         routes = [m.route(int(a), int(b)) for a, b in zip(src, dst)]
-        H = max(map(len, routes))
-        R = np.full((F, H), len(cap) - 1)
+        R = np.full((F, max(map(len, routes))), len(cap) - 1)
         for i, r in enumerate(routes):
             R[i, :len(r)] = r
         reps = 5
         t0 = time.perf_counter()
         for _ in range(reps):
             maxmin_rates(R, cap)
-        dt = (time.perf_counter() - t0) / reps
-        print(f"{F:>7} {dt * 1e3:>24.2f} {len(np.unique(R)):>13}")
+        print(f"{F:>7} {(time.perf_counter() - t0) / reps * 1e3:>11.2f} {len(np.unique(R)):>13}")
+
+    from simsparse.algorithms.collectives import alltoall
+    from simsparse.backends.sim import Simulator
+    from simsparse.ops import Dense
+
+    print("all-to-all, random block sizes, on piz_daint_aries")
+    print(f"{'P':>5} {'in flight':>10} {'flows':>7} {'solves':>7} {'wall [s]':>9}")
+    raw = _load_preset("piz_daint_aries", __import__("pathlib").Path.cwd() / "bench")
+    for P, throttle in ((64, None), (128, 4)):
+        model = DragonflySpec.model_validate(raw).build()
+        sim = Simulator(model, None, raw["eager_threshold_B"])
+
+        def program(ctx, P=P, throttle=throttle):
+            rng = np.random.default_rng(ctx.rank)
+            blocks = [Dense(np.zeros(int(rng.integers(1, 4096)), np.float32)) for _ in range(P)]
+            yield from alltoall(ctx, blocks, throttle=throttle)
+
+        t0 = time.perf_counter()
+        sim.run([program] * P)
+        print(f"{P:>5} {throttle or 'all':>10} {P * (P - 1):>7} {model.solves:>7} {time.perf_counter() - t0:>9.2f}")
+
+
+def _nothing() -> None:
+    pass
 
 
 def main() -> None:
@@ -90,15 +141,15 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1 << 20)
     ap.add_argument("--networks", nargs="+", default=["fattree", "dragonfly", "alphabeta"], choices=list(NETWORKS))
     ap.add_argument("--algorithms", nargs="+", default=["ring", "rabenseifner"])
-    ap.add_argument("--solver", action="store_true", help="only time the max-min solver")
+    ap.add_argument("--model", action="store_true", help="only time the network model (no rank programs)")
     ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         net, alg, P, n = args.child
         print(json.dumps(child(net, alg, int(P), int(n))))
         return
-    if args.solver:
-        solver_bench()
+    if args.model:
+        model_bench()
         return
     print(f"allreduce of n = {args.n} float32, ideal compute, one iteration; each case in its own process")
     cols = ("network", "algorithm", "P", "grads_s", "sim_s", "wall_s", "maxrss_MB", "time_s", "msgs", "ticks", "solves")

@@ -51,45 +51,42 @@ def maxmin_rates(routes: np.ndarray, cap: np.ndarray) -> np.ndarray:
     """Max-min fair rates by progressive filling (Bertsekas and Gallager,
     *Data Networks*, section 6.5.2), freezing many bottlenecks per round.
 
-    ``routes`` is flows x hops of link ids padded with the last link id
-    (``len(cap) - 1``), whose capacity must be ``inf``. A link's *level* is
-    the rate its unfrozen flows would get if it were their bottleneck:
+    ``routes`` is flows x hops of link ids padded with a link whose capacity
+    is ``inf`` (the flow model uses the last one). A link's *level* is the
+    rate its unfrozen flows would get if it were their bottleneck:
     (capacity - rates of its frozen flows) / (its unfrozen flows). Levels
     never decrease as flows freeze, so a link whose level is the lowest among
     all links its flows cross is a bottleneck at that level: every round
     freezes the flows of all such links at once (the global minimum is always
-    one, so each round makes progress; rounds are few in practice). Each round
-    is a few numpy operations over the flows x hops array; the link space is
-    first compacted to the links in use when that is smaller."""
-    F = routes.shape[0]
+    one, so each round makes progress). A round is a few numpy passes over
+    the flows x hops array; the link space is first compacted to the links in
+    use when that is smaller."""
+    F, H = routes.shape
     rate = np.empty(F)
     if F == 0:
         return rate
     if len(cap) > 2 * routes.size:
-        ids, inv = np.unique(np.append(routes.ravel(), len(cap) - 1), return_inverse=True)
-        routes, cap = inv[:-1].reshape(routes.shape), cap[ids]
+        ids, inv = np.unique(routes, return_inverse=True)
+        routes, cap = inv.reshape(F, H), cap[ids]
     nl = len(cap)
     cnt = np.bincount(routes.ravel(), minlength=nl).astype(np.float64)
-    cnt[-1] = 0.0
-    avail = cap.copy()
+    avail = cap.astype(np.float64)            # the padding link keeps inf: never a bottleneck
     todo = np.arange(F)
     R = routes
     with np.errstate(divide="ignore", invalid="ignore"):
         while True:
-            level = avail / cnt                      # inf for the padding link and links without flows
-            mine = level[R].min(axis=1)              # each unfrozen flow's lowest link level
-            low = np.full(nl, np.inf)
-            np.minimum.at(low, R, mine[:, None])     # per link: the lowest level its flows see
-            neck = level <= low * (1.0 + REL_TOL)    # bottleneck links of this round
-            neck[-1] = False
+            lv = (avail / cnt)[R]                  # the level of every (flow, link)
+            mine = lv.min(axis=1)                  # each unfrozen flow's lowest level
+            # a link is a bottleneck unless one of its flows sees a lower level elsewhere
+            lower = mine[:, None] * (1.0 + REL_TOL) < lv
+            neck = np.bincount(R[lower], minlength=nl) == 0
             hit = neck[R].any(axis=1)
             rate[todo[hit]] = mine[hit]
             if hit.all():
                 return rate
             Rh = R[hit]
-            avail -= np.bincount(Rh.ravel(), weights=np.repeat(mine[hit], R.shape[1]), minlength=nl)
+            avail -= np.bincount(Rh.ravel(), weights=np.repeat(mine[hit], H), minlength=nl)
             cnt -= np.bincount(Rh.ravel(), minlength=nl)
-            cnt[-1] = 0.0
             keep = ~hit
             R, todo = R[keep], todo[keep]
 
@@ -328,20 +325,21 @@ class FlowNetwork:
         self._tick_at = None
         self.ticks += 1
         now = self.env.now
-        resolve = False
+        floor = np.inf   # flows slower than every shared flow that left keep their rates
         if len(self._end):
             fin = self._end <= now * (1.0 + END_TOL)
             if fin.any():
-                resolve = self._retire(fin, now)
+                floor = self._retire(fin, now)
         later, new = self._later, self._new
         while later and later[0][0] <= now:
             new.append(heapq.heappop(later)[2:])
         if new:
             self._new = []
-            resolve = self._admit(new, now) or resolve
-        if resolve and len(self._end):
+            if self._admit(new, now):
+                floor = 0.0
+        if floor < np.inf and len(self._end):
             rem = (self._end - now) * self._rate
-            self._rate = self._solve()
+            self._rate = self._solve(floor)
             self._end = now + rem / self._rate
         nxt = float(self._end.min()) if len(self._end) else None
         if later and (nxt is None or later[0][0] < nxt):
@@ -381,26 +379,40 @@ class FlowNetwork:
         self._dones = np.concatenate((self._dones, dones))
         return bool(cnt[Rn].max() > 1.0)
 
-    def _solve(self) -> np.ndarray:
-        """Max-min rates of the shared flows; those alone on all their links
-        get their bottleneck without solving."""
+    def _solve(self, floor: float) -> np.ndarray:
+        """Max-min rates of the shared flows. Those alone on all their links get
+        their bottleneck without solving. When flows have only left, the
+        slowest of them at rate ``floor``, a flow slower than that keeps its
+        rate (it crosses no link the leavers' rates could free: a link on
+        which it is bottlenecked is saturated below ``floor``), so only the
+        others are solved, on what the slow ones leave of each link."""
         self.solves += 1
         rt, rid = self._routes, self._rid
         R = rt.R[rid]
         rate = rt.bneck[rid]
         shared = self._cnt[R].max(axis=1) > 1.0
-        if shared.any():
+        if floor > 0.0:
+            kept = shared & (self._rate < floor * (1.0 - REL_TOL))
+            rate[kept] = self._rate[kept]
+            shared &= ~kept
+            if not shared.any():
+                return rate
+            used = np.bincount(R[kept].ravel(), weights=np.repeat(rate[kept], R.shape[1]), minlength=len(self._cap))
+            rate[shared] = maxmin_rates(R[shared], np.maximum(self._cap - used, 0.0))
+        elif shared.any():
             rate[shared] = maxmin_rates(R[shared], self._cap)
         return rate
 
-    def _retire(self, fin: np.ndarray, now: float) -> bool:
+    def _retire(self, fin: np.ndarray, now: float) -> float:
         """Drop finished shared flows and call their ``done`` after latency +
-        o_r. True if one of them shared a link (the others' rates change)."""
+        o_r. Returns the lowest rate of those that shared a link (inf if none
+        did: then no other rate changes)."""
         idx = np.flatnonzero(fin)
         rids = self._rid[idx]
         rt, cnt = self._routes, self._cnt
         Rf = rt.R[rids]
-        shared = bool(cnt[Rf].max() > 1.0)
+        mixed = cnt[Rf].max(axis=1) > 1.0
+        floor = float(self._rate[idx][mixed].min()) if mixed.any() else np.inf
         np.subtract.at(cnt, Rf, 1.0)
         cnt[-1] = 0.0
         own = self._own
@@ -419,7 +431,7 @@ class FlowNetwork:
                 self._fire(fs)
             else:
                 self.env.timeout(delay).callbacks.append(lambda _e, fs=fs: self._fire(fs))
-        return shared
+        return floor
 
     def _fire(self, flows: list) -> None:
         for rid, done in flows:

@@ -84,12 +84,9 @@ class Machine:
             if self.intra == "nvlink":
                 return [self.topo.lid(va, vb)]
             return self.topo.path([va, self._hub[na], vb])
-        ha, hb = self.host(a), self.host(b)
-        mid = self.fabric.route(ha, hb, key) if ha != hb else []
-        return self._up[a] + mid + self._down[b]
+        return self._up[a] + self.fabric.route(self.host(a), self.host(b), key) + self._down[b]
 
     def select(self, a: int, b: int, load, rng):
         if a // self.G == b // self.G:
             return None
-        ha, hb = self.host(a), self.host(b)
-        return self.fabric.select(ha, hb, load, rng) if ha != hb else None
+        return self.fabric.select(self.host(a), self.host(b), load, rng)
