@@ -88,9 +88,11 @@ def test_payload_size_and_kept_frequencies(n, theta, bits, seed):
     x = np.random.default_rng(seed).standard_normal(n).astype(np.float32)
     K = fft.keep_count(n, theta)
     spec = SPARSIFY.numpy(x, K, fp16=False)
-    F = n // 2 + 1
+    L = fft.fft_len(n)  # the transform length: n zero-padded to the next 5-smooth length
+    assert n <= L <= max(n, 1) * 1.25 and all(L % p for p in (7, 11, 13)) or L == n
+    F = L // 2 + 1
     assert spec.n == F and spec.nnz == K == max(1, min(F, round((1 - theta) * F)))
-    mag = np.abs(np.fft.rfft(x.astype(np.float64), norm="ortho"))
+    mag = np.abs(np.fft.rfft(x.astype(np.float64), n=L, norm="ortho"))
     assume(K == F or np.sort(mag)[::-1][K - 1] > np.sort(mag)[::-1][K] * (1 + 1e-12))  # no tie at the cut
     assert set(spec.indices.tolist()) == set(np.argsort(-mag)[:K].tolist())  # the K largest magnitudes
     m, B = TUNE.numpy(spec.values, bits)

@@ -188,3 +188,39 @@ def test_a_busy_receiver_does_not_block_the_senders_other_messages():
     t3, t1 = sim().run([prog] * 4).results[0]
     assert t3 == pytest.approx(1e-6 + A + small / BW)
     assert t1 == pytest.approx(A + big / BW + A + small / BW)
+
+
+def test_memo_kernels_run_once_but_charge_every_rank(monkeypatch):
+    """All ranks decompress-and-sum the same gathered blocks: computed once,
+    identical results, each rank's clock charged by the device model."""
+    from simsparse.algorithms.collectives import allgather
+    from simsparse.compute import kernels
+
+    import functools
+
+    calls = {"n": 0}
+    real = kernels.KERNELS["scatter_add"].numpy
+
+    @functools.wraps(real)
+    def counting(*a, **kw):
+        calls["n"] += 1
+        return real(*a, **kw)
+
+    monkeypatch.setattr(kernels.KERNELS["scatter_add"], "numpy", counting)
+    P = 4
+    prof = DeviceProfile(name="t", launch_s=1e-6, mem_bandwidth_Bps=1e9)
+    from simsparse.ops import COO
+
+    def prog(ctx):
+        x = np.arange(8, dtype=np.float32) * (ctx.rank + 1)  # a different, writable input per rank
+        blk = COO(np.array([ctx.rank], np.int32), np.array([1.0], np.float32), 8)
+        blocks = yield from allgather(ctx, blk)
+        out = yield ctx.compute("scatter_add", blocks, 8, like=x)
+        return out, ctx.now()
+
+    st = Simulator(AlphaBetaNetwork(A, BW), device=ParametricDevice(prof)).run([prog] * P)
+    assert calls["n"] == 1
+    outs = [r[0] for r in st.results]
+    np.testing.assert_array_equal(outs[0], [1, 1, 1, 1, 0, 0, 0, 0])
+    assert all(o is outs[0] for o in outs) and not outs[0].flags.writeable
+    assert len({r[1] for r in st.results}) == 1 and st.results[0][1] > 2 * A  # charged, after the allgather

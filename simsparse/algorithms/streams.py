@@ -207,15 +207,17 @@ def stream_add(a, b, lo, hi, disjoint=False, inplace=False):
             return COO(np.concatenate([first.indices, second.indices]),
                        np.concatenate([first.values, second.values]), a.n)
         return coo_add.numpy([a, b])
+    # the simulator shares received arrays read-only: reuse only writable buffers
     if da and db:
-        if inplace:
+        if inplace and a.values.flags.writeable:
             a.values[...] += b.values
             return a
         return DenseRange(a.values + b.values, lo, a.n)
     dense, sparse = (a, b) if da else (b, a)
-    out = dense.values if inplace else dense.values.copy()
+    reuse = inplace and dense.values.flags.writeable
+    out = dense.values if reuse else dense.values.copy()
     out[sparse.indices - lo] += sparse.values
-    return dense if inplace else DenseRange(out, lo, dense.n)
+    return dense if reuse else DenseRange(out, lo, dense.n)
 
 
 @stream_add.torch

@@ -4,7 +4,7 @@ Compression of a gradient of n values (section 3.1, Fig. 3):
 
 1. the flattened gradient, rounded to float16 first (``fp16``, as the paper
    does to double cuFFT throughput), goes through a real FFT;
-2. of its ``F = n//2 + 1`` frequencies, the top ``K = max(1, round((1-theta) F))``
+2. of its ``F = fft_len(n)//2 + 1`` frequencies, the top ``K = max(1, round((1-theta) F))``
    by magnitude are kept and the rest set to zero (``theta`` is the paper's
    drop ratio: 0.85 keeps 15 %);
 3. the real and imaginary parts of the K kept frequencies are quantized to
@@ -20,7 +20,11 @@ dequantize, inverse FFT.
 
 Choices where the paper is vague: we transform with numpy's / torch's real
 FFT (the other half of the spectrum is the conjugate mirror, so the bitmap
-has F = n/2+1 bits, not n), orthonormal scaling (Parseval: the spectrum has
+has F = L/2+1 bits, not n) of length ``L = fft_len(n)``, the next 5-smooth
+length >= n (the gradient zero-padded, the inverse truncated back to n): a
+length with a large prime factor -- ResNet-110's 1,727,962 = 2 x 863,981 --
+sends pocketFFT (and cuFFT) to a Bluestein path about 20x slower, and the
+padding adds at most a few percent of frequencies; orthonormal scaling (Parseval: the spectrum has
 the gradient's scale), in float64 so that numpy and torch select the same
 frequencies; a frequency is one complex coefficient, ranked by its modulus.
 """
@@ -40,7 +44,7 @@ from . import rangequant as rq
 @dataclass(frozen=True, slots=True)
 class BitmapPacked(Payload):
     """FFT-sparsified, range-quantized gradient: ``bitmap`` (uint8, bit f set
-    when frequency f is kept, F = n//2+1 bits), ``codes`` (uint8, the real and
+    when frequency f is kept, F = n_freq(n) bits), ``codes`` (uint8, the real and
     imaginary parts of the ``count`` kept frequencies in ascending f, ``bits``
     bits each), ``fmt`` (int32 [m, B]: the sender's quantizer format)."""
 
@@ -53,12 +57,20 @@ class BitmapPacked(Payload):
     ARRAYS = ("bitmap", "codes", "fmt")
 
 
+def fft_len(n: int) -> int:
+    """The transform length: the next 5-smooth (fast) length >= n."""
+    from scipy.fft import next_fast_len
+
+    return next_fast_len(max(int(n), 1), real=True)
+
+
 def n_freq(n: int) -> int:
-    return n // 2 + 1
+    """Frequencies of the real FFT of a length-n gradient."""
+    return fft_len(n) // 2 + 1
 
 
 def keep_count(n: int, theta: float) -> int:
-    """K: frequencies kept of the n//2+1 of a length-n gradient."""
+    """K: frequencies kept of the n_freq(n) of a length-n gradient."""
     F = n_freq(n)
     return max(1, min(F, int(round((1.0 - theta) * F))))
 
@@ -84,11 +96,11 @@ def _sparsify_work(out, x, keep, fp16=True):
 @kernel("fft_sparsify", work=_sparsify_work)
 def fft_sparsify(x, keep, fp16=True):
     """The ``keep`` largest-magnitude frequencies of rfft(x) (orthonormal), as a
-    COO over the n//2+1 frequencies with complex128 values."""
+    COO over the n_freq(n) frequencies with complex128 values."""
     if fp16:
         _check_half(float(np.abs(x).max(initial=0)))
     xs = x.astype(np.float16) if fp16 else x
-    X = np.fft.rfft(xs.astype(np.float64), norm="ortho")
+    X = np.fft.rfft(xs.astype(np.float64), n=fft_len(len(x)), norm="ortho")
     F = len(X)
     idx = np.arange(F) if keep >= F else np.sort(np.argpartition(-np.abs(X), keep - 1)[:keep])
     return COO(idx.astype(np.int32), X[idx], F)
@@ -101,7 +113,7 @@ def _fft_sparsify_torch(x, keep, fp16=True):
     if fp16:
         _check_half(float(x.abs().max()) if len(x) else 0.0)
     xs = x.to(torch.float16) if fp16 else x
-    X = torch.fft.rfft(xs.to(torch.float64), norm="ortho")
+    X = torch.fft.rfft(xs.to(torch.float64), n=fft_len(len(x)), norm="ortho")
     F = len(X)
     if keep >= F:
         idx = torch.arange(F, device=x.device)
@@ -142,7 +154,7 @@ def _unpack_work(out, payloads, n, like):
     return Work(len(payloads) * F + n, sum(p.nbytes for p in payloads) + 16 * (nnz + F) + n * _isz(like))
 
 
-@kernel("fft_unpack_sum", work=_unpack_work)
+@kernel("fft_unpack_sum", work=_unpack_work, memo=True)
 def fft_unpack_sum(payloads, n, like):
     """Sum of decompressed :class:`BitmapPacked` gradients of length n: each is
     unpacked (the bitmap's prefix sum places the values) and dequantized into
@@ -157,7 +169,7 @@ def fft_unpack_sum(payloads, n, like):
         vals = rq.decode(rq.unpack_bits(p.codes, 2 * p.count, p.bits), p.bits, m, B).astype(np.float64)
         kept = mask == 1
         spec[kept] += vals.view(np.complex128)[slot[kept]]
-    return np.fft.irfft(spec, n=n, norm="ortho").astype(like.dtype)
+    return np.fft.irfft(spec, n=fft_len(n), norm="ortho")[:n].astype(like.dtype)
 
 
 @fft_unpack_sum.torch
@@ -173,7 +185,7 @@ def _fft_unpack_sum_torch(payloads, n, like):
         vals = rq._decode_torch(rq.unpack_bits_torch(p.codes, 2 * p.count, p.bits), p.bits, m, B).to(torch.float64)
         kept = mask == 1
         spec[kept] += torch.view_as_complex(vals.reshape(-1, 2))[slot[kept]]
-    return torch.fft.irfft(spec, n=n, norm="ortho").to(like.dtype)
+    return torch.fft.irfft(spec, n=fft_len(n), norm="ortho")[:n].to(like.dtype)
 
 
 # -- numpy reference -------------------------------------------------------------------------
@@ -182,14 +194,14 @@ def roundtrip(x: np.ndarray, theta: float, bits: int, m: int, B: int, fp16: bool
     """What a receiver reconstructs from one rank's x (float64), computed
     directly: FFT, keep the top K, quantize both parts, inverse FFT."""
     xs = np.asarray(x).astype(np.float16) if fp16 else np.asarray(x)
-    X = np.fft.rfft(xs.astype(np.float64), norm="ortho")
+    X = np.fft.rfft(xs.astype(np.float64), n=fft_len(len(x)), norm="ortho")
     order = np.argsort(-np.abs(X), kind="stable")
     keep = order[:keep_count(len(x), theta)]
     Y = np.zeros_like(X)
     parts = np.stack([X[keep].real, X[keep].imag], axis=1).reshape(-1)
     q = rq.decode(rq.encode(parts, bits, m, B), bits, m, B).astype(np.float64).reshape(-1, 2)
     Y[keep] = q[:, 0] + 1j * q[:, 1]
-    return np.fft.irfft(Y, n=len(x), norm="ortho")
+    return np.fft.irfft(Y, n=fft_len(len(x)), norm="ortho")[:len(x)]
 
 
 # -- when compression pays (section 3.3) ---------------------------------------------------

@@ -99,7 +99,7 @@ def _dq_work(out, q, like):
     return Work(q.n, q.nbytes + q.n * _isz(like))
 
 
-@kernel("qsgd_dequantize", work=_dq_work)
+@kernel("qsgd_dequantize", work=_dq_work, memo=True)
 def qsgd_dequantize(q, like):
     """Dense vector (dtype of ``like``) from a :class:`~simsparse.ops.Quantized`."""
     s, per, mask = levels(q.bits), 8 // q.bits, (1 << q.bits) - 1

@@ -135,12 +135,23 @@ def _decode_torch(codes, bits, m, B):
 def pack_bits(codes, bits: int) -> np.ndarray:
     """uint8 array of ceil(len * bits / 8) bytes holding the low ``bits`` bits of each code."""
     codes = np.asarray(codes, dtype=np.int64)
+    if 8 % bits == 0:  # fast path (1, 2, 4, 8 bits): whole codes per byte
+        per = 8 // bits
+        c = np.concatenate([codes & ((1 << bits) - 1), np.zeros(-len(codes) % per, np.int64)]).reshape(-1, per)
+        return (c << (bits * np.arange(per))).sum(axis=1).astype(np.uint8)
     b = ((codes[:, None] >> np.arange(bits)) & 1).astype(np.uint8)
     return np.packbits(b.reshape(-1), bitorder="little")
 
 
 def unpack_bits(packed, count: int, bits: int) -> np.ndarray:
-    b = np.unpackbits(np.asarray(packed, dtype=np.uint8), count=count * bits, bitorder="little")
+    packed = np.asarray(packed, dtype=np.uint8)
+    if bits == 1:
+        return np.unpackbits(packed, count=count, bitorder="little").astype(np.int64)
+    if 8 % bits == 0:
+        per = 8 // bits
+        c = (packed.astype(np.int64)[:, None] >> (bits * np.arange(per))) & ((1 << bits) - 1)
+        return c.reshape(-1)[:count]
+    b = np.unpackbits(packed, count=count * bits, bitorder="little")
     return (b.reshape(count, bits).astype(np.int64) << np.arange(bits)).sum(axis=1)
 
 

@@ -96,7 +96,7 @@ def _dq_work(out, t, sizes, like):
     return Work(t.n, t.nbytes + t.n * _isz(like))
 
 
-@kernel("terngrad_dequantize", work=_dq_work)
+@kernel("terngrad_dequantize", work=_dq_work, memo=True)
 def terngrad_dequantize(t, sizes, like):
     """Dense vector (dtype of ``like``) from a :class:`Ternary`."""
     codes = rq.unpack_bits(t.codes, t.n, 2)

@@ -40,14 +40,17 @@ class Work:
 
 
 class Kernel:
-    __slots__ = ("name", "numpy", "torch_fn", "work", "doc")
+    __slots__ = ("name", "numpy", "torch_fn", "work", "doc", "memo")
 
-    def __init__(self, name: str, numpy_fn: Callable, work: Callable, doc: str = ""):
+    def __init__(self, name: str, numpy_fn: Callable, work: Callable, doc: str = "", memo: bool = False):
         self.name = name
         self.numpy = numpy_fn
         self.torch_fn = numpy_fn  # overridden by @k.torch where the code differs
         self.work = work
         self.doc = doc
+        #: a pure function of its inputs whose result the simulator may share
+        #: between ranks that call it on the very same (read-only) arrays
+        self.memo = memo
 
     def torch(self, fn: Callable) -> Callable:
         """Decorator: register the torch implementation."""
@@ -55,14 +58,17 @@ class Kernel:
         return fn
 
 
-def kernel(name: str, work: Callable) -> Callable[[Callable], Kernel]:
+def kernel(name: str, work: Callable, memo: bool = False) -> Callable[[Callable], Kernel]:
     """Register ``fn`` (numpy implementation, also used for torch when the
-    same code works on tensors) as kernel ``name`` with ``work(out, *args, **kw)``."""
+    same code works on tensors) as kernel ``name`` with ``work(out, *args, **kw)``.
+    ``memo=True`` marks an expensive pure kernel that every rank calls on the
+    same received data (decompress-and-sum after an allgather): the simulator
+    computes it once per iteration and charges every rank its cost."""
 
     def deco(fn: Callable) -> Kernel:
         if name in KERNELS:
             raise ValueError(f"kernel {name!r} registered twice")
-        k = Kernel(name, fn, work, (fn.__doc__ or "").strip())
+        k = Kernel(name, fn, work, (fn.__doc__ or "").strip(), memo)
         KERNELS[name] = k
         return k
 
@@ -189,7 +195,7 @@ def _scatter_add_work(out, parts, n, like):
     return Work(n + nnz, n * _isz(like) + 2 * _coo_nbytes(parts))
 
 
-@kernel("scatter_add", work=_scatter_add_work)
+@kernel("scatter_add", work=_scatter_add_work, memo=True)
 def scatter_add(parts, n, like):
     """Dense sum of sparse vectors: zeros(n) then out[idx] += val per part."""
     out = np.zeros(n, dtype=like.dtype)
