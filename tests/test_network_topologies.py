@@ -105,7 +105,7 @@ def test_aries_group_structure():
 def test_minimal_routes_are_short_and_valiant_visits_an_intermediate_group():
     spec = small_dragonfly("valiant")
     m, _ = spec.machine(40)
-    f, t = m.fabric, m.topo
+    t = m.topo
     for a in range(0, 40, 3):
         for b in range(0, 40, 7):
             if a == b:

@@ -20,18 +20,18 @@ after the bandwidth phase, i.e. a flow holds bandwidth from the moment it is
 injected (cut-through: the network is a pipe L long), and contending flows
 share only the bandwidth phase.
 
-Rates are recomputed at most once per simulated timestamp: starts and ends
-are batched by one "tick" event scheduled at the current time with a SimPy
-priority after every ordinary event of that time. Each active flow keeps its
-rate and the time it will finish at that rate. A tick retires the flows that
-have finished, admits the new ones and, if the set of flows sharing a link
-changed, turns every flow's end time back into remaining bytes
-(rate x time left), solves max-min fairness again (:func:`maxmin_rates`,
-vectorised progressive filling) and sets new end times; then it schedules the
-next tick at the earliest end or start. A flow alone on all its links (a ring
-step, a pairwise exchange on a non-blocking network) gets its route's
-bottleneck rate, and starting or ending it changes no other flow's rate, so
-it needs no solve.
+A flow whose links carry no other flow when it starts is *solo*: it runs at
+its route's bottleneck, its end is known, and it costs one event (its
+arrival), as on the alpha-beta path. A flow that finds a link busy is
+*shared* and makes the solo flows it meets shared too. Shared-flow rates are
+recomputed at most once per simulated timestamp: starts and ends are batched
+by one "tick" event scheduled at the current time with a SimPy priority after
+every ordinary event of that time. A tick retires the shared flows that have
+finished, admits new ones and, if the set of flows sharing a link changed,
+turns every end time back into remaining bytes (rate x time left), solves
+max-min fairness again (:func:`maxmin_rates`, vectorised progressive filling)
+and sets new end times; then it schedules the next tick at the earliest end
+or start.
 """
 from __future__ import annotations
 
