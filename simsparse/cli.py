@@ -163,10 +163,7 @@ def _topo(args) -> int:
         if not eq:
             raise ConfigError(f"--set {kv!r}: expected KEY=VALUE")
         over[key] = yaml.safe_load(val)
-    try:
-        variants = config._networks({"preset": args.network, **over}, Path.cwd() / "topo")
-    except config._Err as e:
-        raise ConfigError(str(e)) from None
+    variants = config.network_variants({"preset": args.network, **over}, Path.cwd() / "topo")
     if len(variants) != 1:
         raise ConfigError(f"topo describes one network; the overrides make {len(variants)}")
     spec = NETWORK_SPECS[variants[0]["model"]].model_validate(variants[0])

@@ -76,6 +76,9 @@ BAD = {
     "n_below_P": (GOOD.replace("n: 256", "n: 3"), "workload.n = 3 is smaller than P = 4"),
     "iterations_zero": (GOOD.replace("iterations: 1", "iterations: 0"), "iterations = 0 is not allowed"),
     "bad_name": (GOOD.replace("name: t", "name: ../evil"), "name: '../evil' is not allowed"),
+    "machine_too_small": (GOOD.replace("network: {model: alphabeta, alpha_s: 1.0e-6, bandwidth_Bps: 1.0e9}",
+                                       "network: {preset: ib_edr_fattree, levels: 2}").replace("P: [2, 4]", "P: [2, 700]")
+                          .replace("n: 256", "n: 1000"), "network: 700 hosts need"),
 }
 
 

@@ -206,6 +206,10 @@ def load_config(path: str | Path) -> Experiment:
         if problem:
             errors.append(f"workload with P = {run.P}: {problem}")
             continue
+        problem = _network_problem(net, run.P)
+        if problem:
+            errors.append(f"network: {problem}")
+            continue
         problem = ALGORITHMS[aname].check_setup(run.P, wl.n, params)
         if problem:
             errors.append(f"algorithms: {aname} with P = {run.P}: {problem}")
@@ -219,6 +223,21 @@ def load_config(path: str | Path) -> Experiment:
 
 
 # -- sections -----------------------------------------------------------------------
+
+def network_variants(val, cfg_path: Path) -> list[dict]:
+    """The validated network dicts a ``network:`` value expands into (a
+    preset name or file, a mapping, or ``{preset: ..., <overrides>}``);
+    raises :class:`ConfigError` naming the key."""
+    try:
+        return _networks(val, cfg_path)
+    except _Err as e:
+        raise ConfigError(str(e)) from None
+
+
+def _network_problem(net: dict, P: int) -> str | None:
+    spec = NETWORK_SPECS[net.get("model", "alphabeta")].model_validate(net)
+    return spec.check_P(P)
+
 
 def _networks(val, cfg_path: Path) -> list[dict]:
     if val is None:

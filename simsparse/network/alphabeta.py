@@ -18,7 +18,7 @@ costs one simulator event.
 """
 from __future__ import annotations
 
-from bisect import bisect_right, insort
+from bisect import bisect_right
 from typing import Callable
 
 

@@ -27,6 +27,10 @@ class NetworkSpecBase(BaseModel):
     def label(self) -> str:
         return self.name or self.model
 
+    def check_P(self, P: int) -> str | None:
+        """Why this network cannot host P ranks, or None."""
+        return None
+
 
 class AlphaBetaSpec(NetworkSpecBase):
     """Contention-free alpha-beta network (see :mod:`simsparse.network.alphabeta`)."""
@@ -109,6 +113,13 @@ class FlowSpecBase(NetworkSpecBase):
                 _MACHINES.pop(next(iter(_MACHINES)))
             _MACHINES[key] = m
         return m, place(P, m.n_endpoints, self.gpus_per_node, self.placement, self.placement_seed, self.endpoints)
+
+    def check_P(self, P: int) -> str | None:
+        try:
+            self.machine(P)
+        except ValueError as e:
+            return str(e)
+        return None
 
     def _topology_keys(self) -> set[str]:
         """The keys the machine depends on (not protocol, overheads or placement)."""
