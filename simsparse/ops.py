@@ -226,6 +226,10 @@ class ContextBase:
 
     rank: int
     size: int
+    #: nominal bytes per carried byte: the simulator may carry data at a
+    #: reduced dimension (``data_scale``); an algorithm that picks a protocol
+    #: by message size multiplies the size it sees by this (1 in real runs)
+    byte_scale: float = 1.0
 
     def __init__(self, rank: int, size: int):
         self.rank = rank

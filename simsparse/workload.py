@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
@@ -133,6 +133,18 @@ class Workload:
             raise ValueError(f"workload.drift = {self.drift}; allowed: 0 (static) to 1 (independent iterations)")
 
     # -- public ---------------------------------------------------------------
+    def scaled(self, data_scale: float) -> "Workload":
+        """The same workload at a reduced dimension (the simulator's
+        ``data_scale``): every layer shrinks by the factor (at least one
+        element), n is their sum, everything else is kept."""
+        if data_scale >= 1:
+            return self
+        if self.source is not None:
+            raise ValueError("data_scale < 1 cannot shrink gradients replayed from files (workload.source)")
+        sizes = self.layers or (self.n,)
+        small = tuple(max(1, int(round(s * data_scale))) for s in sizes)
+        return replace(self, n=sum(small), layers=small if self.layers else None, model=None)
+
     @property
     def k(self) -> int:
         """Hot-set size: round(density n), as ``Setup.k``."""

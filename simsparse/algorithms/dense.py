@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops import Dense, Scalars
+from ..ops import Dense, Scalars, nbytes_of
 from .base import Algorithm, register
 from .collectives import Fold, recv, send, sendrecv
 
@@ -196,7 +196,8 @@ def allreduce(ctx, buf, algorithm="auto", tag=0):
     """Dense allreduce inside another algorithm. ``auto`` follows MPICH 3.x:
     recursive doubling up to 2048 bytes, Rabenseifner above."""
     if algorithm == "auto":
-        algorithm = "recursive_doubling" if len(buf) * buf.itemsize <= 2048 else "rabenseifner"
+        nominal = len(buf) * nbytes_of(buf[:1]) * ctx.byte_scale
+        algorithm = "recursive_doubling" if nominal <= 2048 else "rabenseifner"
     fn = {"ring": ring_allreduce, "recursive_doubling": recursive_doubling_allreduce,
           "rabenseifner": rabenseifner_allreduce}[algorithm]
     return (yield from fn(ctx, buf, tag))

@@ -37,8 +37,8 @@ import numpy as np
 import simpy
 
 from ..compute.devices import Device, IdealDevice
-from ..compute.kernels import get_kernel
-from ..ops import Compute, ContextBase, Handle, Payload, Waitall, Waitany
+from ..compute.kernels import Work, get_kernel
+from ..ops import Bundle, Compute, ContextBase, Handle, Payload, Waitall, Waitany
 
 
 def _freeze(a):
@@ -84,6 +84,14 @@ def _memo_key(obj, digests: dict):
     return None
 
 
+def _scaled_nbytes(p: Payload, s: float) -> int:
+    """Wire size of a payload carried at reduced size: data scaled by s,
+    host metadata (Scalars) as is."""
+    if isinstance(p, Bundle):
+        return sum(_scaled_nbytes(q, s) for q in p.parts)
+    return p.nbytes if p.HOST else int(round(p.nbytes * s))
+
+
 def events_scheduled(env: simpy.Environment) -> int:
     """Events SimPy has scheduled so far (its event-id counter)."""
     return next(env._eid)
@@ -122,14 +130,15 @@ class SimContext(ContextBase):
     def __init__(self, sim: "Simulator", rank: int, size: int):
         super().__init__(rank, size)
         self.sim = sim
+        self.byte_scale = sim.byte_scale
 
     def now(self) -> float:
         return self.sim.env.now
 
     def isend(self, dst, payload, tag=0):
         self._check_peer(dst)
-        nb = payload.nbytes
         sim = self.sim
+        nb = payload.nbytes if sim.byte_scale == 1.0 else _scaled_nbytes(payload, sim.byte_scale)
         h = Handle("send", dst, tag, nb, sim.env.now, self._phase)
         sim.bytes_sent[self.rank] += nb
         sim.msgs_sent[self.rank] += 1
@@ -147,13 +156,16 @@ class Simulator:
     """Runs one iteration of P rank programs on a network and device model."""
 
     def __init__(self, network, device: Device | None = None, eager_threshold_B: int = 65536,
-                 rendezvous_rtt_s: float = 0.0, trace: bool = False):
+                 rendezvous_rtt_s: float = 0.0, trace: bool = False, byte_scale: float = 1.0):
         self.network = network
         self.device = device or IdealDevice()
         self.ideal = isinstance(self.device, IdealDevice)
         self.eager = int(eager_threshold_B)
         self.rdv_rtt = float(rendezvous_rtt_s)
         self.trace_on = trace
+        #: data carried at 1/byte_scale of full size: data bytes and compute
+        #: work count byte_scale times (host metadata, Scalars, counts as is)
+        self.byte_scale = float(byte_scale)
 
     # -- one iteration ------------------------------------------------------
     def run(self, programs) -> IterationStats:
@@ -206,7 +218,13 @@ class Simulator:
             elif t is Compute:
                 k = get_kernel(req.kernel)
                 value = self._memo_call(k, req) if k.memo else k.numpy(*req.args, **req.kwargs)
-                dt = 0.0 if self.ideal else self.device.cost(req.kernel, k.work(value, *req.args, **req.kwargs))
+                if self.ideal:
+                    dt = 0.0
+                else:
+                    w = k.work(value, *req.args, **req.kwargs)
+                    if self.byte_scale != 1.0:
+                        w = Work(w.elems * self.byte_scale, w.bytes * self.byte_scale)
+                    dt = self.device.cost(req.kernel, w)
                 if self.trace_on:
                     self.trace.append((rank, ctx._phase, "compute:" + req.kernel, -1, 0, env.now, env.now + dt))
                 if dt > 0:

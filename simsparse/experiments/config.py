@@ -153,9 +153,12 @@ class RunSpec(BaseModel):
     iterations: int = Field(3, ge=1, le=100000)
     warmup: int = Field(1, ge=0, le=100000)
     check: bool = True
+    data_scale: float = Field(1.0, gt=0, le=1, description="simulator only: carry gradients at this fraction of n and "
+                                                           "scale bytes and compute work back up (1 = full size)")
 
 
-TOP_KEYS = ["name", "description", "network", "compute", "workload", "algorithms", "P", "iterations", "warmup", "check"]
+TOP_KEYS = ["name", "description", "network", "compute", "workload", "algorithms", "P", "iterations", "warmup", "check",
+            "data_scale"]
 
 
 @dataclass
@@ -191,7 +194,7 @@ def load_config(path: str | Path) -> Experiment:
     computes = _collect(errors, lambda: _computes(raw.get("compute", "ideal"), path))
     workloads = _collect(errors, lambda: _validate_variants(raw["workload"], WorkloadSpec, "workload"))
     algos = _collect(errors, lambda: _algorithms(raw["algorithms"]))
-    run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check") if k in raw}
+    run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check", "data_scale") if k in raw}
     runs = _collect(errors, lambda: _validate_variants(run_raw, RunSpec, ""))
     if errors:
         raise ConfigError(_paragraph(path, errors))
@@ -214,9 +217,14 @@ def load_config(path: str | Path) -> Experiment:
         if problem:
             errors.append(f"algorithms: {aname} with P = {run.P}: {problem}")
             continue
-        points.append(Point(algorithm=aname, P=run.P, workload=wl.model_dump(), network=net,
-                            params=params.model_dump(exclude_unset=True), compute=comp,
-                            iterations=run.iterations, warmup=run.warmup, check=run.check))
+        point = Point(algorithm=aname, P=run.P, workload=wl.model_dump(), network=net,
+                      params=params.model_dump(exclude_unset=True), compute=comp,
+                      iterations=run.iterations, warmup=run.warmup, check=run.check, data_scale=run.data_scale)
+        problem = _scale_problem(point)
+        if problem:
+            errors.append(f"data_scale = {run.data_scale}: {problem}")
+            continue
+        points.append(point)
     if errors:
         raise ConfigError(_paragraph(path, sorted(set(errors), key=errors.index)))
     return Experiment(name=name, path=path, points=points, description=str(raw.get("description", "")))
@@ -232,6 +240,18 @@ def network_variants(val, cfg_path: Path) -> list[dict]:
         return _networks(val, cfg_path)
     except _Err as e:
         raise ConfigError(str(e)) from None
+
+
+def _scale_problem(point: Point) -> str | None:
+    if point.data_scale >= 1:
+        return None
+    try:
+        small, _ = point.at_scale()
+    except ValueError as e:
+        return str(e)
+    if small.workload["n"] < point.P:
+        return f"leaves n = {small.workload['n']} elements, fewer than P = {point.P}; allowed: n * data_scale >= P"
+    return None
 
 
 def _network_problem(net: dict, P: int) -> str | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -29,6 +29,9 @@ class Point:
     iterations: int = 3
     warmup: int = 1
     check: bool = True
+    #: the simulator carries data at this fraction of n and scales bytes and
+    #: compute work back up (1: full size); the real backend always runs full size
+    data_scale: float = 1.0
 
     # -- identity ----------------------------------------------------------
     def to_dict(self) -> dict:
@@ -39,7 +42,10 @@ class Point:
         return cls(**d)
 
     def point_id(self, backend: str) -> str:
-        blob = json.dumps({"backend": backend, **self.to_dict()}, sort_keys=True, default=str)
+        d = self.to_dict()
+        if backend != "sim" or self.data_scale == 1.0:
+            d.pop("data_scale")  # the real backend always runs full size; ids of full-size points stay as before
+        blob = json.dumps({"backend": backend, **d}, sort_keys=True, default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
     # -- builders ------------------------------------------------------------
@@ -52,6 +58,15 @@ class Point:
 
     def workload_obj(self) -> Workload:
         return Workload(**self.workload)
+
+    def at_scale(self) -> tuple["Point", float]:
+        """The point the simulator runs (workload shrunk by ``data_scale``) and
+        the factor by which its bytes and compute work are scaled back up."""
+        if self.data_scale >= 1:
+            return self, 1.0
+        w = self.workload_obj().scaled(self.data_scale)
+        wd = {**self.workload, "n": w.n, "layers": list(w.layers) if w.layers else None, "model": None}
+        return replace(self, workload=wd), self.workload["n"] / w.n
 
     def network_spec(self):
         return NETWORK_SPECS[self.network.get("model", "alphabeta")].model_validate(self.network)
@@ -87,6 +102,7 @@ class Point:
             "compute": "ideal" if self.compute is None else self.compute.get("name", "custom"),
             "iterations": self.iterations,
             "warmup": self.warmup,
+            "data_scale": self.data_scale,
         }
         for key, val in self.network.items():
             if isinstance(val, (int, float, str, bool)) and key not in ("name", "source"):

@@ -11,12 +11,15 @@ TRACE_COLUMNS = ["point_id", "iteration", "rank", "phase", "op", "peer", "bytes"
 
 
 def simulate_point(point: Point, trace: bool = False, keep_results: bool = False) -> PointOutcome:
-    """Simulate ``warmup + iterations`` iterations of one point."""
+    """Simulate ``warmup + iterations`` iterations of one point (at its
+    ``data_scale``: reduced data, bytes and compute work scaled back up)."""
     t0 = time.perf_counter()
     spec = point.network_spec()
-    sim = Simulator(spec.build(), point.device(), spec.eager_threshold_B, spec.rendezvous_rtt_s, trace=trace)
-    workload = point.workload_obj()
-    algs = point.instances()
+    small, byte_scale = point.at_scale()
+    sim = Simulator(spec.build(), point.device(), spec.eager_threshold_B, spec.rendezvous_rtt_s, trace=trace,
+                    byte_scale=byte_scale)
+    workload = small.workload_obj()
+    algs = small.instances()
     pid = point.point_id("sim")
     records, trace_rows = [], []
     correct, worst = (True if point.check else None), 0.0
@@ -25,7 +28,7 @@ def simulate_point(point: Point, trace: bool = False, keep_results: bool = False
         grads = workload.grads(point.P, it)
         stats = sim.run([_program(a, g) for a, g in zip(algs, grads)])
         if point.check:
-            ok, err = check_results(point, [a.last_input for a in algs], stats.results,
+            ok, err = check_results(small, [a.last_input for a in algs], stats.results,
                                     [a.check_state() for a in algs])
             correct = correct and ok
             worst = max(worst, err)
