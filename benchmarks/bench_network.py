@@ -37,19 +37,20 @@ import numpy as np
 NETWORKS = {"fattree": "ib_edr_fattree", "dragonfly": "piz_daint_aries", "alphabeta": "aries_alphabeta"}
 
 
-def child(network: str, algorithm: str, P: int, n: int) -> dict:
+def child(network: str, algorithm: str, P: int, n: int, data_scale: float = 1.0) -> dict:
     from simsparse.backends.sim import Simulator
-    from simsparse.experiments.config import _load_preset
+    from simsparse.experiments.config import network_variants
     from simsparse.experiments.point import Point
     from simsparse.network.spec import NETWORK_SPECS
 
-    raw = _load_preset(NETWORKS[network], __import__("pathlib").Path.cwd() / "bench")
+    (raw,) = network_variants(NETWORKS[network], __import__("pathlib").Path.cwd() / "bench")
     spec = NETWORK_SPECS[raw.get("model", "alphabeta")].model_validate(raw)
     pt = Point(algorithm=algorithm, P=P, workload={"n": n, "density": 0.01, "dtype": "float32", "seed": 0},
-               network=spec.model_dump(), iterations=1, warmup=0, check=False)
+               network=spec.model_dump(), iterations=1, warmup=0, check=False, data_scale=data_scale)
+    pt, byte_scale = pt.at_scale()
     t0 = time.perf_counter()
     net = spec.build()
-    sim = Simulator(net, pt.device(), spec.eager_threshold_B, spec.rendezvous_rtt_s)
+    sim = Simulator(net, pt.device(), spec.eager_threshold_B, spec.rendezvous_rtt_s, byte_scale=byte_scale)
     algs = pt.instances()
     if hasattr(net, "machine"):
         net.machine(P)   # build the topology outside the timed simulation
@@ -141,23 +142,27 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1 << 20)
     ap.add_argument("--networks", nargs="+", default=["fattree", "dragonfly", "alphabeta"], choices=list(NETWORKS))
     ap.add_argument("--algorithms", nargs="+", default=["ring", "rabenseifner"])
+    ap.add_argument("--data-scale", type=float, default=1.0,
+                    help="carry n*data_scale elements and scale bytes back up (the simulator's data_scale)")
     ap.add_argument("--model", action="store_true", help="only time the network model (no rank programs)")
-    ap.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        net, alg, P, n = args.child
-        print(json.dumps(child(net, alg, int(P), int(n))))
+        net, alg, P, n, scale = args.child
+        print(json.dumps(child(net, alg, int(P), int(n), float(scale))))
         return
     if args.model:
         model_bench()
         return
-    print(f"allreduce of n = {args.n} float32, ideal compute, one iteration; each case in its own process")
+    print(f"allreduce of n = {args.n} float32 (data_scale {args.data_scale:g}), ideal compute, one iteration; "
+          "each case in its own process")
     cols = ("network", "algorithm", "P", "grads_s", "sim_s", "wall_s", "maxrss_MB", "time_s", "msgs", "ticks", "solves")
     print(" ".join(f"{c:>11}" for c in cols))
     for P in args.P:
         for net in args.networks:
             for alg in args.algorithms:
-                out = subprocess.run([sys.executable, __file__, "--child", net, alg, str(P), str(args.n)],
+                out = subprocess.run([sys.executable, __file__, "--child", net, alg, str(P), str(args.n),
+                                      str(args.data_scale)],
                                      capture_output=True, text=True)
                 if out.returncode:
                     print(f"{net} {alg} P={P}: failed\n{out.stderr[-2000:]}")
