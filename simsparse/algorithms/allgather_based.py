@@ -33,7 +33,6 @@ class TopkAParams(SparseParams):
 class TopkA(Algorithm):
     __doc__ = __doc__
     Params = TopkAParams
-    family = "sparse"
 
     def run(self, ctx, x):
         with ctx.phase("select"):

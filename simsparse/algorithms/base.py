@@ -71,8 +71,6 @@ class Algorithm:
 
     name: ClassVar[str] = ""
     Params: ClassVar[type[BaseModel]] = NoParams
-    #: "dense" (result equals the exact sum) or "sparse" (a sparsified sum)
-    family: ClassVar[str] = "dense"
 
     def __init__(self, setup: Setup, params: BaseModel | None = None):
         self.setup = setup

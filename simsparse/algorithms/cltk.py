@@ -42,15 +42,10 @@ from .collectives import bcast_binomial
 from .dense import allreduce
 
 
-class CLTkParams(SparseParams):
-    pass
-
-
 @register("cltk")
 class CLTk(Algorithm):
     __doc__ = __doc__
-    Params = CLTkParams
-    family = "sparse"
+    Params = SparseParams
 
     def run(self, ctx, x):
         self.leader = self.iteration_no % ctx.size

@@ -54,7 +54,6 @@ def ef_subtract(x, decoded):
 class _CompressedAllgather(Algorithm):
     """Compress, allgather, decompress all and sum; subclasses define the codec."""
 
-    family = "sparse"
 
     def run(self, ctx, x):
         with ctx.phase("compress"):

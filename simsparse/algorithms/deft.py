@@ -232,7 +232,6 @@ class DEFTParams(SparseParams):
 class DEFT(Algorithm):
     __doc__ = __doc__
     Params = DEFTParams
-    family = "sparse"
     fragments = None
 
     def run(self, ctx, x):

@@ -207,7 +207,6 @@ class _DenseAllreduce(Algorithm):
     """Common part: copy the input into a working buffer (as MPI_Allreduce
     copies sendbuf into recvbuf) and reduce it in place."""
 
-    family = "dense"
     schedule = staticmethod(ring_allreduce)
 
     def run(self, ctx, x):

@@ -61,7 +61,6 @@ class GaussiankParams(SparseParams):
 class Gaussiank(Algorithm):
     __doc__ = __doc__
     Params = GaussiankParams
-    family = "sparse"
 
     def run(self, ctx, x):
         prm = self.params

@@ -46,15 +46,10 @@ from .base import Algorithm, SparseParams, register
 from .collectives import Fold, bcast_binomial, recv, send
 
 
-class GTopkParams(SparseParams):
-    pass
-
-
 @register("gtopk")
 class GTopk(Algorithm):
     __doc__ = __doc__
-    Params = GTopkParams
-    family = "sparse"
+    Params = SparseParams
 
     def run(self, ctx, x):
         P, r, k = ctx.size, ctx.rank, self.k

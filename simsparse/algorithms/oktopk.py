@@ -121,7 +121,6 @@ def _scatter_add_region_torch(buf, parts, offset):
 class OkTopk(Algorithm):
     __doc__ = __doc__
     Params = OkTopkParams
-    family = "sparse"
 
     def __init__(self, setup, params=None):
         super().__init__(setup, params)

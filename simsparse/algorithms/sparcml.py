@@ -74,7 +74,6 @@ def sum_of_local_topk(inputs, setup) -> np.ndarray:
 class _LocalTopkSum(Algorithm):
     """Common part: local top-k selection and the lossless reference."""
 
-    family = "sparse"
 
     def select(self, ctx, x):
         with ctx.phase("select"):
