@@ -32,3 +32,13 @@ def simulate(algorithm, P, **kw):
 
 requires_mpi = pytest.mark.skipif(not HAVE_MPI, reason="needs the [mpi] extra (mpi4py, torch, mpiexec)")
 requires_torch = pytest.mark.skipif(not HAVE_TORCH, reason="needs torch")
+
+
+# Property tests draw the same examples on every run, so CI is deterministic;
+# HYPOTHESIS_EXPLORE=1 draws fresh random examples (and more of them) to hunt bugs.
+from hypothesis import settings as _hsettings  # noqa: E402
+import os as _os  # noqa: E402
+
+_hsettings.register_profile("ci", derandomize=True, deadline=None)
+_hsettings.register_profile("explore", max_examples=300, deadline=None)
+_hsettings.load_profile("explore" if _os.environ.get("HYPOTHESIS_EXPLORE") else "ci")
