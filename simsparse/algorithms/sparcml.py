@@ -81,6 +81,12 @@ class _LocalTopkSum(Algorithm):
         self.contributed = sel.indices
         return sel
 
+    def select_regions(self, ctx, x):
+        """Local top-k, the P equal index regions, and this rank's [lo, hi)."""
+        sel = yield from self.select(ctx, x)
+        bounds = region_bounds(self.setup.n, ctx.size)
+        return sel, bounds, bounds[ctx.rank], bounds[ctx.rank + 1]
+
     @classmethod
     def reference(cls, inputs, setup, params, states):
         return sum_of_local_topk(inputs, setup)
@@ -272,11 +278,8 @@ class DSARSplitAllgather(_LocalTopkSum):
     Params = DSARSplitAllgatherParams
 
     def run(self, ctx, x):
-        P, r, n = ctx.size, ctx.rank, self.setup.n
-        prm = self.params
-        sel = yield from self.select(ctx, x)
-        bounds = region_bounds(n, P)
-        lo, hi = bounds[r], bounds[r + 1]
+        r, prm = ctx.rank, self.params
+        sel, bounds, lo, hi = yield from self.select_regions(ctx, x)
         with ctx.phase("split_reduce"):
             acc = yield from split_reduce(ctx, sel, bounds, r, _same, prm.split_order, lo, hi, True)
         with ctx.phase("allgather"):
@@ -348,9 +351,7 @@ class TopkDSA(_LocalTopkSum):
     def run(self, ctx, x):
         P, r, n = ctx.size, ctx.rank, self.setup.n
         prm = self.params
-        sel = yield from self.select(ctx, x)
-        bounds = region_bounds(n, P)
-        lo, hi = bounds[r], bounds[r + 1]
+        sel, bounds, lo, hi = yield from self.select_regions(ctx, x)
         with ctx.phase("split"):
             parts = yield ctx.compute("coo_split", sel, bounds)
         if prm.count_exchange == "alltoall" and P > 1:
