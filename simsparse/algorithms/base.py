@@ -145,6 +145,15 @@ class Algorithm:
         return cls.tolerance(setup)
 
 
+def agreed_state(states: list[dict], key: str, what: str):
+    """The value of ``key`` that every rank's check_state() reports; raises
+    when ranks disagree (a schedule bug, not a rounding difference)."""
+    values = {s[key] for s in states}
+    if len(values) != 1:
+        raise AssertionError(f"ranks disagree on {what}: {sorted(values)}")
+    return values.pop()
+
+
 def register(name: str):
     def deco(cls):
         if name in ALGORITHMS:

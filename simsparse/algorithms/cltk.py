@@ -37,7 +37,7 @@ import numpy as np
 
 from ..compute.kernels import topk as topk_kernel
 from ..ops import COO, Dense
-from .base import Algorithm, SparseParams, register
+from .base import Algorithm, SparseParams, agreed_state, register
 from .collectives import bcast_binomial
 from .dense import allreduce
 
@@ -67,10 +67,8 @@ class CLTk(Algorithm):
 
     @classmethod
     def reference(cls, inputs, setup, params, states):
-        leaders = {s["leader"] for s in states}
-        if len(leaders) != 1:
-            raise AssertionError(f"ranks disagree on the CLT-k leader: {sorted(leaders)}")
-        idx = topk_kernel.numpy(inputs[leaders.pop()], setup.k).indices
+        leader = agreed_state(states, "leader", "the CLT-k leader")
+        idx = topk_kernel.numpy(inputs[leader], setup.k).indices
         out = np.zeros(setup.n)
         for g in inputs:
             out[idx] += g[idx]

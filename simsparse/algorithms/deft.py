@@ -77,7 +77,7 @@ from pydantic import Field
 from ..compute.kernels import Work, _isz, kernel
 from ..compute.kernels import topk as topk_kernel
 from ..ops import Bundle, Dense, Scalars
-from .base import Algorithm, SparseParams, register
+from .base import Algorithm, SparseParams, agreed_state, register
 from .collectives import allgather, bcast_binomial
 from .dense import allreduce
 
@@ -284,10 +284,7 @@ class DEFT(Algorithm):
 
     @classmethod
     def reference(cls, inputs, setup, params, states):
-        cycles = {s["cycle"] for s in states}
-        if len(cycles) != 1:
-            raise AssertionError(f"ranks disagree on the DEFT decision worker: {sorted(cycles)}")
-        c, P = cycles.pop(), setup.P
+        c, P = agreed_state(states, "cycle", "the DEFT decision worker"), setup.P
         frags = partition(setup.layer_sizes, P)
         sizes = [b - a for a, b in frags]
         bounds = [a for a, _ in frags] + [frags[-1][1]]

@@ -135,7 +135,16 @@ class FlowSpecBase(NetworkSpecBase):
                            describe=self.label())
 
 
-class FatTreeSpec(FlowSpecBase):
+class _SizedSpec(FlowSpecBase):
+    """A machine whose size may be fixed in nodes (fat tree, Ethernet)."""
+
+    nodes: int | None = Field(None, ge=1, description="machine size in nodes (default: just enough for P)")
+
+    def nodes_for(self, P: int) -> int:
+        return self.nodes or super().nodes_for(P)
+
+
+class FatTreeSpec(_SizedSpec):
     """InfiniBand-style fat tree (see :mod:`simsparse.network.fattree`)."""
 
     model: Literal["fattree"] = "fattree"
@@ -149,10 +158,6 @@ class FatTreeSpec(FlowSpecBase):
     leaves_per_pod: int | None = Field(None, ge=1, description="leaves per pod in a 3-level tree (default radix/2)")
     upper_oversubscription: float = Field(1.0, ge=1, le=64, description="aggregation down:up bandwidth ratio (3-level)")
     routing: Literal["dmodk", "ecmp"] = Field("dmodk", description="dmodk (destination mod k) or ecmp (hash of src, dst)")
-    nodes: int | None = Field(None, ge=1, description="machine size in nodes (default: just enough for P)")
-
-    def nodes_for(self, P: int) -> int:
-        return self.nodes or super().nodes_for(P)
 
     def bandwidth(self) -> float:
         from .fattree import IB_RATES_Bps
@@ -219,7 +224,7 @@ class DragonflySpec(FlowSpecBase):
         return self.name or f"dragonfly({self.routing})"
 
 
-class EthernetSpec(FlowSpecBase):
+class EthernetSpec(_SizedSpec):
     """Ethernet: one switch (star) or a leaf-spine (see :mod:`simsparse.network.ethernet`);
     the TCP stack's per-message cost is ``send_overhead_s`` + ``recv_overhead_s``."""
 
@@ -232,10 +237,6 @@ class EthernetSpec(FlowSpecBase):
     hosts_per_leaf: int | None = Field(None, ge=1, description="leafspine: hosts per leaf (default ports/2)")
     oversubscription: float = Field(1.0, ge=1, le=64, description="leafspine: leaf down:up bandwidth ratio")
     routing: Literal["ecmp", "dmodk"] = Field("ecmp", description="leafspine: ecmp (hash) or dmodk")
-    nodes: int | None = Field(None, ge=1, description="machine size in nodes (default: just enough for P)")
-
-    def nodes_for(self, P: int) -> int:
-        return self.nodes or super().nodes_for(P)
 
     def fabric(self, hosts: int):
         from .ethernet import Star
