@@ -5,10 +5,31 @@ point-to-point operations on ``ctx`` (which return a :class:`Handle` at once),
 and *yields* the requests that take time:
 
 * ``ctx.waitall(handles)``  -> list with the received payload (or ``None`` for
-  a send) for each handle, in order;
+  a send, the return value for a task) for each handle, in order;
 * ``ctx.waitany(handles)``  -> ``(index, payload)`` of the first to complete;
 * ``ctx.compute(kernel, *args, **kw)`` -> the kernel's result, its time
   accounted by the backend (simulated cost model or measured).
+
+Concurrency inside a rank (a training iteration):
+
+* ``ctx.spawn(program, stream=..., lane=...)`` starts a sub-program (a
+  factory ``program(child_ctx) -> generator``) that runs concurrently and
+  returns a :class:`Task` handle at once; ``yield ctx.waitall([task])`` joins
+  it and gives its return value. The child runs at once until it first
+  blocks, then the parent continues. Every spawned program gets its own *tag
+  scope* (like an MPI sub-communicator): its messages only match messages of
+  the program spawned at the same position on the peer rank. Tasks spawned on
+  the same ``stream`` communicate one after another: a task's sends and
+  receives are held back until the task before it on that stream has
+  finished (Horovod's and NCCL's one communication stream; the OMGS paper's
+  Eq. 8).
+* Every rank has one *device*: ``compute``, ``forward`` and the backward work
+  behind ``grad_ready`` run on it one after another, in the order they were
+  issued, while messages move.
+* ``yield ctx.forward()`` runs the model's forward pass; ``g = yield
+  ctx.grad_ready(i)`` waits until the backward pass has produced the
+  gradient of tensor ``i`` (registration order) and returns it (a flat,
+  read-only vector). Schedules ask for tensors in backward order.
 
 Payloads carry real data (numpy arrays in the simulator, torch tensors in the
 real backend) and report their exact size in bytes; that size is what both
@@ -18,7 +39,7 @@ header per message) is an implementation detail and is not counted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 
 def nbytes_of(a: Any) -> int:
@@ -183,13 +204,13 @@ class Bundle(Payload):
 
 
 class Handle:
-    """A posted nonblocking send or receive. ``done`` and ``value`` are set by
-    the backend when the operation completes."""
+    """A posted nonblocking send or receive, or a spawned task. ``done`` and
+    ``value`` are set by the backend when the operation completes."""
 
-    __slots__ = ("kind", "peer", "tag", "nbytes", "done", "value", "post_s", "phase", "_waiters")
+    __slots__ = ("kind", "peer", "tag", "nbytes", "done", "value", "post_s", "phase", "lane", "_waiters")
 
-    def __init__(self, kind: str, peer: int, tag: int, nbytes: int, post_s: float, phase: str):
-        self.kind = kind  # "send" or "recv"
+    def __init__(self, kind: str, peer: int, tag: int, nbytes: int, post_s: float, phase: str, lane: str = "main"):
+        self.kind = kind  # "send", "recv" or "task"
         self.peer = peer
         self.tag = tag
         self.nbytes = nbytes
@@ -197,7 +218,17 @@ class Handle:
         self.value = None
         self.post_s = post_s
         self.phase = phase
+        self.lane = lane
         self._waiters = None
+
+
+class Task(Handle):
+    """A spawned sub-program; its ``value`` is the program's return value."""
+
+    __slots__ = ()
+
+    def __init__(self, lane: str, post_s: float):
+        super().__init__("task", -1, -1, 0, post_s, lane, lane)
 
 
 @dataclass(slots=True)
@@ -217,11 +248,67 @@ class Compute:
     kwargs: dict = field(default_factory=dict)
 
 
-class ContextBase:
-    """What every backend's per-rank context offers an algorithm.
+@dataclass(slots=True)
+class Forward:
+    """The model's forward pass (device work)."""
 
-    Subclasses implement ``isend``, ``irecv`` and ``now``; the request
-    constructors and the phase bookkeeping are shared.
+
+@dataclass(slots=True)
+class GradReady:
+    """Wait for the gradient of tensor ``index`` (registration order)."""
+
+    index: int
+
+
+class TraceRecord(NamedTuple):
+    """One span of a rank's timeline, the same schema in both backends:
+    ``lane`` is the program that issued it (``main``, or a spawned task's
+    lane, e.g. ``comm/b3``), ``op`` is ``send``/``recv``, ``compute:<kernel>``,
+    ``forward`` or ``backward``; ``peer`` is -1 for device work."""
+
+    rank: int
+    phase: str
+    op: str
+    peer: int
+    bytes: int
+    start_s: float
+    end_s: float
+    lane: str = "main"
+
+
+TRACE_FIELDS = TraceRecord._fields
+
+#: bits of a message tag an algorithm may use; the rest encode the tag scope
+TAG_BITS = 8
+SCOPE_RADIX = 1024
+
+
+def scope_id(path: tuple) -> int:
+    """The integer of a tag scope: 0 for the rank's main program, and a
+    mixed-radix number of the spawn positions for sub-programs (the same on
+    every rank, since every rank spawns in the same order)."""
+    sid, mult = 0, 1
+    for i in path:
+        if i >= SCOPE_RADIX - 1:
+            raise ValueError(f"more than {SCOPE_RADIX - 2} sub-programs spawned by one program")
+        sid += (i + 1) * mult
+        mult *= SCOPE_RADIX
+    return sid
+
+
+def scoped_tag(tag: int, sid: int) -> int:
+    """The wire tag of ``tag`` inside scope ``sid``."""
+    if not 0 <= tag < (1 << TAG_BITS):
+        raise ValueError(f"message tag {tag} outside 0..{(1 << TAG_BITS) - 1}")
+    return (sid << TAG_BITS) | tag
+
+
+class ContextBase:
+    """What every backend's per-rank context offers a rank program.
+
+    Subclasses implement ``isend``, ``irecv``, ``spawn`` and ``now``; the
+    request constructors and the phase bookkeeping are shared. A spawned
+    program gets a context of its own (same rank, its own tag scope and lane).
     """
 
     rank: int
@@ -230,6 +317,8 @@ class ContextBase:
     #: reduced dimension (``data_scale``); an algorithm that picks a protocol
     #: by message size multiplies the size it sees by this (1 in real runs)
     byte_scale: float = 1.0
+    #: the program's lane in traces: "main" or the name given to spawn()
+    lane: str = "main"
 
     def __init__(self, rank: int, size: int):
         self.rank = rank
@@ -241,6 +330,11 @@ class ContextBase:
         raise NotImplementedError
 
     def irecv(self, src: int, tag: int = 0) -> Handle:  # pragma: no cover
+        raise NotImplementedError
+
+    def spawn(self, program: Callable[["ContextBase"], Any], stream: str | None = None,
+              lane: str | None = None) -> Task:  # pragma: no cover
+        """Start ``program(child_ctx)`` concurrently; returns its :class:`Task`."""
         raise NotImplementedError
 
     # -- requests (yield these) --------------------------------------------
@@ -255,6 +349,14 @@ class ContextBase:
     @staticmethod
     def compute(kernel: str, *args, **kwargs) -> Compute:
         return Compute(kernel, args, kwargs)
+
+    @staticmethod
+    def forward() -> Forward:
+        return Forward()
+
+    @staticmethod
+    def grad_ready(index: int) -> GradReady:
+        return GradReady(index)
 
     # -- phases -----------------------------------------------------------
     def phase(self, name: str):

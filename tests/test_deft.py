@@ -194,9 +194,9 @@ def test_bytes_per_phase(P):
     density, n = 0.01, sum(layers)
     algs, stats, prm = run("deft", [layered_grads(layers, P, 0)], layers, density, trace=True)
     sent = {}
-    for _, phase, op, _, nbytes, *_ in stats.trace:
-        if op == "send":
-            sent[phase] = sent.get(phase, 0) + nbytes
+    for t in stats.trace:
+        if t.op == "send":
+            sent[t.phase] = sent.get(t.phase, 0) + t.bytes
     frags = algs[0].fragments
     sizes, bounds = [b - a for a, b in frags], [a for a, _ in frags] + [n]
     ks = [assign_k(get_kernel("fragment_norms").numpy(a.last_input, bounds), sizes, a.k) for a in algs]

@@ -10,7 +10,8 @@ from pydantic import ValidationError
 
 from simsparse.algorithms.oktopk import OkTopkParams
 from simsparse.backends.sim import Simulator
-from simsparse.experiments.point import check_results, to_dense
+from simsparse.experiments.loop import check_results
+from simsparse.experiments.point import to_dense
 from simsparse.experiments.runner import simulate_point
 from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.workload import Workload
@@ -212,9 +213,9 @@ def test_lower_bound_is_met_with_the_result_size():
     algs, (s,) = run_custom(P, [Workload(n=n, seed=5).grads(P, 0)], {}, n, density, trace=True)
     T = s.results[0].nnz
     received = [0] * P
-    for rank, phase, op, _peer, nbytes, *_ in s.trace:
-        if op == "recv" and phase in DATA_PHASES:
-            received[rank] += nbytes
+    for t in s.trace:
+        if t.op == "recv" and t.phase in DATA_PHASES:
+            received[t.rank] += t.bytes
     assert max(received) >= 2 * T * (P - 1) / P * 4
     assert T == round(n * density)
 
@@ -229,9 +230,9 @@ def test_balanced_boundaries_spread_skewed_coordinates():
     for balanced in (True, False):
         _, (s,) = run_custom(P, [grads], {"balanced_boundaries": balanced}, n, density, trace=True)
         got = [0] * P
-        for rank, phase, op, _peer, nbytes, *_ in s.trace:
-            if op == "recv" and phase == "split_reduce":
-                got[rank] += nbytes
+        for t in s.trace:
+            if t.op == "recv" and t.phase == "split_reduce":
+                got[t.rank] += t.bytes
         recv[balanced] = max(got)
     assert recv[False] > 0.8 * k * (P - 1) * 8   # rank 0 takes almost all 2k(P-1) words
     assert recv[True] < 1.25 * (2 * k * (P - 1) / P) * 4  # near the balanced 2k(P-1)/P
@@ -271,9 +272,9 @@ def test_split_and_reduce_schedule(rotation, P, bucket):
                          trace=True)
     for r in range(P):
         posts = collections.defaultdict(set)
-        for rank, phase, op, peer, _nbytes, start, _end in s.trace:
-            if rank == r and phase == "split_reduce" and op == "send":
-                posts[start].add(peer)
+        for t in s.trace:
+            if t.rank == r and t.phase == "split_reduce" and t.op == "send":
+                posts[t.start_s].add(t.peer)
         got = [posts[t] for t in sorted(posts)]
         steps = [range(b, min(P, b + bucket)) for b in range(0, P, bucket)]
         want = [{(r + i) % P if rotation else i for i in b} - {r} for b in steps]

@@ -20,7 +20,6 @@ keeps the rest as the residual.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -71,6 +70,9 @@ class Algorithm:
 
     name: ClassVar[str] = ""
     Params: ClassVar[type[BaseModel]] = NoParams
+    #: an exact dense allreduce (ring, recursive doubling, Rabenseifner), as
+    #: opposed to a compressing (sparse or quantized) one
+    dense: ClassVar[bool] = False
 
     def __init__(self, setup: Setup, params: BaseModel | None = None):
         self.setup = setup
@@ -175,7 +177,3 @@ def get_algorithm(name: str) -> type[Algorithm]:
 def pof2_floor(P: int) -> int:
     """Largest power of two <= P."""
     return 1 << (P.bit_length() - 1)
-
-
-def log2_int(P: int) -> int:
-    return int(math.log2(P))

@@ -207,11 +207,12 @@ class _DenseAllreduce(Algorithm):
     """Common part: copy the input into a working buffer (as MPI_Allreduce
     copies sendbuf into recvbuf) and reduce it in place."""
 
-    schedule = staticmethod(ring_allreduce)
+    dense = True
+    collective = staticmethod(ring_allreduce)
 
     def run(self, ctx, x):
         buf = yield ctx.compute("copy", x)
-        return (yield from type(self).schedule(ctx, buf))
+        return (yield from type(self).collective(ctx, buf))
 
     @classmethod
     def reference(cls, inputs, setup, params, states):
@@ -233,18 +234,18 @@ _SOURCE = """
 class RingAllreduce(_DenseAllreduce):
     __doc__ = "Dense ring allreduce (reduce-scatter + allgather around a ring).\n\n    " + \
         ring_allreduce.__doc__ + _SOURCE
-    schedule = staticmethod(ring_allreduce)
+    collective = staticmethod(ring_allreduce)
 
 
 @register("recursive_doubling")
 class RecursiveDoublingAllreduce(_DenseAllreduce):
     __doc__ = "Dense recursive-doubling allreduce (whole vector, log2 P steps).\n\n    " + \
         recursive_doubling_allreduce.__doc__ + _SOURCE
-    schedule = staticmethod(recursive_doubling_allreduce)
+    collective = staticmethod(recursive_doubling_allreduce)
 
 
 @register("rabenseifner")
 class RabenseifnerAllreduce(_DenseAllreduce):
     __doc__ = "Dense Rabenseifner allreduce (recursive halving + doubling), the Dense baseline.\n\n    " + \
         rabenseifner_allreduce.__doc__ + _SOURCE
-    schedule = staticmethod(rabenseifner_allreduce)
+    collective = staticmethod(rabenseifner_allreduce)

@@ -1,51 +1,62 @@
-"""The real backend: the same rank programs under ``mpiexec`` with mpi4py + torch.
+"""The real backend's driver: the same rank programs under ``mpiexec`` with mpi4py + torch.
 
-Run as ``mpiexec -n P python -m simsparse.backends.mpi POINT.json OUT.json``
-(``simsparse measure`` does this). Each process is one rank:
+One process per rank (``simsparse measure`` launches them; the experiment
+loop in :mod:`simsparse.experiments.worker` calls :meth:`MPIDriver.run`):
 
-* gradient data are torch tensors (CUDA when a GPU is present and
-  ``--device`` allows it, else CPU);
+* gradient data are torch tensors (CUDA when a GPU is present and allowed,
+  else CPU);
 * ``isend`` copies the payload to one host buffer (:mod:`.wire`) and posts
   ``MPI_Isend`` on it, as the Ok-Topk code does (``.cpu().numpy()`` then
   mpi4py); ``irecv`` matches the next message of (source, tag) with
   ``MPI_Improbe`` in posting order -- sparse sizes are not known in advance --
-  and receives it with ``MPI_Imrecv``;
-* ``compute`` runs the kernel's torch implementation and times it,
-  synchronising the device around it on a GPU;
-* an iteration starts after a barrier; its time is the maximum over ranks;
-  the reported time is the median over the measured iterations after warm-up.
+  and receives it with ``MPI_Imrecv``. A spawned program's tags carry its
+  scope (:func:`simsparse.ops.scoped_tag`), so concurrent collectives never
+  match each other's messages;
+* the rank's programs are stepped cooperatively on one thread. Device work
+  (``compute``, ``forward``, the backward behind ``grad_ready``) goes through
+  one FIFO queue in issue order, as in the simulator; each kernel runs and is
+  timed (synchronising the device around it on a GPU) when it reaches the head;
+* training (:class:`Trainer`): ``forward`` runs the real model's forward and
+  loss; when a ``grad_ready`` reaches the head of the device queue the real
+  ``loss.backward()`` starts, and a post-accumulate-grad hook on every
+  parameter marks its gradient ready and runs the programs (their kernels,
+  their message progress) until the queue's head is again a gradient the
+  backward has not produced -- so communication overlaps the real backward at
+  the granularity of one tensor's gradient.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import sys
 import time
+from collections import deque
 
 import numpy as np
 
 from ..compute.kernels import get_kernel
-from ..ops import Compute, ContextBase, Handle, Waitall, Waitany
+from ..ops import ContextBase, Forward, GradReady, Handle, TraceRecord, Waitany, scoped_tag
 from . import wire
+from .driver import BLOCKED, Driver, IterationStats, post
 
 
 class _MPIHandle(Handle):
-    __slots__ = ("req", "buf")
+    __slots__ = ("req", "buf", "wtag")
 
     def __init__(self, *a):
         super().__init__(*a)
         self.req = None
         self.buf = None
+        self.wtag = 0
 
 
-class MPIContext(ContextBase):
+class _Rank:
+    """Per-process state shared by all programs of the rank."""
+
     def __init__(self, comm, device, trace: bool):
         from mpi4py import MPI
         import torch
 
-        super().__init__(comm.Get_rank(), comm.Get_size())
         self.MPI, self.torch, self.comm = MPI, torch, comm
+        self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.device = device
         self.cuda = device.type == "cuda"
         self.trace_on = trace
@@ -56,12 +67,17 @@ class MPIContext(ContextBase):
         self.unmatched: list[_MPIHandle] = []
         self.bytes_sent = 0
         self.msgs_sent = 0
-        self.trace = []
+        self.trace: list[TraceRecord] = []
+        self.streams = {}
+        self.busy = {"forward": 0.0, "backward": 0.0, "compute": 0.0}
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
-    # -- conversions -------------------------------------------------------
+    def sync(self):
+        if self.cuda:
+            self.torch.cuda.synchronize()
+
     def to_host(self, t):
         return t.detach().cpu().numpy() if hasattr(t, "detach") else np.asarray(t)
 
@@ -69,96 +85,281 @@ class MPIContext(ContextBase):
         t = self.torch.from_numpy(a)
         return t.to(self.device, non_blocking=False) if self.cuda else t
 
-    # -- point-to-point ------------------------------------------------------
+
+class MPIContext(ContextBase):
+    def __init__(self, rs: _Rank, driver: "MPIDriver", scope: tuple = (), sid: int = 0, lane: str = "main"):
+        super().__init__(rs.rank, rs.size)
+        self.r, self.driver = rs, driver
+        self.scope, self.sid, self.lane = scope, sid, lane
+        self.spawned = 0
+        self.streams = rs.streams
+        self.program = None
+
+    # compatibility with code that converts through the context
+    def to_host(self, t):
+        return self.r.to_host(t)
+
+    def from_host(self, a):
+        return self.r.from_host(a)
+
+    def now(self) -> float:
+        return self.r.now()
+
     def isend(self, dst, payload, tag=0):
         self._check_peer(dst)
+        rs = self.r
         nb = payload.nbytes
-        h = _MPIHandle("send", dst, tag, nb, self.now(), self._phase)
-        h.buf = wire.pack(payload, self.to_host)
-        h.req = self.comm.Isend([h.buf, self.MPI.BYTE], dst, tag)
-        self.bytes_sent += nb
-        self.msgs_sent += 1
+        h = _MPIHandle("send", dst, tag, nb, rs.now(), self._phase, self.lane)
+        h.buf = wire.pack(payload, rs.to_host)
+        h.wtag = tag if self.sid == 0 else scoped_tag(tag, self.sid)
+        rs.bytes_sent += nb
+        rs.msgs_sent += 1
+
+        def do_post():
+            h.post_s = rs.now()
+            h.req = rs.comm.Isend([h.buf, rs.MPI.BYTE], dst, h.wtag)
+
+        post(self, do_post)
         return h
 
     def irecv(self, src, tag=0):
         self._check_peer(src)
-        h = _MPIHandle("recv", src, tag, 0, self.now(), self._phase)
-        self.unmatched.append(h)
+        rs = self.r
+        h = _MPIHandle("recv", src, tag, 0, rs.now(), self._phase, self.lane)
+        h.wtag = tag if self.sid == 0 else scoped_tag(tag, self.sid)
+
+        def do_post():
+            h.post_s = rs.now()
+            rs.unmatched.append(h)
+
+        post(self, do_post)
         return h
 
-    def _match(self) -> bool:
+    def spawn(self, program, stream=None, lane=None):
+        return self.driver.spawn(self, program, stream, lane)
+
+
+class Trainer:
+    """The real model of a training iteration on one rank: ``forward()``
+    computes the loss of this rank's batch, ``backward()`` runs autograd;
+    ``params`` are the model's parameters in registration order."""
+
+    def __init__(self, model, forward_loss):
+        self.model = model
+        self.forward_loss = forward_loss
+        self.params = list(model.parameters())
+        self.loss = None
+
+    def forward(self):
+        for p in self.params:
+            p.grad = None
+        self.loss = self.forward_loss()
+
+    def backward(self):
+        loss, self.loss = self.loss, None
+        if loss is None:
+            raise RuntimeError("grad_ready before forward: a schedule must yield ctx.forward() first")
+        loss.backward()
+
+
+class MPIDriver(Driver):
+    """Steps one rank's programs cooperatively; see the module docstring."""
+
+    def __init__(self, comm, device, trace: bool = False, trainer: Trainer | None = None):
+        super().__init__()
+        self.rs = _Rank(comm, device, trace)
+        self.trainer = trainer
+        if trainer is not None:
+            for i, p in enumerate(trainer.params):
+                p.register_post_accumulate_grad_hook(lambda _p, i=i: self._grad_hook(i))
+
+    # -- one iteration ---------------------------------------------------------
+    def run(self, make_program) -> IterationStats:
+        """Run the rank's main program ``make_program(ctx)`` to completion
+        (with everything it spawns); the stats of this rank."""
+        rs = self.rs
+        rs.reset()
+        self.runnable: deque = deque()
+        self.blocked: list = []
+        self.device_q: deque = deque()
+        self.in_hook = 0
+        self.hook_s = 0.0
+        L = len(self.trainer.params) if self.trainer else 0
+        self.grads = [None] * L
+        self.main_done = False
+        self.result = None
+        ctx = MPIContext(rs, self)
+        self.start(ctx, make_program(ctx))
+        self._loop()
+        rs.sync()
+        return IterationStats([self.finish_s], [self.result], [rs.bytes_sent], [rs.msgs_sent], 0, rs.trace, [rs.busy])
+
+    def _loop(self):
+        """Run until the main program has returned (outside a hook) or, inside
+        a gradient hook, until the backward must go on."""
+        while True:
+            while self.runnable:
+                prog, value = self.runnable.popleft()
+                self.step(prog, value)
+            if self.device_q:
+                prog, req = self.device_q[0]
+                if type(req) is GradReady and self.grads[req.index] is None:
+                    if self.in_hook:
+                        return  # the backward of the next tensors runs when the hook returns
+                    self._backward()
+                    continue
+                self.device_q.popleft()
+                self.runnable.append((prog, self._device(prog, req)))
+                continue
+            if self.main_done and not self.in_hook:
+                return
+            if not self._poll():
+                os.sched_yield()
+
+    # -- driver hooks ----------------------------------------------------------
+    def child_context(self, parent, path, sid, lane):
+        return MPIContext(self.rs, self, path, sid, lane)
+
+    def task_done(self, prog, value):
+        t = prog.task
+        rs = self.rs
+        if t is None:
+            self.main_done, self.result, self.finish_s = True, value, rs.now()
+            return
+        if rs.trace_on:
+            rs.trace.append(TraceRecord(rs.rank, t.lane, "task", -1, 0, t.post_s, rs.now(), t.lane))
+        t.done, t.value = True, value
+
+    # -- request handlers ----------------------------------------------------------
+    def on_waitall(self, prog, req):
+        if all(h.done for h in req.handles):
+            return [h.value for h in req.handles]
+        self.blocked.append((prog, req, len(req.handles)))
+        return BLOCKED
+
+    def on_waitany(self, prog, req):
+        hs = req.handles
+        if not hs:
+            raise ValueError(f"rank {self.rs.rank}: waitany on an empty list")
+        for i, h in enumerate(hs):
+            if h.done:
+                return (i, h.value)
+        self.blocked.append((prog, req, 1))
+        return BLOCKED
+
+    def on_compute(self, prog, req):
+        self.device_q.append((prog, req))
+        return BLOCKED
+
+    on_forward = on_compute
+
+    def on_grad_ready(self, prog, req):
+        if self.trainer is None:
+            raise RuntimeError("ctx.grad_ready() needs a model: this run measures a bare collective")
+        if not 0 <= req.index < len(self.grads):
+            raise IndexError(f"grad_ready({req.index}): the model has {len(self.grads)} tensors")
+        g = self.grads[req.index]
+        if g is not None:
+            return g
+        self.device_q.append((prog, req))  # the backward up to this tensor runs in its place in the device order
+        return BLOCKED
+
+    # -- the device ----------------------------------------------------------------
+    def _device(self, prog, req):
+        rs, ctx = self.rs, prog.ctx
+        t = type(req)
+        if t is GradReady:
+            return self.grads[req.index]
+        rs.sync()
+        start = rs.now()
+        if t is Forward:
+            if self.trainer is None:
+                raise RuntimeError("ctx.forward() needs a model: this run measures a bare collective")
+            self.trainer.forward()
+            out, op, cat = None, "forward", "forward"
+        else:
+            out = get_kernel(req.kernel).torch_fn(*req.args, **req.kwargs)
+            op, cat = "compute:" + req.kernel, "compute"
+        rs.sync()
+        end = rs.now()
+        rs.busy[cat] += end - start
+        if rs.trace_on:
+            rs.trace.append(TraceRecord(rs.rank, ctx._phase, op, -1, 0, start, end, ctx.lane))
+        return out
+
+    def _backward(self):
+        rs = self.rs
+        rs.sync()
+        start, hooks0 = rs.now(), self.hook_s
+        self.trainer.backward()
+        rs.sync()
+        end = rs.now()
+        rs.busy["backward"] += (end - start) - (self.hook_s - hooks0)
+        if rs.trace_on:
+            rs.trace.append(TraceRecord(rs.rank, "main", "backward", -1, 0, start, end, "main"))
+        for i, p in enumerate(self.trainer.params):  # tensors that got no gradient
+            if self.grads[i] is None:
+                self.grads[i] = rs.torch.zeros(p.numel(), dtype=p.dtype, device=p.device)
+
+    def _grad_hook(self, i):
+        p = self.trainer.params[i]
+        self.grads[i] = p.grad.detach().reshape(-1)
+        t0 = time.perf_counter()
+        self.in_hook += 1
+        try:
+            self._loop()
+        finally:
+            self.in_hook -= 1
+            self.hook_s += time.perf_counter() - t0
+
+    # -- message progress -------------------------------------------------------------
+    def _poll(self) -> bool:
+        """Match and test; wake programs whose wait is satisfied."""
+        self._match()
+        progressed = False
+        still = []
+        for prog, req, need in self.blocked:
+            hs = req.handles
+            done = 0
+            for h in hs:
+                if not h.done and h.kind != "task" and h.req is not None and h.req.Test():
+                    self._complete(h)
+                done += h.done
+            if done >= need:
+                progressed = True
+                if type(req) is Waitany:
+                    i = next(i for i, h in enumerate(hs) if h.done)
+                    self.runnable.append((prog, (i, hs[i].value)))
+                else:
+                    self.runnable.append((prog, [h.value for h in hs]))
+            else:
+                still.append((prog, req, need))
+        self.blocked = still
+        return progressed
+
+    def _match(self) -> None:
         """Match posted receives with arrived messages, in posting order."""
-        MPI, progressed, still = self.MPI, False, []
+        rs = self.rs
+        MPI, still = rs.MPI, []
         status = MPI.Status()
-        for h in self.unmatched:
-            msg = self.comm.Improbe(h.peer, h.tag, status)
+        for h in rs.unmatched:
+            msg = rs.comm.Improbe(h.peer, h.wtag, status)
             if msg is None:
                 still.append(h)
                 continue
             h.buf = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
             h.req = msg.Irecv([h.buf, MPI.BYTE])
-            progressed = True
-        self.unmatched = still
-        return progressed
+        rs.unmatched = still
 
-    def _finish(self, h: _MPIHandle):
+    def _complete(self, h: _MPIHandle):
+        rs = self.rs
         h.done = True
         if h.kind == "recv":
-            h.value = wire.unpack(h.buf, self.from_host)
+            h.value = wire.unpack(h.buf, rs.from_host)
             h.nbytes = h.value.nbytes
         h.buf = None
-        if self.trace_on:
-            self.trace.append((self.rank, h.phase, h.kind, h.peer, h.nbytes, h.post_s, self.now()))
-
-    def _test(self, handles) -> int:
-        """Complete what has completed; return how many of ``handles`` are done."""
-        self._match()
-        done = 0
-        for h in handles:
-            if not h.done and h.req is not None and h.req.Test():
-                self._finish(h)
-            done += h.done
-        return done
-
-    def wait(self, handles, need: int):
-        while self._test(handles) < need:
-            os.sched_yield()
-
-    # -- compute -------------------------------------------------------------
-    def run_kernel(self, req: Compute):
-        k = get_kernel(req.kernel)
-        if self.cuda:
-            self.torch.cuda.synchronize()
-        start = self.now()
-        out = k.torch_fn(*req.args, **req.kwargs)
-        if self.cuda:
-            self.torch.cuda.synchronize()
-        if self.trace_on:
-            self.trace.append((self.rank, self._phase, "compute:" + req.kernel, -1, 0, start, self.now()))
-        return out
-
-
-def drive(ctx: MPIContext, gen):
-    """Run one rank program to completion; returns its result."""
-    value = None
-    while True:
-        try:
-            req = gen.send(value)
-        except StopIteration as stop:
-            return stop.value
-        t = type(req)
-        if t is Waitall:
-            ctx.wait(req.handles, len(req.handles))
-            value = [h.value for h in req.handles]
-        elif t is Compute:
-            value = ctx.run_kernel(req)
-        elif t is Waitany:
-            if not any(h.done for h in req.handles):
-                ctx.wait(req.handles, 1)
-            i = next(i for i, h in enumerate(req.handles) if h.done)
-            value = (i, req.handles[i].value)
-        else:
-            raise TypeError(f"rank {ctx.rank} yielded {req!r}; expected ctx.waitall/waitany/compute")
+        if rs.trace_on:
+            rs.trace.append(TraceRecord(rs.rank, h.phase, h.kind, h.peer, h.nbytes, h.post_s, rs.now(), h.lane))
 
 
 def pick_device(which: str):
@@ -170,100 +371,3 @@ def pick_device(which: str):
         local = int(os.environ.get("MPI_LOCALRANKID", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", 0)))
         return torch.device("cuda", local % torch.cuda.device_count())
     return torch.device("cpu")
-
-
-def measure(point, device_kind="auto", trace=False, dump=None) -> dict | None:
-    """Run one point on COMM_WORLD; rank 0 returns {row, trace}, others None."""
-    from mpi4py import MPI
-    import torch
-
-    from ..experiments.metrics import IterationRecord, summarize
-    from ..experiments.point import check_results, to_dense
-    from ..experiments.runner import TRACE_COLUMNS
-
-    comm = MPI.COMM_WORLD
-    rank, P = comm.Get_rank(), comm.Get_size()
-    if P != point.P:
-        raise SystemExit(f"point wants P={point.P} ranks but mpiexec started {P}")
-    device = pick_device(device_kind)
-    if device.type == "cpu":
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // P))
-    ctx = MPIContext(comm, device, trace)
-    alg = point.algorithm_cls(point.setup(rank), point.params_model())
-    workload = point.workload_obj()
-    pid = point.point_id("mpi")
-    t_start = time.perf_counter()
-    records, trace_rows = [], []
-    correct, worst = (True if point.check else None), 0.0
-    result = None
-    for it in range(point.warmup + point.iterations):
-        grad = ctx.from_host(workload.grad(rank, it).copy())
-        comm.Barrier()
-        ctx.reset()
-        result = drive(ctx, alg.iteration(ctx, grad))
-        if ctx.cuda:
-            torch.cuda.synchronize()
-        elapsed = ctx.now()
-        times = comm.gather(elapsed, root=0)
-        sent = comm.gather((ctx.bytes_sent, ctx.msgs_sent), root=0)
-        if point.check:
-            n = point.workload["n"]
-            results = comm.gather(to_dense(result, n), root=0)
-            inputs = comm.gather(to_dense(alg.last_input, n), root=0)
-            states = comm.gather(alg.check_state(), root=0)
-            if rank == 0:
-                ok, err = check_results(point, inputs, results, states)
-                correct, worst = correct and ok, max(worst, err)
-        if trace:
-            tr = comm.gather(ctx.trace, root=0)
-            if rank == 0:
-                trace_rows.extend(dict(zip(TRACE_COLUMNS, (pid, it, *t))) for rows in tr for t in rows)
-        if rank == 0 and it >= point.warmup:
-            records.append(IterationRecord(max(times), [s[0] for s in sent], [s[1] for s in sent]))
-    if dump:
-        finals = comm.gather(to_dense(result, point.workload["n"]), root=0)
-        if rank == 0:
-            np.savez(dump, *finals)
-    if rank != 0:
-        return None
-    row = summarize(point, "mpi", records, correct, worst, time.perf_counter() - t_start)
-    row["compute"] = f"{device.type}:{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}"
-    return {"row": row, "trace": trace_rows}
-
-
-def main(argv=None):
-    from ..experiments.point import Point
-
-    ap = argparse.ArgumentParser(prog="python -m simsparse.backends.mpi")
-    ap.add_argument("points", help="JSON file with a list of points (all with the same P)")
-    ap.add_argument("out", help="where rank 0 writes the list of results as JSON")
-    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    ap.add_argument("--trace", action="store_true")
-    ap.add_argument("--dump-results", default=None,
-                    help="folder for every rank's final result, one <point_id>.npz per point")
-    args = ap.parse_args(argv)
-    with open(args.points) as f:
-        points = [Point.from_dict(d) for d in json.load(f)]
-    outs = []
-    for point in points:  # one launch for many points amortises start-up (torch import, MPI init)
-        dump = os.path.join(args.dump_results, point.point_id("mpi") + ".npz") if args.dump_results else None
-        outs.append(measure(point, args.device, args.trace, dump))
-        if outs[-1] is not None:  # rank 0: save progress after every point
-            tmp = args.out + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump(outs, f, default=_json_default)
-            os.replace(tmp, args.out)
-
-
-def _json_default(o):
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.bool_):
-        return bool(o)
-    raise TypeError(type(o))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

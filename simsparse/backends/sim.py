@@ -21,8 +21,19 @@ MPI semantics modelled:
   per iteration for identical read-only inputs; every calling rank is still
   charged the device cost.
 
+Concurrency inside a rank (spawned programs, :mod:`.driver`): every rank has
+one device, a FIFO in issue order -- a compute, forward or backward request
+starts when the device has finished everything issued before it on that rank,
+and the issuing program resumes when it ends. ``forward`` and ``grad_ready``
+are charged from the model's per-tensor times (:class:`TrainingModel`);
+``grad_ready(i)`` runs the backward of every tensor from the last one not yet
+computed down to ``i`` (backward order is reverse registration order) and
+returns the rank's gradient of tensor ``i``.
+
 Requests that take no simulated time (an all-complete waitall, a zero-cost
-kernel) do not create SimPy events, which keeps large runs cheap.
+kernel on an idle device) do not create SimPy events, which keeps large runs
+cheap. A program blocked on messages resumes through one zero-delay event,
+never from inside the network model's callbacks.
 """
 from __future__ import annotations
 
@@ -38,7 +49,8 @@ import simpy
 
 from ..compute.devices import Device, IdealDevice
 from ..compute.kernels import Work, get_kernel
-from ..ops import Bundle, Compute, ContextBase, Handle, Payload, Waitall, Waitany
+from ..ops import Bundle, ContextBase, Handle, Payload, TraceRecord, scoped_tag
+from .driver import BLOCKED, Driver, IterationStats, post
 
 
 def _freeze(a):
@@ -108,55 +120,87 @@ class _Message:
         self.arrived = False
 
 
-@dataclass
-class IterationStats:
-    """What one simulated iteration produced."""
+@dataclass(frozen=True)
+class TrainingModel:
+    """What ``forward`` and ``grad_ready`` cost on every rank's device, and
+    where each tensor's gradient lies in the rank's flat gradient vector.
+    ``t_backward`` and ``sizes`` are in registration order."""
 
-    finish_s: list            # per rank: time its program returned
-    results: list             # per rank: the program's return value
-    bytes_sent: list          # per rank
-    msgs_sent: list           # per rank
-    n_events: int
-    trace: list = field(default_factory=list)  # (rank, phase, op, peer, bytes, start_s, end_s)
+    t_forward: float
+    t_backward: tuple
+    sizes: tuple
 
     @property
-    def time_s(self) -> float:
-        return max(self.finish_s) if self.finish_s else 0.0
+    def offsets(self) -> list:
+        return list(np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(int)) if self.sizes else []
+
+
+class _Rank:
+    """Per-rank state shared by the rank's programs: device, streams, counters."""
+
+    __slots__ = ("rank", "device_free", "streams", "bytes_sent", "msgs_sent", "busy", "next_bwd", "ready_at")
+
+    def __init__(self, rank: int, n_tensors: int):
+        self.rank = rank
+        self.device_free = 0.0
+        self.streams = {}
+        self.bytes_sent = 0
+        self.msgs_sent = 0
+        self.busy = {"forward": 0.0, "backward": 0.0, "compute": 0.0}
+        self.next_bwd = 0                       # tensors (in backward order) whose backward was issued
+        self.ready_at = [0.0] * n_tensors       # backward order: when each gradient is ready
 
 
 class SimContext(ContextBase):
     """The per-rank handle a rank program sees in the simulator."""
 
-    def __init__(self, sim: "Simulator", rank: int, size: int):
-        super().__init__(rank, size)
-        self.sim = sim
+    def __init__(self, sim: "Simulator", rs: _Rank, size: int, scope: tuple = (), sid: int = 0, lane: str = "main"):
+        super().__init__(rs.rank, size)
+        self.sim, self.r = sim, rs
         self.byte_scale = sim.byte_scale
+        self.scope, self.sid, self.lane = scope, sid, lane
+        self.spawned = 0
+        self.streams = rs.streams
+        self.program = None
 
     def now(self) -> float:
         return self.sim.env.now
 
     def isend(self, dst, payload, tag=0):
         self._check_peer(dst)
-        sim = self.sim
+        sim, rs = self.sim, self.r
         nb = payload.nbytes if sim.byte_scale == 1.0 else _scaled_nbytes(payload, sim.byte_scale)
-        h = Handle("send", dst, tag, nb, sim.env.now, self._phase)
-        sim.bytes_sent[self.rank] += nb
-        sim.msgs_sent[self.rank] += 1
-        sim._post_send(_Message(self.rank, dst, tag, payload.map(_freeze), nb, h))
+        h = Handle("send", dst, tag, nb, sim.env.now, self._phase, self.lane)
+        rs.bytes_sent += nb
+        rs.msgs_sent += 1
+        msg = _Message(self.rank, dst, tag if self.sid == 0 else scoped_tag(tag, self.sid), payload.map(_freeze), nb, h)
+        if self.program.stream is None:
+            sim._post_send(msg)
+        else:
+            post(self, lambda: sim._post_send(msg, late=True))
         return h
 
     def irecv(self, src, tag=0):
         self._check_peer(src)
-        h = Handle("recv", src, tag, 0, self.sim.env.now, self._phase)
-        self.sim._post_recv(src, self.rank, tag, h)
+        sim = self.sim
+        h = Handle("recv", src, tag, 0, sim.env.now, self._phase, self.lane)
+        wt = tag if self.sid == 0 else scoped_tag(tag, self.sid)
+        if self.program.stream is None:
+            sim._post_recv(src, self.rank, wt, h)
+        else:
+            post(self, lambda: sim._post_recv(src, self.rank, wt, h, late=True))
         return h
 
+    def spawn(self, program, stream=None, lane=None):
+        return self.sim.spawn(self, program, stream, lane)
 
-class Simulator:
+
+class Simulator(Driver):
     """Runs one iteration of P rank programs on a network and device model."""
 
     def __init__(self, network, device: Device | None = None, eager_threshold_B: int = 65536,
                  rendezvous_rtt_s: float = 0.0, trace: bool = False, byte_scale: float = 1.0):
+        super().__init__()
         self.network = network
         self.device = device or IdealDevice()
         self.ideal = isinstance(self.device, IdealDevice)
@@ -168,77 +212,151 @@ class Simulator:
         self.byte_scale = float(byte_scale)
 
     # -- one iteration ------------------------------------------------------
-    def run(self, programs) -> IterationStats:
-        """``programs[r]`` is rank r's generator factory: ``f(ctx) -> generator``."""
+    def run(self, programs, model: TrainingModel | None = None, grads: list | None = None) -> IterationStats:
+        """``programs[r]`` is rank r's generator factory: ``f(ctx) -> generator``.
+        ``model`` and ``grads`` (each rank's flat gradient) serve ``forward``
+        and ``grad_ready``."""
         P = len(programs)
         self.env = env = simpy.Environment()
         self.network.reset(env, P)
-        self.bytes_sent = [0] * P
-        self.msgs_sent = [0] * P
+        self.model, self.grads = model, grads
+        if model is not None:
+            L = len(model.sizes)
+            offs = model.offsets
+            self._bwd_cum = np.concatenate([[0.0], np.cumsum(model.t_backward[::-1])]).tolist()
+            self._views = [(offs[i], offs[i] + model.sizes[i]) for i in range(L)]
+        self.ranks = [_Rank(r, len(model.sizes) if model else 0) for r in range(P)]
         self.channels = {}
         self.memo = {}     # memo kernels' results by content key
         self.digests = {}  # id -> (read-only array, digest)
         self.trace = []
         self.finish = [0.0] * P
         self.results = [None] * P
-        for r, make in enumerate(programs):
-            ctx = SimContext(self, r, P)
-            env.process(self._drive(ctx, make(ctx)))
+        self.returned = [False] * P
         # The cyclic garbage collector's full passes grow with the number of live
         # generators and handles; a large run spends up to half its time there.
         # Rank programs create (almost) no reference cycles, so pause it.
         gc_on = gc.isenabled()
         gc.disable()
         try:
+            for rs, make in zip(self.ranks, programs):
+                ctx = SimContext(self, rs, P)
+                self.start(ctx, make(ctx))
             env.run()
         finally:
             if gc_on:
                 gc.enable()
-        return IterationStats(self.finish, self.results, self.bytes_sent, self.msgs_sent,
-                              events_scheduled(env), self.trace)
+        stuck = [r for r in range(P) if not self.returned[r]]
+        if stuck:
+            raise RuntimeError(f"deadlock: the programs of ranks {stuck[:8]}{' ...' if len(stuck) > 8 else ''} never "
+                               f"returned (a receive without a matching send, or a wait that cannot complete)")
+        return IterationStats(self.finish, self.results, [rs.bytes_sent for rs in self.ranks],
+                              [rs.msgs_sent for rs in self.ranks], events_scheduled(env), self.trace,
+                              [rs.busy for rs in self.ranks])
 
-    def _drive(self, ctx, gen):
-        env = self.env
-        rank = ctx.rank
-        value = None
-        while True:
-            try:
-                req = gen.send(value)
-            except StopIteration as stop:
-                self.results[rank] = stop.value
-                self.finish[rank] = env.now
-                return
-            t = type(req)
-            if t is Waitall:
-                hs = req.handles
-                pending = [h for h in hs if not h.done]
-                if pending:
-                    yield self._wait(pending, len(pending))
-                value = [h.value for h in hs]
-            elif t is Compute:
-                k = get_kernel(req.kernel)
-                value = self._memo_call(k, req) if k.memo else k.numpy(*req.args, **req.kwargs)
-                if self.ideal:
-                    dt = 0.0
-                else:
-                    w = k.work(value, *req.args, **req.kwargs)
-                    if self.byte_scale != 1.0:
-                        w = Work(w.elems * self.byte_scale, w.bytes * self.byte_scale)
-                    dt = self.device.cost(req.kernel, w)
-                if self.trace_on:
-                    self.trace.append((rank, ctx._phase, "compute:" + req.kernel, -1, 0, env.now, env.now + dt))
-                if dt > 0:
-                    yield env.timeout(dt)
-            elif t is Waitany:
-                hs = req.handles
-                if not hs:
-                    raise ValueError(f"rank {rank}: waitany on an empty list")
-                if not any(h.done for h in hs):
-                    yield self._wait(hs, 1)
-                i = next(i for i, h in enumerate(hs) if h.done)
-                value = (i, hs[i].value)
-            else:
-                raise TypeError(f"rank {rank} yielded {req!r}; expected ctx.waitall/waitany/compute")
+    # -- driver hooks ----------------------------------------------------------
+    def child_context(self, parent, path, sid, lane):
+        return SimContext(self, parent.r, parent.size, path, sid, lane)
+
+    def task_done(self, prog, value):
+        ctx, t = prog.ctx, prog.task
+        if t is None:
+            self.results[ctx.rank] = value
+            self.finish[ctx.rank] = self.env.now
+            self.returned[ctx.rank] = True
+            return
+        if self.trace_on:
+            self.trace.append(TraceRecord(ctx.rank, t.lane, "task", -1, 0, t.post_s, self.env.now, t.lane))
+        t.done = True
+        t.value = value
+        self._notify(t)
+
+    def _soon(self, fn):
+        """Call ``fn`` from a zero-delay event (never from inside the network's callbacks)."""
+        self.env.timeout(0).callbacks.append(lambda _e: fn())
+
+    # -- request handlers (the table in .driver) ------------------------------------
+    def on_waitall(self, prog, req):
+        hs = req.handles
+        pending = [h for h in hs if not h.done]
+        if not pending:
+            return [h.value for h in hs]
+        self._wait(pending, len(pending), lambda: self.step(prog, [h.value for h in hs]))
+        return BLOCKED
+
+    def on_waitany(self, prog, req):
+        hs = req.handles
+        if not hs:
+            raise ValueError(f"rank {prog.ctx.rank}: waitany on an empty list")
+        for i, h in enumerate(hs):
+            if h.done:
+                return (i, h.value)
+
+        def resume():
+            i = next(i for i, h in enumerate(hs) if h.done)
+            self.step(prog, (i, hs[i].value))
+
+        self._wait(hs, 1, resume)
+        return BLOCKED
+
+    def on_compute(self, prog, req):
+        k = get_kernel(req.kernel)
+        value = self._memo_call(k, req) if k.memo else k.numpy(*req.args, **req.kwargs)
+        if self.ideal:
+            dt = 0.0
+        else:
+            w = k.work(value, *req.args, **req.kwargs)
+            if self.byte_scale != 1.0:
+                w = Work(w.elems * self.byte_scale, w.bytes * self.byte_scale)
+            dt = self.device.cost(req.kernel, w)
+        return self._device(prog, dt, value, "compute:" + req.kernel, "compute")
+
+    def on_forward(self, prog, req):
+        return self._device(prog, self._model("forward").t_forward, None, "forward", "forward")
+
+    def on_grad_ready(self, prog, req):
+        m, rs = self._model("grad_ready"), prog.ctx.r
+        i = req.index
+        L = len(m.sizes)
+        if not 0 <= i < L:
+            raise IndexError(f"grad_ready({i}): the model has {L} tensors")
+        a, b = self._views[i]
+        value = self.grads[rs.rank][a:b]
+        pos = L - 1 - i
+        if pos >= rs.next_bwd:  # run the backward of tensors next_bwd..pos
+            dt = self._bwd_cum[pos + 1] - self._bwd_cum[rs.next_bwd]
+            out = self._device(prog, dt, value, "backward", "backward")
+            end = max(rs.device_free, self.env.now)
+            for p in range(rs.next_bwd, pos + 1):
+                rs.ready_at[p] = end
+            rs.next_bwd = pos + 1
+            return out
+        delay = rs.ready_at[pos] - self.env.now
+        if delay <= 0:
+            return value
+        self.env.timeout(delay).callbacks.append(lambda _e: self.step(prog, value))
+        return BLOCKED
+
+    def _model(self, what) -> TrainingModel:
+        if self.model is None:
+            raise RuntimeError(f"ctx.{what}() needs a model: this run simulates a bare collective")
+        return self.model
+
+    def _device(self, prog, dt, value, op, category):
+        """Occupy the rank's device for dt after everything issued before."""
+        ctx = prog.ctx
+        rs, now = ctx.r, self.env.now
+        start = rs.device_free if rs.device_free > now else now
+        end = start + dt
+        if dt > 0:
+            rs.busy[category] += dt
+        if self.trace_on:
+            self.trace.append(TraceRecord(rs.rank, ctx._phase, op, -1, 0, start, end, ctx.lane))
+        if end > now:
+            rs.device_free = end
+            self.env.timeout(end - now).callbacks.append(lambda _e: self.step(prog, value))
+            return BLOCKED
+        return value
 
     def _memo_call(self, k, req):
         # by name, and with ``like`` (which only lends its dtype) replaced by that dtype
@@ -257,21 +375,27 @@ class Simulator:
             self.memo[key] = out
         return out
 
-    def _wait(self, handles, need):
-        ev = self.env.event()
+    def _wait(self, handles, need, resume):
         state = [need]
 
         def tick():
             state[0] -= 1
             if state[0] == 0:
-                ev.succeed()
+                self._soon(resume)
 
         for h in handles:
             if h._waiters is None:
                 h._waiters = [tick]
             else:
                 h._waiters.append(tick)
-        return ev
+
+    @staticmethod
+    def _notify(h: Handle):
+        ws = h._waiters
+        if ws:
+            h._waiters = None
+            for w in ws:
+                w()
 
     # -- point-to-point -----------------------------------------------------
     def _channel(self, key):
@@ -280,7 +404,9 @@ class Simulator:
             ch = self.channels[key] = (deque(), deque())  # unmatched sends, unmatched recvs
         return ch
 
-    def _post_send(self, msg: _Message):
+    def _post_send(self, msg: _Message, late: bool = False):
+        if late:
+            msg.send.post_s = self.env.now
         sends, recvs = self._channel((msg.src, msg.dst, msg.tag))
         if recvs:
             msg.recv = recvs.popleft()
@@ -290,7 +416,9 @@ class Simulator:
             if msg.nbytes <= self.eager:
                 self._start(msg)
 
-    def _post_recv(self, src, dst, tag, h):
+    def _post_recv(self, src, dst, tag, h, late: bool = False):
+        if late:
+            h.post_s = self.env.now
         sends, recvs = self._channel((src, dst, tag))
         if sends:
             msg = sends.popleft()
@@ -321,10 +449,5 @@ class Simulator:
         h.done = True
         h.value = value
         if self.trace_on:
-            self.trace.append((owner, h.phase, h.kind, h.peer, nbytes, h.post_s, self.env.now))
-        ws = h._waiters
-        if ws:
-            h._waiters = None
-            for w in ws:
-                w()
-
+            self.trace.append(TraceRecord(owner, h.phase, h.kind, h.peer, nbytes, h.post_s, self.env.now, h.lane))
+        self._notify(h)

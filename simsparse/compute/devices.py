@@ -38,12 +38,17 @@ class DeviceProfile(BaseModel):
     model: Literal["parametric"] = "parametric"
     launch_s: float = Field(0.0, ge=0, description="fixed cost of every kernel call")
     mem_bandwidth_Bps: float = Field(gt=0, description="memory bandwidth for memory-bound kernels")
+    peak_flops: float | None = Field(None, gt=0, description="FP32 peak in FLOP/s (model profiles: convolutions and "
+                                                              "matmuls)")
+    compute_efficiency: float = Field(1.0, gt=0, le=1, description="achieved fraction of peak_flops on a real "
+                                                                   "network's layers")
     kernels: dict[str, KernelCost] = Field(default_factory=dict)
     source: str | None = None
 
 
 class Device:
     name = "device"
+    profile: DeviceProfile | None = None
 
     def cost(self, kernel: str, work: Work) -> float:  # pragma: no cover - interface
         raise NotImplementedError

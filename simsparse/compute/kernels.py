@@ -40,14 +40,13 @@ class Work:
 
 
 class Kernel:
-    __slots__ = ("name", "numpy", "torch_fn", "work", "doc", "memo")
+    __slots__ = ("name", "numpy", "torch_fn", "work", "memo")
 
-    def __init__(self, name: str, numpy_fn: Callable, work: Callable, doc: str = "", memo: bool = False):
+    def __init__(self, name: str, numpy_fn: Callable, work: Callable, memo: bool = False):
         self.name = name
         self.numpy = numpy_fn
         self.torch_fn = numpy_fn  # overridden by @k.torch where the code differs
         self.work = work
-        self.doc = doc
         #: a pure function of its inputs whose result the simulator may share
         #: between ranks that call it on the very same (read-only) arrays
         self.memo = memo
@@ -68,7 +67,7 @@ def kernel(name: str, work: Callable, memo: bool = False) -> Callable[[Callable]
     def deco(fn: Callable) -> Kernel:
         if name in KERNELS:
             raise ValueError(f"kernel {name!r} registered twice")
-        k = Kernel(name, fn, work, (fn.__doc__ or "").strip(), memo)
+        k = Kernel(name, fn, work, memo)
         KERNELS[name] = k
         return k
 

@@ -53,11 +53,15 @@ def measure_points(points: list[Point], device: str = "auto", trace: bool = Fals
     if any(p.P != P for p in points):
         raise ValueError("measure_points: all points must have the same P")
     mpiexec = check_prerequisites()
+    if any(p.schedule for p in points):
+        from .plan import with_plan
+
+        points = [with_plan(p) for p in points]  # the real run executes the simulator's merge plan
     with tempfile.TemporaryDirectory(prefix="simsparse-") as td:
         pfile, ofile = os.path.join(td, "points.json"), os.path.join(td, "out.json")
         with open(pfile, "w") as f:
             json.dump([p.to_dict() for p in points], f)
-        cmd = [mpiexec, "-n", str(P), sys.executable, "-m", "simsparse.backends.mpi", pfile, ofile,
+        cmd = [mpiexec, "-n", str(P), sys.executable, "-m", "simsparse.experiments.worker", pfile, ofile,
                "--device", device]
         if trace:
             cmd.append("--trace")

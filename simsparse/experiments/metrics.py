@@ -7,9 +7,11 @@ import numpy as np
 
 from .point import Point
 
-ROW_COLUMNS = ["point_id", "backend", "algorithm", "params", "P", "n", "density", "k", "dtype", "seed",
-               "network", "compute", "iterations", "warmup", "time_s", "time_min_s", "time_max_s",
+ROW_COLUMNS = ["point_id", "backend", "schedule", "model", "batch_size", "algorithm", "params", "P", "n", "density", "k",
+               "dtype", "seed", "network", "compute", "iterations", "warmup", "time_s", "time_min_s", "time_max_s",
+               "t_iter_s", "t_forward_s", "t_backward_s", "t_sparsify_s", "t_comm_nonoverlap_s", "merged_groups",
                "bytes_sent_max", "bytes_total", "msgs_total", "correct", "max_rel_err", "sim_events", "wall_s"]
+BREAKDOWN = ("t_forward_s", "t_backward_s", "t_sparsify_s", "t_comm_nonoverlap_s")
 
 
 @dataclass
@@ -18,6 +20,7 @@ class IterationRecord:
     bytes_sent: list             # per rank
     msgs_sent: list              # per rank
     events: int = 0
+    breakdown: dict | None = None  # training iterations: the slowest rank's time by kind
 
 
 @dataclass
@@ -47,6 +50,13 @@ def summarize(point: Point, backend: str, records: list[IterationRecord], correc
         sim_events=int(sum(r.events for r in records)),
         wall_s=wall_s,
     )
+    if point.schedule:
+        # t_iter_s is time_s; the breakdown is the median of each part (the
+        # parts of one iteration sum to its time)
+        row["t_iter_s"] = row["time_s"]
+        for key in BREAKDOWN:
+            row[key] = float(np.median([r.breakdown[key] for r in records]))
+        row["merged_groups"] = len(point.plan)
     return row
 
 

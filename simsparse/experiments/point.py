@@ -32,6 +32,14 @@ class Point:
     #: the simulator carries data at this fraction of n and scales bytes and
     #: compute work back up (1: full size); the real backend always runs full size
     data_scale: float = 1.0
+    #: a training iteration: a registered schedule whose buckets communicate
+    #: with ``algorithm``; the model is ``workload["model"]``
+    schedule: str | None = None
+    schedule_params: dict = field(default_factory=dict)
+    batch_size: int | None = None
+    #: the schedule's merge plan (group lengths in backward order), resolved
+    #: before the point runs (derived from the point, so not part of its id)
+    plan: tuple | None = None
 
     # -- identity ----------------------------------------------------------
     def to_dict(self) -> dict:
@@ -39,12 +47,18 @@ class Point:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Point":
+        if d.get("plan") is not None:
+            d = {**d, "plan": tuple(d["plan"])}
         return cls(**d)
 
     def point_id(self, backend: str) -> str:
         d = self.to_dict()
+        d.pop("plan")
         if backend != "sim" or self.data_scale == 1.0:
             d.pop("data_scale")  # the real backend always runs full size; ids of full-size points stay as before
+        if self.schedule is None:  # ids of bare-collective points stay as before
+            for key in ("schedule", "schedule_params", "batch_size"):
+                d.pop(key)
         blob = json.dumps({"backend": backend, **d}, sort_keys=True, default=str)
         return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
@@ -52,6 +66,16 @@ class Point:
     @property
     def algorithm_cls(self):
         return get_algorithm(self.algorithm)
+
+    @property
+    def schedule_cls(self):
+        from ..schedules import get_schedule
+
+        return get_schedule(self.schedule)
+
+    @property
+    def model(self) -> str | None:
+        return self.workload.get("model")
 
     def params_model(self):
         return self.algorithm_cls.Params.model_validate(self.params)
@@ -85,11 +109,23 @@ class Point:
         cls, params = self.algorithm_cls, self.params_model()
         return [cls(self.setup(r), params) for r in range(self.P)]
 
+    def schedule_for(self, rank: int):
+        """Rank's schedule instance (it keeps one algorithm instance per bucket)."""
+        if self.plan is None:
+            raise RuntimeError("the point's merge plan is not resolved (experiments.plan.with_plan)")
+        cls = self.schedule_cls
+        w = self.workload
+        return cls(rank, self.P, tuple(w["layers"]), w["density"], w["dtype"], self.plan, self.algorithm_cls,
+                   self.params_model())
+
     # -- description -----------------------------------------------------------
     def label_columns(self) -> dict:
         """The columns of a results row that describe this point."""
         spec = self.network_spec()
         cols = {
+            "schedule": self.schedule or "",
+            "model": self.model or "",
+            "batch_size": self.batch_size if self.batch_size is not None else "",
             "algorithm": self.algorithm,
             "params": json.dumps(self.params, sort_keys=True) if self.params else "",
             "P": self.P,
@@ -107,36 +143,12 @@ class Point:
         for key, val in self.network.items():
             if isinstance(val, (int, float, str, bool)) and key not in ("name", "source"):
                 cols[f"net_{key}"] = val
-        for key, val in self.workload.items():  # the gradient source's knobs (overlap, drift, model, ...)
-            if isinstance(val, (int, float, str, bool)) and key not in ("n", "density", "dtype", "seed"):
+        for key, val in self.workload.items():  # the gradient source's knobs (overlap, drift, ...)
+            if isinstance(val, (int, float, str, bool)) and key not in ("n", "density", "dtype", "seed", "model"):
                 cols[f"wl_{key}"] = val
+        if self.schedule_params:
+            cols["schedule_params"] = json.dumps(self.schedule_params, sort_keys=True)
         return cols
-
-
-def check_results(point: Point, inputs: list, results: list, states: list[dict]) -> tuple[bool, float]:
-    """Compare every rank's result with the algorithm's numpy reference, given
-    every rank's input to run() and check_state().
-    Returns (all correct, max error relative to the scale of the sum: the
-    largest of max |reference| and max_j sum_i |x_i[j]|, so that rounding
-    in a sum whose terms cancel is not mistaken for a wrong result)."""
-    cls = point.algorithm_cls
-    setup = point.setup(0)
-    inputs = [_np(x) for x in inputs]
-    params = point.params_model()
-    ref = np.asarray(cls.reference(inputs, setup, params, states), dtype=np.float64)
-    magnitude = np.zeros(ref.shape)
-    for x in inputs:
-        if x.shape == ref.shape:
-            magnitude += np.abs(x)
-    scale = max(float(np.max(np.abs(ref))) if ref.size else 0.0, float(magnitude.max(initial=0.0)), 1e-30)
-    worst = 0.0
-    for res in results:
-        dense = np.asarray(to_dense(res, setup.n), dtype=np.float64)
-        if dense.shape != ref.shape:
-            return False, float("inf")
-        if dense.size:
-            worst = max(worst, float(np.max(np.abs(dense - ref))) / scale)
-    return worst <= cls.tolerance_for(setup, params), worst
 
 
 def to_dense(result, n: int) -> np.ndarray:

@@ -1,0 +1,185 @@
+"""What both backends share: running rank programs, one request table.
+
+A rank runs one *main* program and any number of programs it spawns. Each is
+a :class:`Program`; :meth:`Driver.step` sends it a value and dispatches the
+requests it yields through one table (:data:`DISPATCH`), until a request
+cannot be answered at once (the handler returns :data:`BLOCKED`; the backend
+resumes the program later with :meth:`Driver.step`). The backends implement
+the handlers:
+
+* the simulator answers from simulated time (network and device models),
+* the real backend from MPI and torch.
+
+Spawning, joining and the per-stream serialisation of communication are the
+same in both and live here. Streams (:class:`Stream`): a program spawned on a
+stream *owns* it from its first send or receive until it finishes; the posts
+of a later program on the same stream are held back, in order, until it owns
+the stream. Compute is not held back: a bucket's sparsification runs while the
+previous bucket communicates (OMGS-SGD Eqs. 6-8).
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from ..ops import Compute, Forward, GradReady, Task, Waitall, Waitany, scope_id
+
+#: a handler's answer when the program must wait
+BLOCKED = object()
+
+#: request type -> name of the backend's handler method
+DISPATCH = {Waitall: "on_waitall", Waitany: "on_waitany", Compute: "on_compute", Forward: "on_forward",
+            GradReady: "on_grad_ready"}
+
+
+@dataclass
+class IterationStats:
+    """What one iteration produced on the ranks a backend runs (all ranks in
+    the simulator, its own rank in an MPI process), per rank in rank order."""
+
+    finish_s: list            # when the rank's main program returned
+    results: list             # the main program's return value
+    bytes_sent: list
+    msgs_sent: list
+    n_events: int = 0         # simulator events (0 in real runs)
+    trace: list = field(default_factory=list)  # TraceRecord of these ranks
+    busy: list = field(default_factory=list)   # {"forward", "backward", "compute"}: device seconds
+
+    @property
+    def time_s(self) -> float:
+        return max(self.finish_s) if self.finish_s else 0.0
+
+
+class Program:
+    """A running rank program: its generator, context, task handle and children."""
+
+    __slots__ = ("gen", "ctx", "task", "stream", "live_children", "finished")
+
+    def __init__(self, gen, ctx, task: Task | None, stream: "Stream | None"):
+        self.gen, self.ctx, self.task, self.stream = gen, ctx, task, stream
+        self.live_children = 0
+        self.finished = False
+
+
+class Stream:
+    """One communication stream of a rank: one owning program at a time."""
+
+    __slots__ = ("owner", "waiting", "held")
+
+    def __init__(self):
+        self.owner: Program | None = None
+        self.waiting: deque[Program] = deque()
+        self.held: dict[Program, list] = {}
+
+    def post(self, prog: Program, do_post) -> None:
+        """Post now if ``prog`` owns (or can take) the stream, else hold it back."""
+        if self.owner is None:
+            self.owner = prog
+        if self.owner is prog:
+            do_post()
+            return
+        held = self.held.get(prog)
+        if held is None:
+            held = self.held[prog] = []
+            self.waiting.append(prog)
+        held.append(do_post)
+
+    def release(self, prog: Program) -> None:
+        """``prog`` finished: hand the stream to the next waiting program."""
+        if self.owner is not prog:
+            return
+        self.owner = None
+        while self.waiting:
+            nxt = self.waiting.popleft()
+            self.owner = nxt
+            for do_post in self.held.pop(nxt):
+                do_post()
+            if not nxt.finished:
+                return
+            self.owner = None
+
+
+class Driver:
+    """The stepping loop and spawn/join logic; backends add the handlers
+    (``on_waitall``, ``on_waitany``, ``on_compute``, ``on_forward``,
+    ``on_grad_ready``), ``child_context`` and ``task_done``."""
+
+    def __init__(self):
+        self._table = {t: getattr(self, name) for t, name in DISPATCH.items()}
+
+    # -- programs -----------------------------------------------------------
+    def start(self, ctx, gen, task: Task | None = None, stream: Stream | None = None) -> Program:
+        prog = Program(gen, ctx, task, stream)
+        ctx.program = prog
+        self.step(prog, None)
+        return prog
+
+    def step(self, prog: Program, value) -> None:
+        """Run ``prog`` until it blocks or returns."""
+        gen, table = prog.gen, self._table
+        while True:
+            try:
+                req = gen.send(value)
+            except StopIteration as stop:
+                self._finish(prog, stop.value)
+                return
+            handler = table.get(type(req))
+            if handler is None:
+                raise TypeError(f"rank {prog.ctx.rank} ({prog.ctx.lane}) yielded {req!r}; expected ctx.waitall, "
+                                f"ctx.waitany, ctx.compute, ctx.forward or ctx.grad_ready")
+            value = handler(prog, req)
+            if value is BLOCKED:
+                return
+
+    def spawn(self, parent_ctx, program, stream: str | None, lane: str | None) -> Task:
+        """``ctx.spawn``: a child context with the next tag scope, run at once
+        until it first blocks."""
+        idx = parent_ctx.spawned
+        parent_ctx.spawned += 1
+        path = parent_ctx.scope + (idx,)
+        name = lane or f"task{idx}"
+        if parent_ctx.lane != "main":
+            name = f"{parent_ctx.lane}/{name}"
+        child = self.child_context(parent_ctx, path, scope_id(path), name)
+        task = Task(name, parent_ctx.now())
+        parent = parent_ctx.program
+        parent.live_children += 1
+        st = None
+        if stream is not None:
+            streams = parent_ctx.streams
+            st = streams.get(stream)
+            if st is None:
+                st = streams[stream] = Stream()
+        child.parent_program = parent
+        self.start(child, program(child), task, st)
+        return task
+
+    def _finish(self, prog: Program, value) -> None:
+        if prog.live_children:
+            raise RuntimeError(f"rank {prog.ctx.rank}: program {prog.ctx.lane!r} returned with {prog.live_children} "
+                               f"spawned task(s) not joined; wait for them (ctx.waitall) before returning")
+        prog.finished = True
+        if prog.stream is not None:
+            prog.stream.release(prog)
+        parent = getattr(prog.ctx, "parent_program", None)
+        if parent is not None:
+            parent.live_children -= 1
+        self.task_done(prog, value)
+
+    # -- backend hooks ------------------------------------------------------
+    def child_context(self, parent_ctx, path: tuple, sid: int, lane: str):  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def task_done(self, prog: Program, value) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+def post(ctx, do_post) -> None:
+    """Post a send or receive of ``ctx``'s program now, or hold it back
+    behind the program that owns its stream."""
+    prog = ctx.program
+    st = prog.stream
+    if st is None:
+        do_post()
+    else:
+        st.post(prog, do_post)

@@ -1,0 +1,144 @@
+"""The one experiment loop: ``warmup + iterations`` iterations of a point on
+a backend, every result checked against numpy, one results row.
+
+A backend (:class:`~.runner.SimBackend`, :class:`~.worker.MPIBackend`) runs
+the ranks it holds (all of them in the simulator, its own in an MPI process)
+and gathers per-rank values on the root. What a rank runs is a *job*: a bare
+collective (an algorithm instance fed the workload's gradient) or a training
+iteration (a schedule instance; gradients come from the backward pass).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from .metrics import IterationRecord, PointOutcome, summarize
+from .point import Point, to_dense
+
+TRACE_COLUMNS = ["point_id", "iteration", "rank", "lane", "phase", "op", "peer", "bytes", "start_s", "end_s"]
+
+
+class AlgorithmJob:
+    """A rank's algorithm instance on the workload's gradient."""
+
+    def __init__(self, point: Point, rank: int):
+        self.alg = point.algorithm_cls(point.setup(rank), point.params_model())
+        self.n = point.workload["n"]
+
+    def program(self, grad):
+        return lambda ctx: self.alg.iteration(ctx, grad)
+
+    def input_dense(self) -> np.ndarray:
+        return to_dense(self.alg.last_input, self.n)
+
+    def result_dense(self, result) -> np.ndarray:
+        return to_dense(result, self.n)
+
+    def state(self):
+        return self.alg.check_state()
+
+
+class ScheduleJob:
+    """A rank's schedule instance: one training iteration per call."""
+
+    def __init__(self, point: Point, rank: int):
+        self.sched = point.schedule_for(rank)
+
+    def program(self, grad=None):
+        return self.sched.run
+
+    def input_dense(self) -> np.ndarray:
+        return self.sched.assemble(self.sched.last_inputs(), to_dense)
+
+    def result_dense(self, result) -> np.ndarray:
+        return self.sched.assemble(result, to_dense)
+
+    def state(self):
+        return self.sched.check_state()
+
+
+def make_job(point: Point, rank: int):
+    return ScheduleJob(point, rank) if point.schedule else AlgorithmJob(point, rank)
+
+
+def check(point: Point, job, inputs: list, results: list, states: list) -> tuple[bool, float]:
+    """Compare every rank's dense result with the numpy reference computed
+    from every rank's input and check state. Returns (all correct, max error
+    relative to the scale of the sum: the largest of max |reference| and
+    max_j sum_i |x_i[j]|, so that rounding in a sum whose terms cancel is not
+    mistaken for a wrong result)."""
+    inputs = [np.asarray(x) for x in inputs]
+    if point.schedule:
+        ref, tol = job.sched.reference(inputs, states), job.sched.tolerance()
+    else:
+        cls, params, setup = point.algorithm_cls, point.params_model(), point.setup(0)
+        ref, tol = cls.reference(inputs, setup, params, states), cls.tolerance_for(setup, params)
+    ref = np.asarray(ref, dtype=np.float64)
+    magnitude = np.zeros(ref.shape)
+    for x in inputs:
+        if x.shape == ref.shape:
+            magnitude += np.abs(x)
+    scale = max(float(np.max(np.abs(ref))) if ref.size else 0.0, float(magnitude.max(initial=0.0)), 1e-30)
+    worst = 0.0
+    for res in results:
+        res = np.asarray(res, dtype=np.float64)
+        if res.shape != ref.shape:
+            return False, float("inf")
+        if res.size:
+            worst = max(worst, float(np.max(np.abs(res - ref))) / scale)
+    return worst <= tol, worst
+
+
+def check_results(point: Point, inputs: list, results: list, states: list) -> tuple[bool, float]:
+    """:func:`check` for a bare collective, from raw inputs and results (arrays, tensors, COO)."""
+    n = point.workload["n"]
+    return check(point, None, [to_dense(x, n) for x in inputs], [to_dense(r, n) for r in results], states)
+
+
+def _breakdown(stats_finish: list, busy: list) -> dict:
+    """The slowest rank's iteration split into device work by kind and the
+    time its device waited for communication (OMGS-SGD section V.E)."""
+    r = int(np.argmax(stats_finish))
+    b = busy[r]
+    device = b["forward"] + b["backward"] + b["compute"]
+    return {"t_forward_s": b["forward"], "t_backward_s": b["backward"], "t_sparsify_s": b["compute"],
+            "t_comm_nonoverlap_s": max(0.0, stats_finish[r] - device)}
+
+
+def run_point(point: Point, backend, keep_results: bool = False) -> PointOutcome | None:
+    """Run one point; the root returns its outcome, other processes None."""
+    t0 = time.perf_counter()
+    run_pt = backend.point
+    jobs = {r: make_job(run_pt, r) for r in backend.local_ranks}
+    pid = point.point_id(backend.name)
+    records, trace_rows = [], []
+    correct, worst = (True if point.check else None), 0.0
+    results = None
+    gather = backend.gather
+    for it in range(point.warmup + point.iterations):
+        stats = backend.iteration(jobs, it)
+        finish, sent, msgs, busy = gather(stats.finish_s), gather(stats.bytes_sent), gather(stats.msgs_sent), \
+            gather(stats.busy)
+        if point.check:
+            local = list(jobs)
+            inputs = gather([jobs[r].input_dense() for r in local])
+            dense = gather([jobs[r].result_dense(res) for r, res in zip(local, stats.results)])
+            states = gather([jobs[r].state() for r in local])
+            if backend.root:
+                ok, err = check(run_pt, jobs[local[0]], inputs, dense, states)
+                correct, worst = correct and ok, max(worst, err)
+        if backend.trace:
+            tr = gather([stats.trace])
+            if backend.root:
+                trace_rows.extend(dict(zip(TRACE_COLUMNS, (pid, it, t.rank, t.lane, t.phase, t.op, t.peer, t.bytes,
+                                                           t.start_s, t.end_s)))
+                                  for part in tr for t in part)
+        if backend.root and it >= point.warmup:
+            records.append(IterationRecord(max(finish), list(sent), list(msgs), stats.n_events,
+                                           _breakdown(finish, busy) if point.schedule else None))
+        results = stats.results
+    if not backend.root:
+        return None
+    row = summarize(point, backend.name, records, correct, worst, time.perf_counter() - t0)
+    return PointOutcome(row, trace_rows, results if keep_results else None)

@@ -1,0 +1,140 @@
+"""The real backend's side of the experiment loop, one process per rank.
+
+Run as ``mpiexec -n P python -m simsparse.experiments.worker POINTS.json OUT.json``
+(``simsparse measure`` does this). Every point runs through the same
+:func:`~.loop.run_point` as in the simulator; rank 0 writes the rows.
+An iteration starts after a barrier; its time is the maximum over ranks of
+the time the rank's main program took; the reported time is the median over
+the measured iterations after warm-up.
+
+A training point (a schedule) runs the project's real torch model: the same
+initial weights on every rank (seeded), a different synthetic batch per rank
+and iteration, a real forward and backward; no optimizer step is taken (the
+weights, and so the work, stay the same across iterations).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+from .loop import run_point
+from .point import Point
+
+
+class MPIBackend:
+    name = "mpi"
+
+    def __init__(self, point: Point, device_kind: str = "auto", trace: bool = False):
+        from mpi4py import MPI
+        import torch
+
+        from ..backends.mpi import MPIDriver, pick_device
+
+        self.comm = comm = MPI.COMM_WORLD
+        self.rank, P = comm.Get_rank(), comm.Get_size()
+        if P != point.P:
+            raise SystemExit(f"point wants P={point.P} ranks but mpiexec started {P}")
+        self.device = device = pick_device(device_kind)
+        if device.type == "cpu":
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // P))
+        self.point, self.trace = point, trace
+        self.local_ranks, self.root = [self.rank], self.rank == 0
+        self.trainer = _trainer(point, self.rank, device) if point.schedule else None
+        self.driver = MPIDriver(comm, device, trace, self.trainer)
+        self.workload = None if point.schedule else point.workload_obj()
+
+    def gather(self, values):
+        (v,) = values
+        return self.comm.gather(v, root=0)
+
+    def iteration(self, jobs, it):
+        (job,) = jobs.values()
+        if self.trainer is not None:
+            self.trainer.batch_for(it)
+            prog = job.program()
+        else:
+            prog = job.program(self.driver.rs.from_host(self.workload.grad(self.rank, it).copy()))
+        self.comm.Barrier()
+        stats = self.driver.run(prog)
+        self.last = (job, stats.results[0])
+        return stats
+
+    def device_label(self) -> str:
+        import torch
+
+        d = self.device
+        return f"{d.type}:{torch.cuda.get_device_name(d) if d.type == 'cuda' else 'cpu'}"
+
+
+def _trainer(point: Point, rank: int, device):
+    import torch
+
+    from .. import models
+    from ..backends.mpi import Trainer
+
+    name, bs, seed = point.model, point.batch_size, point.workload["seed"]
+    torch.manual_seed(seed)  # the same initial weights on every rank
+    model = models.build(name).to(device)
+    trainer = Trainer(model, lambda: models.loss(name, model, trainer.batch))
+
+    def batch_for(it):
+        gen = torch.Generator().manual_seed(hash((seed, rank, it)) & 0x7FFFFFFF)
+        trainer.batch = models.example_batch(name, bs, generator=gen, device=device)
+
+    trainer.batch_for = batch_for
+    return trainer
+
+
+def measure(point: Point, device_kind="auto", trace=False, dump=None) -> dict | None:
+    """Run one point on COMM_WORLD; rank 0 returns {row, trace}, others None."""
+    backend = MPIBackend(point, device_kind, trace)
+    out = run_point(point, backend)
+    if dump:
+        job, result = backend.last
+        finals = backend.gather([job.result_dense(result)])
+        if finals is not None:
+            np.savez(dump, *finals)
+    if out is None:
+        return None
+    out.row["compute"] = backend.device_label()
+    return {"row": out.row, "trace": out.trace}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m simsparse.experiments.worker")
+    ap.add_argument("points", help="JSON file with a list of points (all with the same P)")
+    ap.add_argument("out", help="where rank 0 writes the list of results as JSON")
+    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    ap.add_argument("--trace", action="store_true")
+    ap.add_argument("--dump-results", default=None,
+                    help="folder for every rank's final result, one <point_id>.npz per point")
+    args = ap.parse_args(argv)
+    with open(args.points) as f:
+        points = [Point.from_dict(d) for d in json.load(f)]
+    outs = []
+    for point in points:  # one launch for many points amortises start-up (torch import, MPI init)
+        dump = os.path.join(args.dump_results, point.point_id("mpi") + ".npz") if args.dump_results else None
+        outs.append(measure(point, args.device, args.trace, dump))
+        if outs[-1] is not None:  # rank 0: save progress after every point
+            tmp = args.out + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(outs, f, default=_json_default)
+            os.replace(tmp, args.out)
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.bool_):
+        return bool(o)
+    raise TypeError(type(o))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
