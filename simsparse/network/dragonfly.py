@@ -10,19 +10,49 @@ group's ports are spread evenly over the other groups ("consecutive"
 arrangement: port q of group A goes to group ``A + 1 + q mod (g-1)``), so
 every pair of groups has ``m = floor(a h / (g-1))`` rank-3 links.
 
-Routing (per message, on one path; real Aries adapts per packet):
+Routing (per message, on one path chosen when it is injected; real Aries
+adapts per packet, so here a single message never spreads: spreading comes
+from the many messages of an all-to-all or between the same two routers):
 
 * ``minimal``: inside a group at most one rank-1 then one rank-2 hop; between
   groups to the router holding the ``(dst mod m)``-th link to the destination
   group, across it, then minimally inside the destination group;
 * ``valiant`` (Valiant and Brebner 1981, as Kim et al. apply it to groups):
   between groups, minimally to a random intermediate group (uniform over the
-  others, seeded), then minimally to the destination; inside a group minimal;
+  others, seeded), then minimally to the destination. Inside a group, to a
+  random intermediate router of the group (uniform over the routers other
+  than source and destination) then to the destination, each leg minimal
+  (so 2 to 4 local hops instead of 1 or 2), as Aries routes non-minimally
+  inside a group and as CODES' Cray XC model (``dragonfly-custom``, Mubarak
+  et al.) does; traffic between nodes of the same router stays on the router;
 * ``ugal`` (Universal Globally-Adaptive Load-balanced, Singh 2005): per
-  message, draw a Valiant candidate and take it only if
-  ``hops_val x (q_val + 1) < hops_min x (q_min + 1)``, where q is the number of
-  flows active on the path's first rank-3 link when the message starts
-  (a global view of the load, i.e. UGAL-G on flows rather than queues).
+  message, draw a Valiant candidate (an intermediate group, or inside a
+  group an intermediate router) and compare it with the minimal path:
+
+  - between groups, take it only if
+    ``hops_val x (q_val + 1) < hops_min x (q_min + 1)``, hops counting the
+    route's links and q the flows active on the path's first rank-3 link
+    when the message starts (a global view of the load, i.e. UGAL-G on flows
+    rather than queues);
+  - inside a group, with no hop penalty: a message whose minimal path is
+    idle goes minimally (no detour can be lighter: it crosses a link of each
+    kind the minimal path has); otherwise it takes the candidate unless the
+    minimal path is strictly lighter. A path's load is
+    ``max (flows + 1) / bandwidth`` over its rank-1/rank-2 links, the time
+    per byte of the share a new flow would get on its worst link (rank-2
+    links are 3 cables wide). Aries sends a packet to the lightest-loaded
+    candidate after a bias, and its increasingly-minimal-bias routing
+    prefers non-minimal paths at the injection point (Cray patent
+    US 9,577,918, Bataineh, Court and Roweth; NERSC: on a quiet network a
+    message takes the shortest path, ``ADAPTIVE_0`` is the least bias
+    towards minimal). A hop-weighted rule here lets the one rank-1 link
+    between two routers collect twice the flows of a 4-hop detour, whose
+    flows then finish last (the all-to-all between two routers of a chassis
+    ran at 17-28 GB/s instead of 28-41, of 40.8 possible).
+
+  A single message is still one flow on one path: a lone message between
+  two routers of a chassis gets one rank-1 link (5.25 GB/s); only the many
+  messages of an all-to-all spread.
 """
 from __future__ import annotations
 
@@ -34,7 +64,7 @@ from .topology import NIC, ROUTER, Fabric, Topology
 class Dragonfly(Fabric):
     """A dragonfly of ``groups`` groups; see the module docstring."""
 
-    watch_kind = "rank3"
+    watch_kind = "rank3"   # widened to every router-to-router link when a group has room to misroute
 
     def __init__(self, groups: int, chassis_per_group: int = 6, routers_per_chassis: int = 16,
                  nodes_per_router: int = 4, global_links_per_router: int = 10,
@@ -52,7 +82,10 @@ class Dragonfly(Fabric):
                              f"({a} routers x {h})")
         self.a, self.C, self.S, self.p, self.g, self.m = a, C, S, p, g, m
         self.routing = routing
-        self.adaptive = routing != "minimal" and g > 2
+        self.local = routing != "minimal" and a > 2   # an intermediate router exists inside a group
+        self.adaptive = routing != "minimal" and (g > 2 or self.local)
+        if self.local:
+            self.watch_kind = ("rank1", "rank2", "rank3")
         topo = Topology(name)
         self.router_v = [topo.vertex(ROUTER, f"g{G}.c{r // S}.s{r % S}", 3) for G in range(g) for r in range(a)]
         host_v = [topo.vertex(NIC, f"h{i}", 2) for i in range(g * a * p)]
@@ -86,6 +119,7 @@ class Dragonfly(Fabric):
                 self.gl[A][B].append((A * a + q // h, B * a + q2 // h, lid))
         super().__init__(topo, host_v)
         self._cache: dict = {}
+        self._lcache: dict = {}   # (ra, rb, intermediate router or -1) -> [(local link id, 1 / bandwidth)]
 
     @classmethod
     def groups_for(cls, hosts: int, chassis_per_group: int, routers_per_chassis: int, nodes_per_router: int) -> int:
@@ -105,6 +139,38 @@ class Dragonfly(Fabric):
             return [ra, rb]
         return [ra, base + c1 * S + s2, rb]
 
+    def _via(self, ra: int, ri: int, rb: int) -> list[int]:
+        """Router indices of the non-minimal path ra -> ri -> rb inside one
+        group: minimally to ri, then minimally to rb. A leg whose rank-1-first
+        corner is the other end of the path turns at its rank-2-first corner
+        instead, so no router is visited twice."""
+        S = self.S
+        base = ra - ra % self.a
+        c1, s1 = divmod(ra - base, S)
+        ci, si = divmod(ri - base, S)
+        c2, s2 = divmod(rb - base, S)
+        out = [ra]
+        if ci != c1 and si != s1:
+            x = base + c1 * S + si
+            out.append(x if x != rb else base + ci * S + s1)
+        out.append(ri)
+        if ci != c2 and si != s2:
+            y = base + ci * S + s2
+            out.append(y if y != ra else base + c2 * S + si)
+        out.append(rb)
+        return out
+
+    def _local(self, ra: int, rb: int, ri: int) -> list[tuple[int, float]]:
+        """(id, 1 / bandwidth) of each rank-1/rank-2 link of the path ra -> rb
+        inside a group, minimal (ri = -1) or through router ri (cached)."""
+        ck = (ra, rb, ri)
+        hit = self._lcache.get(ck)
+        if hit is None:
+            rs = self._intra(ra, rb) if ri < 0 else self._via(ra, ri, rb)
+            hit = self._lcache[ck] = [(x, 1.0 / self.topo.bw[x])
+                                      for x in self.topo.path([self.router_v[r] for r in rs])]
+        return hit
+
     def _leg(self, ra: int, A: int, B: int, k: int) -> tuple[list[int], int]:
         """Routers from ra to the landing router in group B over the k-th
         A->B global link, and that link's id."""
@@ -119,7 +185,7 @@ class Dragonfly(Fabric):
         ra, rb = a // self.p, b // self.p
         A, B = ra // self.a, rb // self.a
         if A == B:
-            rs = self._intra(ra, rb)
+            rs = self._intra(ra, rb) if key is None else self._via(ra, -1 - key, rb)
         elif key is None:
             rs, _ = self._leg(ra, A, B, b)
             rs = rs + self._intra(rs[-1], rb)[1:]
@@ -133,8 +199,32 @@ class Dragonfly(Fabric):
         return out
 
     def select(self, a: int, b: int, load, rng):
-        A, B = a // (self.p * self.a), b // (self.p * self.a)
-        if A == B or self.g < 3 or self.routing == "minimal":
+        """The route key: None (minimal), an intermediate group (between
+        groups) or ``-1 - router`` (an intermediate router inside a group)."""
+        if self.routing == "minimal":
+            return None
+        ra, rb = a // self.p, b // self.p
+        A, B = ra // self.a, rb // self.a
+        if A == B:
+            if ra == rb or not self.local:
+                return None
+            base = A * self.a
+            if self.routing == "valiant":
+                return -1 - (base + _skip(rng.randrange(self.a - 2), ra - base, rb - base))
+            # see the module docstring: minimal if its path is idle (every detour crosses a link of each
+            # kind the minimal path has, so none is lighter), else the candidate unless minimal is lighter;
+            # a path's load is its worst link's (flows + 1) / bandwidth, the time per byte of a fair share
+            lm = self._local(ra, rb, -1)
+            for x, _ in lm:
+                if load[x]:
+                    break
+            else:
+                return None
+            ri = base + _skip(rng.randrange(self.a - 2), ra - base, rb - base)
+            q_min = max([(load[x] + 1) * inv for x, inv in lm])
+            q_val = max([(load[x] + 1) * inv for x, inv in self._local(ra, rb, ri)])
+            return -1 - ri if q_val <= q_min * (1 + 1e-12) else None
+        if self.g < 3:
             return None
         inter = _skip(rng.randrange(self.g - 2), A, B)
         if self.routing == "valiant":
@@ -147,7 +237,7 @@ class Dragonfly(Fabric):
 
 
 def _skip(i: int, A: int, B: int) -> int:
-    """The i-th group that is neither A nor B."""
+    """The i-th index (group or router) that is neither A nor B."""
     for x in sorted((A, B)):
         if i >= x:
             i += 1

@@ -109,7 +109,8 @@ class _Routes:
         self.watch: list[list[int]] = []   # per route: its links whose load adaptive routing reads
         self._lat_of, self._bw_of = machine.topo.lat_arr, machine.topo.bw_arr
         kind = machine.fabric.watch_kind if machine.adaptive else None
-        self._watched = [k == kind for k in machine.topo.lkind] if kind else None
+        kinds = (kind,) if isinstance(kind, str) else tuple(kind or ())   # one kind or several
+        self._watched = [k in kinds for k in machine.topo.lkind] if kinds else None
 
     def add(self, links: list[int]) -> int:
         i = self.n
