@@ -88,7 +88,7 @@ class Fabric:
     fabrics override :meth:`select` to make that choice per message."""
 
     adaptive = False
-    watch_kind: str | None = None   # kind of link whose load :meth:`select` reads
+    watch_kind: str | tuple | None = None   # kind(s) of link whose load :meth:`select` reads
 
     def __init__(self, topo: Topology, hosts: list[int]):
         self.topo = topo
@@ -99,7 +99,7 @@ class Fabric:
 
     def select(self, a: int, b: int, load: np.ndarray, rng):
         """The route key for a new message from host a to host b, given
-        ``load[link]``: the flows on each link of kind ``watch_kind``."""
+        ``load[link]``: the flows on each link of a kind in ``watch_kind``."""
         return None
 
 
