@@ -11,7 +11,8 @@ import pandas as pd
 from .experiments.config import ConfigError, Experiment, load_config
 from .experiments.store import ResultsStore, write_csv
 
-TABLE_COLUMNS = ["algorithm", "params", "P", "n", "density", "network", "compute", "time_s", "bytes_sent_max",
+TABLE_COLUMNS = ["schedule", "model", "batch_size", "merged_groups", "algorithm", "params", "P", "n", "density", "network",
+                 "compute", "time_s", "t_sparsify_s", "t_comm_nonoverlap_s", "bytes_sent_max",
                  "bytes_total", "correct"]
 
 
@@ -144,8 +145,8 @@ def _execute(exp: Experiment, args) -> int:
 def _print_table(df: pd.DataFrame) -> None:
     cols = [c for c in TABLE_COLUMNS if c in df.columns]
     t = df[cols].copy()
-    if "params" in t and not t["params"].astype(str).replace("nan", "").str.len().any():
-        t = t.drop(columns="params")
+    empty = [c for c in t.columns if not t[c].astype(str).replace("nan", "").str.len().any()]
+    t = t.drop(columns=empty)
     with pd.option_context("display.max_rows", 200, "display.width", 160, "display.float_format", "{:.6g}".format):
         print(t.to_string(index=False))
 
@@ -190,6 +191,20 @@ def _list() -> int:
     for name, cls in sorted(ALGORITHMS.items()):
         first = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
         print(f"  {name:22s} {first if len(first) <= 96 else first[:93] + '...'}")
+    from .compute.models import DEFAULT_BATCH, model_costs
+    from .schedules import SCHEDULES
+
+    print("schedules (a training iteration; with 'model' and 'schedules' in a config):")
+    for name, cls in sorted(SCHEDULES.items()):
+        first = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+        kind = "dense" if cls.accepts == "dense" else "compressed"
+        line = f"[{kind}] {first}"
+        print(f"  {name:12s} {line if len(line) <= 106 else line[:103] + '...'}")
+    print("models (per-tensor compute tables; batch size default from the model's paper):")
+    for name, table in sorted(model_costs().items()):
+        params = sum(t["size"] for t in table["tensors"])
+        print(f"  {name:24s} {params / 1e6:8.2f}M parameters, {len(table['tensors']):3d} tensors, "
+              f"batch {DEFAULT_BATCH.get(name, '-')}, {table.get('input', '')}")
     print("device profiles: ideal, " + ", ".join(builtin_profiles()))
     presets = sorted(p.stem for d in TOPOLOGY_DIRS for p in d.glob("*.yaml"))
     print("network presets: " + (", ".join(presets) or "(none)"))

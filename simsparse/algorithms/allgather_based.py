@@ -20,9 +20,12 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from ..compute.kernels import topk as topk_kernel
-from .base import Algorithm, SparseParams, register
+from .base import Algorithm, SparseParams, register, topk_choice
 from .collectives import allgather
+
+
+def _host(a):
+    return a.detach().cpu().numpy() if hasattr(a, "detach") else a
 
 
 class TopkAParams(SparseParams):
@@ -43,10 +46,16 @@ class TopkA(Algorithm):
         with ctx.phase("reduce"):
             return (yield ctx.compute("scatter_add", blocks, self.setup.n, like=x))
 
+    def check_state(self) -> dict:
+        return {"selected": None if self.contributed is None else np.asarray(_host(self.contributed))}
+
     @classmethod
     def reference(cls, inputs, setup, params, states):
+        """Sum of every rank's top-k. Among entries tied at the k-th
+        magnitude any choice is a top-k (torch and numpy choose differently):
+        a rank's own choice is accepted when it is a valid top-k of its input."""
         out = np.zeros(setup.n, dtype=np.float64)
-        for g in inputs:
-            sel = topk_kernel.numpy(g, setup.k)
-            out[sel.indices] += sel.values
+        for g, st in zip(inputs, states):
+            sel = topk_choice(g, setup.k, st.get("selected"))
+            out[sel] += g[sel]
         return out

@@ -156,6 +156,27 @@ def agreed_state(states: list[dict], key: str, what: str):
     return values.pop()
 
 
+def topk_choice(x: np.ndarray, k: int, chosen=None) -> np.ndarray:
+    """The indices of a top-k of x by magnitude: ``chosen`` (a rank's own
+    selection) when it is one -- k distinct indices whose smallest magnitude
+    is at least the largest magnitude left out -- else numpy's choice. Ties
+    at the k-th magnitude make several selections valid, and torch.topk and
+    numpy break them differently."""
+    from ..compute.kernels import topk as topk_kernel
+
+    x = np.asarray(x)
+    k = min(int(k), len(x))
+    if chosen is not None:
+        chosen = np.asarray(chosen, dtype=np.int64)
+        if len(chosen) == k and len(np.unique(chosen)) == k:
+            mag = np.abs(x)
+            rest = np.ones(len(x), bool)
+            rest[chosen] = False
+            if k == 0 or not rest.any() or mag[chosen].min() >= mag[rest].max():
+                return chosen
+    return np.asarray(topk_kernel.numpy(x, k).indices, dtype=np.int64)
+
+
 def register(name: str):
     def deco(cls):
         if name in ALGORITHMS:

@@ -11,10 +11,10 @@ the handlers:
 * the real backend from MPI and torch.
 
 Spawning, joining and the per-stream serialisation of communication are the
-same in both and live here. Streams (:class:`Stream`): a program spawned on a
-stream *owns* it from its first send or receive until it finishes; the posts
-of a later program on the same stream are held back, in order, until it owns
-the stream. Compute is not held back: a bucket's sparsification runs while the
+same in both and live here. Streams (:class:`Stream`): the programs spawned
+on a stream communicate in spawn order; the sends and receives of a program
+are held back, in order, until every program spawned before it on that
+stream has finished. Compute is not held back: a bucket's sparsification runs while the
 previous bucket communicates (OMGS-SGD Eqs. 6-8).
 """
 from __future__ import annotations
@@ -62,41 +62,39 @@ class Program:
 
 
 class Stream:
-    """One communication stream of a rank: one owning program at a time."""
+    """One communication stream of a rank: its programs in spawn order; only
+    the first unfinished one may post (the order is the same on every rank,
+    so streams of different ranks never wait on each other in a cycle)."""
 
-    __slots__ = ("owner", "waiting", "held")
+    __slots__ = ("queue", "held")
 
     def __init__(self):
-        self.owner: Program | None = None
-        self.waiting: deque[Program] = deque()
+        self.queue: deque[Program] = deque()
         self.held: dict[Program, list] = {}
 
+    def join(self, prog: Program) -> None:
+        self.queue.append(prog)
+
     def post(self, prog: Program, do_post) -> None:
-        """Post now if ``prog`` owns (or can take) the stream, else hold it back."""
-        if self.owner is None:
-            self.owner = prog
-        if self.owner is prog:
+        """Post now if ``prog`` is at the head of the stream, else hold it back."""
+        if self.queue[0] is prog:
             do_post()
-            return
-        held = self.held.get(prog)
-        if held is None:
-            held = self.held[prog] = []
-            self.waiting.append(prog)
-        held.append(do_post)
+        else:
+            self.held.setdefault(prog, []).append(do_post)
 
     def release(self, prog: Program) -> None:
-        """``prog`` finished: hand the stream to the next waiting program."""
-        if self.owner is not prog:
-            return
-        self.owner = None
-        while self.waiting:
-            nxt = self.waiting.popleft()
-            self.owner = nxt
-            for do_post in self.held.pop(nxt):
+        """``prog`` finished: the next program's held posts go out."""
+        q = self.queue
+        if q[0] is not prog:
+            return  # it finished early; it leaves the queue (posting what it held) when its turn comes
+        q.popleft()
+        while q:
+            head = q[0]
+            for do_post in self.held.pop(head, ()):
                 do_post()
-            if not nxt.finished:
+            if not head.finished:
                 return
-            self.owner = None
+            q.popleft()
 
 
 class Driver:
@@ -108,8 +106,9 @@ class Driver:
         self._table = {t: getattr(self, name) for t, name in DISPATCH.items()}
 
     # -- programs -----------------------------------------------------------
-    def start(self, ctx, gen, task: Task | None = None, stream: Stream | None = None) -> Program:
-        prog = Program(gen, ctx, task, stream)
+    def start(self, ctx, gen) -> Program:
+        """Run a rank's main program until it first blocks."""
+        prog = Program(gen, ctx, None, None)
         ctx.program = prog
         self.step(prog, None)
         return prog
@@ -151,7 +150,12 @@ class Driver:
             if st is None:
                 st = streams[stream] = Stream()
         child.parent_program = parent
-        self.start(child, program(child), task, st)
+        gen = program(child)
+        prog = Program(gen, child, task, st)
+        child.program = prog
+        if st is not None:
+            st.join(prog)
+        self.step(prog, None)
         return task
 
     def _finish(self, prog: Program, value) -> None:

@@ -211,7 +211,7 @@ class MPIDriver(Driver):
                 self.device_q.popleft()
                 self.runnable.append((prog, self._device(prog, req)))
                 continue
-            if self.main_done and not self.in_hook:
+            if self.main_done:  # (it has joined everything it spawned)
                 return
             if not self._poll():
                 os.sched_yield()

@@ -42,7 +42,7 @@ import gc
 import hashlib
 import inspect
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import simpy

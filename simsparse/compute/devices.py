@@ -68,6 +68,19 @@ class ParametricDevice(Device):
         self.profile = profile
         self.name = profile.name
 
+    def cost_array(self, kernel: str, elems, nbytes):
+        """:meth:`cost` of many calls at once (numpy arrays of elements and bytes)."""
+        import numpy as np
+
+        p = self.profile
+        elems, nbytes = np.asarray(elems, float), np.asarray(nbytes, float)
+        kc = p.kernels.get(kernel)
+        if kc is None:
+            return p.launch_s + nbytes / p.mem_bandwidth_Bps
+        n = np.maximum(elems, 1.0)
+        units = n * np.log2(np.maximum(n, 2.0)) if kc.complexity == "nlogn" else elems
+        return (p.launch_s if kc.launch_s is None else kc.launch_s) + kc.per_elem_s * units
+
     def cost(self, kernel: str, work: Work) -> float:
         p = self.profile
         kc = p.kernels.get(kernel)

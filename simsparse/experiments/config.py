@@ -31,7 +31,7 @@ import itertools
 import re
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from ..algorithms import ALGORITHMS
 from ..compute.devices import DeviceProfile, builtin_profiles, load_profile
+from ..schedules import SCHEDULES, get_schedule
 from ..network.spec import NETWORK_SPECS
 from ..workload import FileSource, Workload, model_layer_params, resolve_layers
 from .point import Point
@@ -157,8 +158,38 @@ class RunSpec(BaseModel):
                                                            "scale bytes and compute work back up (1 = full size)")
 
 
-TOP_KEYS = ["name", "description", "network", "compute", "workload", "algorithms", "P", "iterations", "warmup", "check",
-            "data_scale"]
+class TrainingSpec(BaseModel):
+    """The training keys: a model, its batch size per rank, a schedule."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(description="a model with a compute table (simsparse list shows them)")
+    batch_size: int | None = Field(None, ge=1, le=1 << 20, description="samples per rank per iteration "
+                                                                        "(default: the model's, from its paper)")
+
+    @field_validator("model")
+    @classmethod
+    def _known(cls, v):
+        from ..compute.models import model_costs
+
+        if v not in model_costs():
+            raise ValueError(f"no compute table for this model; known: {', '.join(sorted(model_costs()))}")
+        return v
+
+    @model_validator(mode="after")
+    def _batch(self):
+        from ..compute.models import DEFAULT_BATCH
+
+        if self.batch_size is None:
+            if self.model not in DEFAULT_BATCH:
+                raise ValueError(f"model {self.model!r} has no default batch size; set batch_size")
+            self.batch_size = DEFAULT_BATCH[self.model]
+        return self
+
+
+TOP_KEYS = ["name", "description", "network", "compute", "model", "batch_size", "schedules", "workload", "algorithms",
+            "P", "iterations", "warmup", "check", "data_scale"]
+#: workload keys the top-level ``model`` decides in a training config
+_MODEL_KEYS = ("model", "n", "layers", "source")
 
 
 @dataclass
@@ -181,9 +212,22 @@ def load_config(path: str | Path) -> Experiment:
     unknown = [k for k in raw if k not in TOP_KEYS]
     if unknown:
         errors.append(f"unknown key(s) {', '.join(map(repr, unknown))}; allowed keys: {', '.join(TOP_KEYS)}")
-    for req in ("workload", "algorithms", "P"):
+    training = "schedules" in raw
+    for req in ("algorithms", "P") if training else ("workload", "algorithms", "P"):
         if req not in raw:
             errors.append(f"missing required key '{req}'")
+    if training:
+        if "model" not in raw:
+            errors.append("missing required key 'model' (schedules simulate training iterations of a model)")
+        clash = [k for k in _MODEL_KEYS if k in (raw.get("workload") or {})]
+        if clash:
+            errors.append(f"workload: {', '.join(clash)} cannot be given with schedules: the top-level 'model' "
+                          f"sets the gradient's tensors")
+    else:
+        for key in ("model", "batch_size"):
+            if key in raw:
+                errors.append(f"{key}: only with 'schedules' (a training iteration); for a bare collective on a "
+                              f"model's tensors use workload.model")
     name = raw.get("name", path.stem)
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", name or ""):
         errors.append(f"name: {name!r} is not allowed; use letters, digits, '_', '-' and '.' (it names the results folder)")
@@ -192,7 +236,15 @@ def load_config(path: str | Path) -> Experiment:
 
     networks = _collect(errors, lambda: _networks(raw.get("network"), path))
     computes = _collect(errors, lambda: _computes(raw.get("compute", "ideal"), path))
-    workloads = _collect(errors, lambda: _validate_variants(raw["workload"], WorkloadSpec, "workload"))
+    trainings = _collect(errors, lambda: _trainings(raw)) if training else [None]
+    models = {}  # the workload variants of each training variant's model (None: no training)
+    for tr in trainings:
+        wl_raw = dict(raw.get("workload") or {})
+        if tr is not None:
+            wl_raw["model"] = tr[0].model
+        models.setdefault(wl_raw.get("model") if tr else None, _collect(
+            errors, lambda wl_raw=wl_raw: _validate_variants(wl_raw, WorkloadSpec, "workload")))
+    cases = [(tr, wl) for tr in trainings for wl in models[tr[0].model if tr else None]]
     algos = _collect(errors, lambda: _algorithms(raw["algorithms"]))
     run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check", "data_scale") if k in raw}
     runs = _collect(errors, lambda: _validate_variants(run_raw, RunSpec, ""))
@@ -200,8 +252,19 @@ def load_config(path: str | Path) -> Experiment:
         raise ConfigError(_paragraph(path, errors))
 
     points = []
+    used = set()
     # algorithms innermost: consecutive points share their gradients (cached)
-    for net, comp, wl, run, (aname, params) in itertools.product(networks, computes, workloads, runs, algos):
+    for net, comp, (tr, wl), run, (aname, params) in itertools.product(networks, computes, cases, runs, algos):
+        if tr is not None:
+            spec, (sname, sparams) = tr
+            problem = get_schedule(sname).check_algorithm(ALGORITHMS[aname])
+            if problem:
+                continue  # the grid pairs every schedule with every algorithm it can use
+            used.add(sname)
+            if comp is not None and comp.get("peak_flops") is None:
+                errors.append(f"compute: profile {comp.get('name')!r} has no peak_flops; a training iteration needs "
+                              f"it to time the model's layers")
+                continue
         if wl.n < run.P:
             errors.append(f"workload.n = {wl.n} is smaller than P = {run.P}; allowed: n >= P")
             continue
@@ -220,11 +283,20 @@ def load_config(path: str | Path) -> Experiment:
         point = Point(algorithm=aname, P=run.P, workload=wl.model_dump(), network=net,
                       params=params.model_dump(exclude_unset=True), compute=comp,
                       iterations=run.iterations, warmup=run.warmup, check=run.check, data_scale=run.data_scale)
+        if tr is not None:
+            point = replace(point, schedule=sname, schedule_params=sparams.model_dump(exclude_unset=True),
+                            batch_size=spec.batch_size)
         problem = _scale_problem(point)
         if problem:
             errors.append(f"data_scale = {run.data_scale}: {problem}")
             continue
         points.append(point)
+    for tr in trainings if training else []:
+        sname = tr[1][0]
+        if sname not in used:
+            need = "an exact dense allreduce (ring, recursive_doubling, rabenseifner)" \
+                if get_schedule(sname).accepts == "dense" else "a compressing allreduce (topka, oktopk, gtopk, ...)"
+            errors.append(f"schedules: {sname} communicates with {need}, and 'algorithms' lists none")
     if errors:
         raise ConfigError(_paragraph(path, sorted(set(errors), key=errors.index)))
     return Experiment(name=name, path=path, points=points, description=str(raw.get("description", "")))
@@ -325,14 +397,28 @@ def _computes(val, cfg_path: Path) -> list[dict | None]:
     return out
 
 
+def _trainings(raw) -> list[tuple[TrainingSpec, tuple[str, BaseModel]]]:
+    """(model and batch size, (schedule, params)) variants of a training config."""
+    specs = _validate_variants({k: raw[k] for k in ("model", "batch_size") if k in raw}, TrainingSpec, "")
+    scheds = _named_entries(raw["schedules"], "schedules", SCHEDULES)
+    return [(t, s) for t in specs for s in scheds]
+
+
 def _algorithms(val) -> list[tuple[str, BaseModel]]:
+    return _named_entries(val, "algorithms", ALGORITHMS)
+
+
+def _named_entries(val, key: str, registry: dict) -> list[tuple[str, BaseModel]]:
+    """A list of registered names or ``{name: ..., <params>}`` mappings, each
+    expanded into its grid of validated params."""
+    what = key.rstrip("s")
     if isinstance(val, str):
         val = [val]
     if not isinstance(val, list) or not val:
-        raise _Err("algorithms: expected a non-empty list of algorithm names or {name: ..., <params>} mappings")
+        raise _Err(f"{key}: expected a non-empty list of {what} names or {{name: ..., <params>}} mappings")
     out, errs = [], []
     for i, entry in enumerate(val):
-        where = f"algorithms[{i}]"
+        where = f"{key}[{i}]"
         if isinstance(entry, str):
             name, params = entry, {}
         elif isinstance(entry, dict):
@@ -341,11 +427,11 @@ def _algorithms(val) -> list[tuple[str, BaseModel]]:
         else:
             errs.append(f"{where}: expected a name or a mapping with 'name', got {entry!r}")
             continue
-        if name not in ALGORITHMS:
-            errs.append(f"{where}: unknown algorithm {name!r}; allowed: {', '.join(sorted(ALGORITHMS))}")
+        if not isinstance(name, str) or name not in registry:
+            errs.append(f"{where}: unknown {what} {name!r}; allowed: {', '.join(sorted(registry))}")
             continue
         try:
-            for p in _validate_variants(params, ALGORITHMS[name].Params, where):
+            for p in _validate_variants(params, registry[name].Params, where):
                 out.append((name, p))
         except _Err as e:
             errs.append(str(e))

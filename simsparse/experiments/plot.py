@@ -11,7 +11,7 @@ import pandas as pd  # noqa: E402
 
 from .store import atomic_write  # noqa: E402
 
-FACETS = ["network", "compute", "n", "density", "dtype", "data_scale"]
+FACETS = ["model", "network", "compute", "n", "density", "dtype", "data_scale"]
 METRICS = [("time_s", "time per iteration [s]"), ("bytes_sent_max", "bytes sent by the busiest rank")]
 MARKERS = "osD^v<>pP*Xh"
 STYLES = ["-", "--", "-.", ":"]
@@ -31,6 +31,8 @@ def plot_time_vs_P(df: pd.DataFrame, path: Path, title: str = "") -> Path:
     df = df.copy()
     df["series"] = df["algorithm"] + df["params"].fillna("").astype(str).map(
         lambda p: f" {p}" if p and p != "nan" else "")
+    if "schedule" in df and df["schedule"].fillna("").astype(str).str.len().any():
+        df["series"] = df["schedule"].fillna("").astype(str) + " / " + df["series"]
     facets = [c for c in FACETS if c in df.columns and df[c].nunique() > 1]
     groups = (list(df.groupby(facets)) if facets else [((), df)])[:8]
     styles = series_styles(df["series"].unique())

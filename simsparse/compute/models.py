@@ -1,0 +1,111 @@
+"""Model profiles: per-tensor forward and backward times of a model on a device.
+
+The work of every model comes from ``simsparse/data/model_costs.json``
+(``scripts/build_model_costs.py`` counts it from the project's torch modules:
+FLOPs, bytes and aten ops per sample, charged to the parameter tensor whose
+gradient becomes ready when that work is done). A device profile turns it
+into seconds with a roofline per tensor and pass::
+
+    t = ops * launch_s
+        + max(flops / (peak_flops * compute_efficiency), mm_bytes / mem_bandwidth_Bps)
+        + (bytes - mm_bytes) / mem_bandwidth_Bps
+
+where ``flops`` and ``mm_bytes`` belong to the matrix ops (convolution,
+matmul), which run at the device's achieved fraction of its cited FP32 peak,
+and the remaining bytes to memory-bound ops (normalisation, activations,
+pooling, residual adds). Activation work scales with the batch size;
+parameters add 4 bytes per element read in the forward pass and 8 (read
+weight, write gradient) in the backward pass. The peaks are cited in each
+profile; ``compute_efficiency`` is derived there from one cited end-to-end
+measurement per device family, never from the papers' iteration times.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from .devices import DeviceProfile
+
+
+@lru_cache(maxsize=1)
+def model_costs() -> dict:
+    """The packaged per-tensor work of every model."""
+    return json.loads(resources.files("simsparse").joinpath("data", "model_costs.json").read_text())["models"]
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """Per-tensor times in registration order."""
+
+    name: str
+    batch_size: int
+    device: str
+    sizes: tuple
+    t_fwd: tuple
+    t_bwd: tuple
+    source: str
+
+    @property
+    def t_forward(self) -> float:
+        return float(sum(self.t_fwd))
+
+    @property
+    def t_backward(self) -> float:
+        return float(sum(self.t_bwd))
+
+
+#: samples per rank per iteration in the paper that trains the model (or its code)
+DEFAULT_BATCH = {
+    "vgg16_cifar10": 128,          # OMGS-SGD Table IV (the Ok-Topk runs use 16)
+    "resnet20_cifar10": 32,        # OMGS-SGD code, exp_configs (seed_impls.md section 2)
+    "resnet56_cifar10": 128,       # same
+    "resnet110_cifar10": 128,      # same
+    "resnet18_cifar10": 32,        # DEFT runs (seed_impls.md section 3)
+    "resnet50_imagenet": 16,       # OMGS-SGD Table IV (its code: 32)
+    "inception_v4_imagenet": 32,   # OMGS-SGD Table IV
+    "lstm_ptb": 100,               # OMGS-SGD Table IV (its code: 20)
+    "lstm_an4": 2,                 # Ok-Topk runs (seed_impls.md section 1)
+    "bert_base": 8,                # Ok-Topk runs, sequence length 128
+    "alexnet_imagenet": 256,       # OMGS-SGD code, exp_configs
+    "vgg16_imagenet": 64,          # tf_cnn_benchmarks (hardware.md section 6)
+}
+
+
+def default_batch_size(model: str) -> int:
+    try:
+        return DEFAULT_BATCH[model]
+    except KeyError:
+        raise ValueError(f"no default batch size for {model!r}; set batch_size") from None
+
+
+def model_profile(model: str, batch_size: int, device: DeviceProfile | None) -> ModelProfile:
+    """The per-tensor times of ``model`` at ``batch_size`` on ``device``
+    (``None``: the ideal device, every time zero)."""
+    table = model_costs().get(model)
+    if table is None:
+        raise KeyError(f"no compute table for model {model!r}; known: {', '.join(sorted(model_costs()))}")
+    tensors = table["tensors"]
+    sizes = tuple(int(t["size"]) for t in tensors)
+    if device is None:
+        zero = (0.0,) * len(sizes)
+        return ModelProfile(model, batch_size, "ideal", sizes, zero, zero, "ideal device: compute costs nothing")
+    if device.peak_flops is None:
+        raise ValueError(f"device profile {device.name!r} has no peak_flops; a model profile needs it "
+                         f"(add peak_flops and compute_efficiency, or give the model's per-tensor times)")
+    flops_s = device.peak_flops * device.compute_efficiency
+    bw, launch = device.mem_bandwidth_Bps, device.launch_s
+
+    def t(entry, pas, param_bytes):
+        flops = entry[f"{pas}_flops"] * batch_size
+        total = entry[f"{pas}_bytes"] * batch_size + param_bytes
+        mm = min(entry.get(f"{pas}_mm_bytes", 0) * batch_size + param_bytes, total)
+        return entry[f"{pas}_ops"] * launch + max(flops / flops_s, mm / bw) + (total - mm) / bw
+
+    fwd = tuple(t(e, "fwd", 4 * e["size"]) for e in tensors)
+    bwd = tuple(t(e, "bwd", 8 * e["size"]) for e in tensors)
+    src = (f"roofline of {model} (work: model_costs.json, {table.get('source', '')}) on {device.name}: "
+           f"peak {device.peak_flops:.3g} FLOP/s x efficiency {device.compute_efficiency:g}, "
+           f"{bw:.3g} B/s, launch {launch:g} s")
+    return ModelProfile(model, batch_size, device.name, sizes, fwd, bwd, src)

@@ -1,0 +1,76 @@
+"""Real torch models whose parameter tensors are those of ``simsparse/data/layer_params.json``.
+
+``[p.numel() for p in build(name).parameters()]`` equals that file's
+``sizes_in_registration_order`` for every name in :data:`MODEL_NAMES`. The per-tensor
+compute table built from them is ``simsparse/data/model_costs.json``
+(``scripts/build_model_costs.py``).
+
+Importing this package does not import torch; the family modules (``cnn``, ``inception``,
+``rnn``, ``bert``, ``ncf``) do, and are loaded on first use.
+
+A batch is ``(inputs, targets)``; ``inputs`` is a tensor, or a tuple of tensors passed
+to the model as positional arguments.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# name -> (family module, input description)
+_MODELS: dict[str, tuple[str, str]] = {
+    "vgg16_cifar10": ("cnn", "3x32x32 image, 10 classes"),
+    "resnet20_cifar10": ("cnn", "3x32x32 image, 10 classes"),
+    "resnet56_cifar10": ("cnn", "3x32x32 image, 10 classes"),
+    "resnet110_cifar10": ("cnn", "3x32x32 image, 10 classes"),
+    "resnet18_cifar10": ("cnn", "3x32x32 image, 10 classes"),
+    "resnet50_imagenet": ("cnn", "3x224x224 image, 1000 classes"),
+    "alexnet_imagenet": ("cnn", "3x224x224 image, 1000 classes"),
+    "vgg16_imagenet": ("cnn", "3x224x224 image, 1000 classes"),
+    "inception_v4_imagenet": ("inception", "3x299x299 image, 1000 classes"),
+    "lstm_ptb": ("rnn", "35 tokens over a 10,000-word vocabulary, next-token targets"),
+    "lstm_an4": ("rnn", "1x161x300 spectrogram (161 bins x 300 frames of 10 ms), 29 labels per output frame (150)"),
+    "bert_base": ("bert", "128 tokens over a 30,522 vocabulary with token types and mask; 15% MLM targets + NSP"),
+    "ncf_ml20m": ("ncf", "one (user, item) pair of 138,493 users x 26,744 items, binary label"),
+}
+
+MODEL_NAMES: list[str] = list(_MODELS)
+
+
+def _family(name: str):
+    if name not in _MODELS:
+        raise KeyError(f"unknown model {name!r}; known models: {', '.join(MODEL_NAMES)}")
+    return importlib.import_module(f"{__name__}.{_MODELS[name][0]}")
+
+
+def build(name: str):
+    """The model as a ``torch.nn.Module`` in training mode; deterministic given ``torch.manual_seed``.
+
+    Builds on the current default device, so ``with torch.device("meta"): build(name)``
+    costs no memory.
+    """
+    model = _family(name).build(name)
+    model.train()
+    return model
+
+
+def example_batch(name: str, batch_size: int, generator=None, device="cpu") -> tuple:
+    """Synthetic ``(inputs, targets)`` of the model's real input shape, drawn on the CPU with
+    ``generator`` and moved to ``device`` (``"meta"`` works)."""
+    return _family(name).example_batch(name, batch_size, generator=generator, device=device)
+
+
+def loss(name: str, model, batch) -> Any:
+    """Scalar training loss of ``model`` on ``batch``: cross-entropy for the classifiers and
+    language models, per-frame cross-entropy for ``lstm_an4`` (standing in for CTC), MLM + NSP
+    cross-entropy for ``bert_base``, binary cross-entropy for ``ncf_ml20m``."""
+    return _family(name).loss(name, model, batch)
+
+
+def input_description(name: str) -> str:
+    """One line describing one sample's input, e.g. ``"3x32x32 image, 10 classes"``."""
+    if name not in _MODELS:
+        raise KeyError(f"unknown model {name!r}; known models: {', '.join(MODEL_NAMES)}")
+    return _MODELS[name][1]
+
+
+__all__ = ["MODEL_NAMES", "build", "example_batch", "loss", "input_description"]

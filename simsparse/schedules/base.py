@@ -1,0 +1,166 @@
+"""A schedule: one rank's training iteration as a rank program.
+
+The main program runs the forward pass, takes the gradient tensors as the
+backward pass produces them (backward order: last registered tensor first),
+and groups them into *buckets* by a *merge plan*: a tuple of group lengths in
+backward order, e.g. ``(3, 1, 2)`` communicates the last three tensors
+together, then the next one, then the first two. When a bucket's last
+gradient is ready its tensors are packed into one buffer (the ``concat``
+kernel, on the device) and the bucket's collective -- any registered
+algorithm -- is spawned on the ``comm`` stream: buckets communicate one
+after another (OMGS-SGD Eq. 8) while the backward pass and the next buckets'
+compression go on. The iteration ends when every bucket's collective has
+returned.
+
+Every bucket keeps its own algorithm instance, so per-bucket state
+(thresholds, boundaries, residuals under error feedback) survives across
+iterations as it does in the papers' implementations. A schedule differs
+from another only in which algorithms it accepts (exact dense allreduce or a
+compressing one) and in its plan (:meth:`Schedule.plan`), a function of the
+model profile and cost models (:class:`PlanCosts`; planners in
+:mod:`.planner`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from ..algorithms import Setup
+
+SCHEDULES: dict[str, type["Schedule"]] = {}
+
+
+class NoScheduleParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class PlanCosts:
+    """What a planner knows, in backward order (index 0: the tensor whose
+    gradient is ready first): per-tensor backward time ``tb`` and size in
+    elements, the sparsification time ``ts(d)`` of a buffer of d elements (0
+    for dense), the communication time ``tc(d)`` of the bucket's collective,
+    its startup term ``alpha``, and the forward time ``tf``."""
+
+    tb: tuple
+    sizes: tuple
+    ts: Callable[[float], float]
+    tc: Callable[[float], float]
+    alpha: float
+    tf: float = 0.0
+
+
+class Schedule:
+    """Base class: subclasses set ``accepts`` and implement :meth:`plan`."""
+
+    name: ClassVar[str] = ""
+    Params: ClassVar[type[BaseModel]] = NoScheduleParams
+    #: "dense" (exact dense allreduce) or "compressed" (sparse or quantized)
+    accepts: ClassVar[str] = "dense"
+
+    @classmethod
+    def plan(cls, params: BaseModel, costs: PlanCosts) -> tuple[int, ...]:  # pragma: no cover - interface
+        """Group lengths in backward order, summing to the number of tensors."""
+        raise NotImplementedError
+
+    @classmethod
+    def needs_costs(cls) -> bool:
+        """Whether :meth:`plan` reads the cost models (else they need not be built)."""
+        return False
+
+    @classmethod
+    def check_algorithm(cls, algorithm_cls) -> str | None:
+        """Why this schedule cannot use ``algorithm_cls``, or None."""
+        if (cls.accepts == "dense") != algorithm_cls.dense:
+            want = "an exact dense allreduce (ring, recursive_doubling, rabenseifner)" if cls.accepts == "dense" \
+                else "a compressing (sparse or quantized) allreduce"
+            return f"{cls.name} communicates with {want}, not {algorithm_cls.name}"
+        return None
+
+    def __init__(self, rank: int, P: int, sizes: tuple, density: float, dtype: str, plan: tuple,
+                 algorithm_cls, algorithm_params):
+        """``sizes``: the tensors' elements in registration order (as carried:
+        reduced by data_scale in the simulator); ``plan``: group lengths in
+        backward order."""
+        L = len(sizes)
+        if sum(plan) != L or any(g <= 0 for g in plan):
+            raise ValueError(f"merge plan {plan} does not cover the model's {L} tensors")
+        offs = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
+        self.sizes, self.plan, self.n = tuple(sizes), tuple(plan), offs[-1]
+        self.buckets = []  # (first tensor, end tensor) in registration order, buckets in backward order
+        hi = L
+        for g in plan:
+            self.buckets.append((hi - g, hi))
+            hi -= g
+        self.spans = [(offs[lo], offs[hi]) for lo, hi in self.buckets]
+        self.algorithm_cls, self.algorithm_params = algorithm_cls, algorithm_params
+        self.setups = [Setup(rank=rank, P=P, n=b - a, density=density, dtype=dtype, layers=tuple(sizes[lo:hi]))
+                       for (lo, hi), (a, b) in zip(self.buckets, self.spans)]
+        self.algs = [algorithm_cls(s, algorithm_params) for s in self.setups]
+
+    # -- the main program ------------------------------------------------------
+    def run(self, ctx):
+        yield ctx.forward()
+        tasks = []
+        for g, (lo, hi) in enumerate(self.buckets):
+            parts = []
+            for i in range(hi - 1, lo - 1, -1):
+                parts.append((yield ctx.grad_ready(i)))
+            if len(parts) == 1:
+                buf = parts[0]
+            else:
+                with ctx.phase("pack"):
+                    buf = yield ctx.compute("concat", parts[::-1])
+            tasks.append(ctx.spawn(lambda c, a=self.algs[g], b=buf: a.iteration(c, b), stream="comm",
+                                   lane=f"comm/b{g}"))
+        return (yield ctx.waitall(tasks))
+
+    # -- checking ----------------------------------------------------------------
+    def last_inputs(self) -> list:
+        """Each bucket's input to its collective in the last iteration (the
+        gradient plus residual under error feedback)."""
+        return [a.last_input for a in self.algs]
+
+    def check_state(self) -> list:
+        return [a.check_state() for a in self.algs]
+
+    def assemble(self, parts: list, to_dense) -> np.ndarray:
+        """One dense vector in registration order from per-bucket values."""
+        out = np.zeros(self.n)
+        for (a, b), part in zip(self.spans, parts):
+            out[a:b] = to_dense(part, b - a)
+        return out
+
+    def reference(self, inputs: list[np.ndarray], states: list[list]) -> np.ndarray:
+        """What every rank's assembled result must equal: each bucket's
+        algorithm reference on that bucket's slice of every rank's input."""
+        out = np.zeros(self.n)
+        for g, ((a, b), setup) in enumerate(zip(self.spans, self.setups)):
+            ref = self.algorithm_cls.reference([x[a:b] for x in inputs], setup, self.algorithm_params,
+                                               [s[g] for s in states])
+            out[a:b] = ref
+        return out
+
+    def tolerance(self) -> float:
+        return max(self.algorithm_cls.tolerance_for(s, self.algorithm_params) for s in self.setups)
+
+
+def register_schedule(name: str):
+    def deco(cls):
+        if name in SCHEDULES:
+            raise ValueError(f"schedule {name!r} registered twice")
+        cls.name = name
+        SCHEDULES[name] = cls
+        return cls
+
+    return deco
+
+
+def get_schedule(name: str) -> type[Schedule]:
+    try:
+        return SCHEDULES[name]
+    except KeyError:
+        raise KeyError(f"unknown schedule {name!r}; known: {', '.join(sorted(SCHEDULES))}") from None
