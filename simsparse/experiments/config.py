@@ -165,6 +165,7 @@ class TrainingSpec(BaseModel):
     model: str = Field(description="a model with a compute table (simsparse list shows them)")
     batch_size: int | None = Field(None, ge=1, le=1 << 20, description="samples per rank per iteration "
                                                                         "(default: the model's, from its paper)")
+    density: float | None = Field(None, gt=0, le=1, description="this model's k/n (overrides workload.density)")
 
     @field_validator("model")
     @classmethod
@@ -237,14 +238,16 @@ def load_config(path: str | Path) -> Experiment:
     networks = _collect(errors, lambda: _networks(raw.get("network"), path))
     computes = _collect(errors, lambda: _computes(raw.get("compute", "ideal"), path))
     trainings = _collect(errors, lambda: _trainings(raw)) if training else [None]
-    models = {}  # the workload variants of each training variant's model (None: no training)
+    variants = {}  # the workload variants of each training variant's model and density (None: no training)
     for tr in trainings:
         wl_raw = dict(raw.get("workload") or {})
         if tr is not None:
             wl_raw["model"] = tr[0].model
-        models.setdefault(wl_raw.get("model") if tr else None, _collect(
+            if tr[0].density is not None:
+                wl_raw["density"] = tr[0].density
+        variants.setdefault(_wl_key(tr), _collect(
             errors, lambda wl_raw=wl_raw: _validate_variants(wl_raw, WorkloadSpec, "workload")))
-    cases = [(tr, wl) for tr in trainings for wl in models[tr[0].model if tr else None]]
+    cases = [(tr, wl) for tr in trainings for wl in variants[_wl_key(tr)]]
     algos = _collect(errors, lambda: _algorithms(raw["algorithms"]))
     run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check", "data_scale") if k in raw}
     runs = _collect(errors, lambda: _validate_variants(run_raw, RunSpec, ""))
@@ -397,9 +400,27 @@ def _computes(val, cfg_path: Path) -> list[dict | None]:
     return out
 
 
+def _wl_key(tr):
+    return None if tr is None else (tr[0].model, tr[0].density)
+
+
 def _trainings(raw) -> list[tuple[TrainingSpec, tuple[str, BaseModel]]]:
-    """(model and batch size, (schedule, params)) variants of a training config."""
-    specs = _validate_variants({k: raw[k] for k in ("model", "batch_size") if k in raw}, TrainingSpec, "")
+    """(model, batch size and density, (schedule, params)) variants of a
+    training config. ``model`` is a name, a list, or list entries
+    ``{name, batch_size, density}`` pairing a model with its own settings."""
+    models = raw["model"] if isinstance(raw["model"], list) else [raw["model"]]
+    specs, errs = [], []
+    for i, m in enumerate(models):
+        entry = {"model": m} if not isinstance(m, dict) else \
+            {("model" if k == "name" else k): v for k, v in m.items()}
+        if "batch_size" in raw and "batch_size" not in entry:
+            entry["batch_size"] = raw["batch_size"]
+        try:
+            specs += _validate_variants(entry, TrainingSpec, f"model[{i}]" if isinstance(m, dict) else "")
+        except _Err as e:
+            errs.append(str(e))
+    if errs:
+        raise _Err("; ".join(errs))
     scheds = _named_entries(raw["schedules"], "schedules", SCHEDULES)
     return [(t, s) for t in specs for s in scheds]
 

@@ -162,6 +162,15 @@ def to_dense(result, n: int) -> np.ndarray:
     return _np(result)
 
 
+def to_host(x):
+    """Arrays, tensors and payloads as host numpy (payloads keep their type)."""
+    from ..ops import Payload
+
+    if isinstance(x, Payload):
+        return x.map(_np)
+    return _np(x)
+
+
 def _np(a) -> np.ndarray:
     if isinstance(a, np.ndarray):
         return a

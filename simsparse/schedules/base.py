@@ -134,19 +134,6 @@ class Schedule:
             out[a:b] = to_dense(part, b - a)
         return out
 
-    def reference(self, inputs: list[np.ndarray], states: list[list]) -> np.ndarray:
-        """What every rank's assembled result must equal: each bucket's
-        algorithm reference on that bucket's slice of every rank's input."""
-        out = np.zeros(self.n)
-        for g, ((a, b), setup) in enumerate(zip(self.spans, self.setups)):
-            ref = self.algorithm_cls.reference([x[a:b] for x in inputs], setup, self.algorithm_params,
-                                               [s[g] for s in states])
-            out[a:b] = ref
-        return out
-
-    def tolerance(self) -> float:
-        return max(self.algorithm_cls.tolerance_for(s, self.algorithm_params) for s in self.setups)
-
 
 def register_schedule(name: str):
     def deco(cls):
