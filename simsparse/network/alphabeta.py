@@ -94,6 +94,3 @@ class AlphaBetaNetwork:
         a.book(t1, d, now)
         b.book(t1, d, now)
         self.env.timeout(t1 + d - now).callbacks.append(lambda _ev: done())
-
-    def describe(self) -> str:
-        return f"alpha-beta: alpha={self.alpha:.3g} s, bandwidth={1 / self.beta:.4g} B/s"

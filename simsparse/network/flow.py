@@ -170,11 +170,10 @@ class FlowNetwork:
     the max-min solver rates."""
 
     def __init__(self, machine_for: Callable, place: Callable, send_overhead_s: float = 0.0,
-                 recv_overhead_s: float = 0.0, gap_s: float = 0.0, seed: int = 0, describe: str = "flow"):
+                 recv_overhead_s: float = 0.0, gap_s: float = 0.0, seed: int = 0):
         self._machine_for, self._place = machine_for, place
         self.o_s, self.o_r, self.gap = float(send_overhead_s), float(recv_overhead_s), float(gap_s)
         self.seed = seed
-        self._describe = describe
         self._per_P: dict[int, tuple] = {}
         self.env = None
 
@@ -253,8 +252,6 @@ class FlowNetwork:
                 self._new.append((rid, nbytes, done))
                 self._want_tick(now)
 
-    def describe(self) -> str:
-        return self._describe
 
     # -- solo flows ---------------------------------------------------------------------
     def _solo(self, rid: int, size: float, start: float, done, now: float) -> bool:

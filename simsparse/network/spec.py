@@ -131,8 +131,7 @@ class FlowSpecBase(NetworkSpecBase):
         from .flow import FlowNetwork
 
         return FlowNetwork(lambda P: self.machine(P)[0], lambda m, P: self.machine(P)[1],
-                           self.send_overhead_s, self.recv_overhead_s, self.gap_s, self.routing_seed,
-                           describe=self.label())
+                           self.send_overhead_s, self.recv_overhead_s, self.gap_s, self.routing_seed)
 
 
 class _SizedSpec(FlowSpecBase):
