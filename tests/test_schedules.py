@@ -175,3 +175,13 @@ def test_schedules_under_mpiexec_run_the_real_model_and_are_correct(P):
         assert row["merged_groups"] == sim["merged_groups"]
         if p.algorithm in ("ring", "rabenseifner", "recursive_doubling", "topka", "gtopk"):
             assert row["bytes_total"] == sim["bytes_total"], (p.schedule, p.algorithm)
+
+
+def test_trace_has_a_device_lane_and_one_lane_per_bucket():
+    out = simulate_point(point("mgs_sgd", "topka", P=2, iterations=1, warmup=0), trace=True)
+    lanes = {t["lane"] for t in out.trace}
+    groups = out.row["merged_groups"]
+    assert lanes == {"main"} | {f"comm/b{g}" for g in range(groups)}
+    main_ops = {t["op"] for t in out.trace if t["lane"] == "main"}
+    assert {"forward", "backward"} <= main_ops
+    assert any(t["op"] == "send" and t["lane"].startswith("comm/") for t in out.trace)
