@@ -1,4 +1,4 @@
-"""Command line: ``simsparse run | measure | list``."""
+"""Command line: ``simsparse run | measure | compare | topo | list``."""
 from __future__ import annotations
 
 import argparse
@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from .experiments.config import ConfigError, Experiment, load_config
+from .experiments.loop import TRACE_COLUMNS
 from .experiments.store import ResultsStore, write_csv
 
 TABLE_COLUMNS = ["schedule", "model", "batch_size", "merged_groups", "algorithm", "params", "P", "n", "density", "network",
@@ -38,6 +39,17 @@ def main(argv=None) -> int:
             p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                            help="where tensors live (auto: CUDA when torch sees a GPU)")
             p.add_argument("--timeout", type=float, default=900, help="seconds allowed per point")
+    p = sub.add_parser("compare", help="compare predicted results with measured ones, per point and per phase")
+    p.add_argument("pred", metavar="PRED", help="predicted results folder (or its results.csv), from `simsparse run`")
+    p.add_argument("meas", metavar="MEAS", help="measured results folder (or its results.csv), from `simsparse measure`")
+    p.add_argument("--out", help="output folder (default <MEAS>/compare_<PRED folder name>)")
+    p.add_argument("--no-plot", action="store_true", help="skip compare.png")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="compare the points in common when some are in only one of PRED and MEAS")
+    p.add_argument("--pred-where", action="append", default=[], metavar="COL=VALUE",
+                   help="use only PRED rows with this value (repeatable), e.g. compute=p100")
+    p.add_argument("--meas-where", action="append", default=[], metavar="COL=VALUE",
+                   help="use only MEAS rows with this value (repeatable)")
     sub.add_parser("list", help="list algorithms, device profiles and network presets")
     p = sub.add_parser("topo", help="summarise (and draw) the machine a network preset builds for P ranks")
     p.add_argument("network", help="preset name (e.g. piz_daint_aries) or network YAML file")
@@ -50,6 +62,13 @@ def main(argv=None) -> int:
             return _list()
         if args.cmd == "topo":
             return _topo(args)
+        if args.cmd == "compare":
+            from .experiments.compare import run_compare
+
+            run_compare(args.pred, args.meas, out=args.out, plot=not args.no_plot, allow_partial=args.allow_partial,
+                        pred_where=args.pred_where, meas_where=args.meas_where,
+                        warn=lambda m: print(m, file=sys.stderr))
+            return 0
         return _execute(load_config(args.config), args)
     except ConfigError as e:
         print(f"simsparse: error: {e}", file=sys.stderr)
@@ -124,8 +143,14 @@ def _execute(exp: Experiment, args) -> int:
             bar.update(len(batch))
     df = store.frame()
     if args.trace:
-        parts = [pd.read_csv(trace_dir / f"{pid}.csv") for pid in df["point_id"] if (trace_dir / f"{pid}.csv").exists()]
-        write_csv(pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(), out_dir / "trace.csv")
+        from .experiments.trace_event import write_trace_json
+
+        # point_id as text: an all-digit id would otherwise be read as a number
+        parts = [pd.read_csv(trace_dir / f"{pid}.csv", dtype={"point_id": str}) for pid in df["point_id"]
+                 if (trace_dir / f"{pid}.csv").exists()]
+        trace = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=TRACE_COLUMNS)
+        write_csv(trace, out_dir / "trace.csv")
+        write_trace_json(trace, df, out_dir / "trace.json")  # the first measured iteration of each point
     _print_table(df)
     written = [store.csv]
     if not args.no_plot and not df.empty:
@@ -133,7 +158,7 @@ def _execute(exp: Experiment, args) -> int:
 
         written.append(plot_time_vs_P(df, out_dir / "time_vs_P.png", title=exp.name))
     if args.trace:
-        written.append(out_dir / "trace.csv")
+        written += [out_dir / "trace.csv", out_dir / "trace.json"]
     print("wrote " + ", ".join(str(w) for w in written))
     bad = df[df["correct"].astype(str) == "False"]
     if len(bad):

@@ -20,17 +20,32 @@ from .metrics import ROW_COLUMNS
 
 
 def atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` then rename the temporary file onto ``path``."""
+    """Call ``write(tmp_path)`` then rename the temporary file onto ``path``.
+    The file gets the usual mode (0666 less the umask; ``mkstemp`` makes 0600)."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def read_csv(path, **kw) -> pd.DataFrame:
+    """A simsparse CSV; point ids always as text (all-digit ids would parse as numbers)."""
+    ids = {c: str for c in ("point_id", "pred_point_id", "meas_point_id")}
+    return pd.read_csv(path, dtype=ids, keep_default_na=False, na_values=[""], **kw)
 
 
 def write_csv(df: pd.DataFrame, path: Path) -> None:
@@ -43,7 +58,7 @@ class ResultsStore:
         self.csv = self.dir / "results.csv"
         self.rows: dict[str, dict] = {}
         if self.csv.exists() and not fresh:
-            df = pd.read_csv(self.csv, keep_default_na=False, na_values=[""])
+            df = read_csv(self.csv)
             if "params" in df:
                 df["params"] = df["params"].astype(object).where(df["params"].notna(), "")
             for rec in df.to_dict("records"):

@@ -1,0 +1,395 @@
+"""``simsparse compare PRED MEAS``: predicted against measured, per point and per phase.
+
+**Join key.** Rows are joined on the columns that say *what* ran, never on
+``point_id`` (it hashes the backend) nor on what describes the machine
+(``network``, ``net_*``, ``compute``: a measured row's ``compute`` is e.g.
+``cpu:cpu``), nor on ``data_scale`` (simulator only), ``iterations``,
+``warmup`` or the derived ``k``: see :data:`KEY_COLUMNS` plus every ``wl_*``
+workload knob. A column missing on one side counts as empty.
+
+**Phase time.** For a point and a phase path ``p`` (and each of its ancestors:
+``split_reduce`` covers ``split_reduce/allgather``; a bucket's ``task`` record
+has phase ``comm/b3``, so ``comm`` covers all buckets), take the records whose
+phase is ``p`` or below it, of every lane and op (messages and device work:
+``compute:*``, ``forward``, ``backward``). Per rank and iteration the phase's
+time is the length of the union of their ``[start_s, end_s]`` intervals; an
+iteration's time is the maximum over ranks (0 where the phase did not run),
+and the point's is the median over its measured iterations (those in the
+trace from that side's ``warmup`` on), like ``time_s``.
+
+Errors are ``(pred - meas) / meas`` (empty for a phase measured at 0); the
+summaries are the median and the 90th percentile (``numpy.percentile``,
+linear) of ``|error|`` over points. Output: ``compare.csv`` (a ``level``
+column: one ``point`` row per point, one ``phase`` row per (point, phase)) and
+``compare.png``, in ``<MEAS folder>/compare_<PRED folder name>/`` by default.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .config import ConfigError
+from .store import atomic_write, read_csv
+
+KEY_COLUMNS = ["schedule", "model", "batch_size", "algorithm", "params", "schedule_params", "P", "n", "density",
+               "dtype", "seed"]
+SHOWN = ["schedule", "model", "batch_size", "algorithm", "params", "schedule_params", "P", "n", "density"]
+
+
+class CompareError(ConfigError):
+    """Inputs that cannot be compared (exit status 2)."""
+
+
+# -- inputs ------------------------------------------------------------------
+def locate(path, role: str) -> tuple[Path, Path | None]:
+    """(results.csv, trace.csv or None) of a results folder or results.csv file."""
+    p = Path(path)
+    csv = p if p.suffix == ".csv" else p / "results.csv"
+    if not csv.is_file():
+        raise CompareError(f"{role} {path}: no results file {csv} (give a folder written by `simsparse run` or "
+                           f"`simsparse measure`, or its results.csv).")
+    trace = csv.parent / "trace.csv"
+    return csv, trace if trace.is_file() else None
+
+
+def _norm(v) -> str:
+    """A key value as canonical text (16 and 16.0 agree; empty and NaN agree)."""
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return ""
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        return str(int(v)) if float(v).is_integer() else repr(float(v))
+    return str(v)
+
+
+def key_columns(*frames: pd.DataFrame) -> list[str]:
+    wl = sorted({c for f in frames for c in f.columns if c.startswith("wl_")})
+    return KEY_COLUMNS + wl
+
+
+def _describe(row, cols) -> str:
+    return " ".join(f"{c}={row[c]}" for c in cols if row[c] != "")
+
+
+def _varying(cols, *frames) -> list[str]:
+    """The key columns worth naming a point by: algorithm, P and those that vary."""
+    return [c for c in cols if c in ("algorithm", "P") or pd.concat([f[c] for f in frames]).nunique() > 1]
+
+
+def _filter(df: pd.DataFrame, where: list[str], csv: Path, role: str) -> pd.DataFrame:
+    for cond in where:
+        col, eq, val = cond.partition("=")
+        if not eq or col not in df.columns:
+            raise CompareError(f"--{role.lower()}-where {cond!r}: expected COLUMN=VALUE with a column of {csv}")
+        df = df[df[col].map(_norm) == _norm(val)]
+    return df
+
+
+def load_side(path, role: str, where: list[str] = ()) -> tuple[pd.DataFrame, Path, Path | None]:
+    """A side's rows (filtered), checked: a positive time_s, one row per key."""
+    csv, trace = locate(path, role)
+    df = _filter(read_csv(csv), list(where), csv, role)
+    missing = [c for c in ("algorithm", "P", "time_s") if c not in df.columns]
+    if missing or df.empty:
+        raise CompareError(f"{role} {csv}: " + (f"no column {', '.join(missing)}" if missing else "no rows")
+                           + "; expected the results.csv of `simsparse run` or `simsparse measure`.")
+    df = df.reset_index(drop=True)
+    for col, default in (("point_id", ""), ("compute", ""), ("network", ""), ("warmup", 0)):
+        if col not in df.columns:
+            df[col] = default
+    df["warmup"] = pd.to_numeric(df["warmup"], errors="coerce").fillna(0).astype(int)
+    return df, csv, trace
+
+
+def _keyed(df: pd.DataFrame, cols: list[str], role: str, csv: Path) -> pd.DataFrame:
+    out = df.copy()
+    for c in cols:
+        out[c] = df[c].map(_norm) if c in df.columns else ""
+    out["_key"] = list(zip(*(out[c] for c in cols)))
+    t = pd.to_numeric(out["time_s"], errors="coerce")
+    bad, named = out[~(t > 0)], _varying(cols, out)
+    if len(bad):
+        pts = "; ".join(f"{_describe(r, named)} (time_s={r['time_s']})" for _, r in bad.head(5).iterrows())
+        raise CompareError(f"{role} {csv}: {len(bad)} row(s) with a time_s that is not a positive number: {pts}.")
+    out["time_s"] = t
+    dup = out[out["_key"].duplicated(keep=False)]
+    if len(dup):
+        differ = [c for c in out.columns if c not in cols and c.startswith(("network", "compute", "net_", "data_scale"))
+                  and dup[c].astype(str).nunique() > 1]
+        raise CompareError(f"{role} {csv}: {dup['_key'].nunique()} point(s) appear more than once, e.g. "
+                           f"{_describe(dup.iloc[0], named)}; they differ in {', '.join(differ) or 'columns outside the key'}"
+                           f". Pick one with --{role.lower()}-where COLUMN=VALUE (e.g. compute=p100).")
+    return out
+
+
+def join_points(pred: pd.DataFrame, meas: pd.DataFrame, files: tuple[Path, Path], allow_partial: bool = False
+                ) -> tuple[pd.DataFrame, list[str]]:
+    """One row per point in both: key columns, ids, pred_s, meas_s, rel_err; and warnings."""
+    cols = key_columns(pred, meas)
+    p, m = _keyed(pred, cols, "PRED", files[0]), _keyed(meas, cols, "MEAS", files[1])
+    only_p = p[~p["_key"].isin(set(m["_key"]))]
+    only_m = m[~m["_key"].isin(set(p["_key"]))]
+    n_common = len(p) - len(only_p)
+    if n_common == 0:
+        differ = [c for c in cols if not set(p[c]) & set(m[c])]
+        raise CompareError(f"no point of PRED {files[0]} ({len(p)} points) is in MEAS {files[1]} ({len(m)} points)"
+                           + (f"; no value in common in column(s) {', '.join(differ)}" if differ else "")
+                           + ". Points are matched on " + ", ".join(cols) + ".")
+    msgs, named = [], _varying(cols, p, m)
+    for side, rows, this, other in (("PRED", only_p, files[0], files[1]), ("MEAS", only_m, files[1], files[0])):
+        if len(rows):
+            shown = "; ".join(_describe(r, named) for _, r in rows.head(8).iterrows())
+            more = f"; and {len(rows) - 8} more" if len(rows) > 8 else ""
+            msgs.append(f"{len(rows)} point(s) of {side} {this} are not in {other}: {shown}{more}")
+    if msgs and not allow_partial:
+        raise CompareError(". ".join(msgs) + f". Measure (or simulate) them, or pass --allow-partial to compare the "
+                           f"{n_common} point(s) in common.")
+    j = p.merge(m[["_key", "point_id", "time_s", "compute", "warmup"]], on="_key", suffixes=("_p", "_m"))
+    out = j[cols].copy()
+    out["pred_point_id"], out["meas_point_id"] = j["point_id_p"], j["point_id_m"]
+    for side, suf in (("pred", "_p"), ("meas", "_m")):
+        out[f"{side}_compute"] = j[f"compute{suf}"]
+        out[f"{side}_warmup"] = j[f"warmup{suf}"].astype(int)
+    out["pred_network"] = j["network"]
+    out["pred_s"], out["meas_s"] = j["time_s_p"], j["time_s_m"]
+    out["rel_err"] = (out["pred_s"] - out["meas_s"]) / out["meas_s"]
+    return out, msgs
+
+
+# -- per phase ------------------------------------------------------------------
+def phase_times(trace: pd.DataFrame, warmup: dict[str, int]) -> pd.DataFrame:
+    """Per (point_id, phase): the phase time defined in the module docstring
+    (``warmup`` maps point_id to its warm-up iterations)."""
+    t = trace[trace["point_id"].isin(warmup)]
+    t = t[t["iteration"] >= t["point_id"].map(warmup)]
+    if t.empty:
+        return pd.DataFrame(columns=["point_id", "phase", "time_s"])
+    measured = t.groupby("point_id")["iteration"].unique()
+    phases = t["phase"].astype(str).unique()
+    prefixes = {ph: ["/".join(ph.split("/")[:i + 1]) for i in range(ph.count("/") + 1)] for ph in phases}
+    t = t.assign(phase=t["phase"].astype(str).map(prefixes)).explode("phase")
+    g = ["point_id", "phase", "iteration", "rank"]
+    t = t.sort_values(g + ["start_s"]).reset_index(drop=True)
+    end = t["end_s"].to_numpy(dtype=float)
+    start = t["start_s"].to_numpy(dtype=float)
+    # the new coverage of a record: the part past the max end of the earlier records of its group
+    prev = t.groupby(g, sort=False)["end_s"].cummax().groupby([t[c] for c in g], sort=False).shift(1)
+    covered = np.maximum(0.0, end - np.maximum(start, prev.fillna(-np.inf).to_numpy()))
+    t = t.assign(covered=covered)
+    per_rank = t.groupby(g, sort=False)["covered"].sum()
+    per_iter = per_rank.groupby(level=[0, 1, 2]).max()
+    rows = []
+    for (pid, phase), s in per_iter.groupby(level=[0, 1]):
+        vals = s.droplevel([0, 1]).reindex(measured[pid], fill_value=0.0)
+        rows.append((pid, phase, float(np.median(vals))))
+    return pd.DataFrame(rows, columns=["point_id", "phase", "time_s"])
+
+
+def join_phases(points: pd.DataFrame, pred_trace: pd.DataFrame, meas_trace: pd.DataFrame
+                ) -> tuple[pd.DataFrame, list[str]]:
+    """One row per (joined point, phase): the point's key, phase, pred_s, meas_s, rel_err."""
+    pt = phase_times(pred_trace, dict(zip(points["pred_point_id"], points["pred_warmup"])))
+    mt = phase_times(meas_trace, dict(zip(points["meas_point_id"], points["meas_warmup"])))
+    notes, frames = [], []
+    for _, r in points.iterrows():
+        a = pt[pt["point_id"] == r["pred_point_id"]].set_index("phase")["time_s"]
+        b = mt[mt["point_id"] == r["meas_point_id"]].set_index("phase")["time_s"]
+        if a.empty or b.empty:
+            side = "pred" if a.empty else "meas"
+            notes.append(f"no trace records of {side.upper()} point {r[side + '_point_id']} ({r['algorithm']} "
+                         f"P={r['P']}): no phases compared for it")
+            continue
+        both = pd.concat([a.rename("pred_s"), b.rename("meas_s")], axis=1).fillna(0.0).reset_index(names="phase")
+        for c in points.columns:
+            if c not in ("pred_s", "meas_s", "rel_err"):
+                both[c] = r[c]
+        frames.append(both)
+    if not frames:
+        return pd.DataFrame(columns=list(points.columns) + ["phase"]), notes
+    ph = pd.concat(frames, ignore_index=True)
+    ph["rel_err"] = (ph["pred_s"] - ph["meas_s"]) / ph["meas_s"].where(ph["meas_s"] > 0)  # NaN where nothing measured
+    return ph, notes
+
+
+# -- the comparison ----------------------------------------------------------------
+def error_stats(rel_err: pd.Series) -> tuple[float, float]:
+    """(median, p90) of |error|, NaN ignored."""
+    a = np.abs(pd.to_numeric(rel_err, errors="coerce").dropna().to_numpy())
+    return (float(np.median(a)), float(np.percentile(a, 90))) if a.size else (float("nan"), float("nan"))
+
+
+@dataclass
+class Comparison:
+    points: pd.DataFrame
+    phases: pd.DataFrame
+    files: tuple
+    notes: list = field(default_factory=list)
+    written: list = field(default_factory=list)
+
+    def frame(self) -> pd.DataFrame:
+        """compare.csv: level 'point' rows, then level 'phase' rows."""
+        pts = self.points.assign(level="point", phase="")
+        out = pd.concat([pts, self.phases.assign(level="phase")], ignore_index=True) if len(self.phases) else pts
+        lead = ["level", "phase"] + [c for c in self.points.columns if c not in ("pred_s", "meas_s", "rel_err")]
+        return out[lead + ["pred_s", "meas_s", "rel_err"]]
+
+
+def _read_trace(path: Path) -> pd.DataFrame | None:
+    try:
+        t = read_csv(path)
+    except pd.errors.EmptyDataError:
+        return None
+    need = {"point_id", "iteration", "rank", "phase", "start_s", "end_s"}
+    return t if need <= set(t.columns) and len(t) else None
+
+
+def compare(pred, meas, allow_partial: bool = False, pred_where=(), meas_where=()) -> Comparison:
+    p, pcsv, ptrace = load_side(pred, "PRED", pred_where)
+    m, mcsv, mtrace = load_side(meas, "MEAS", meas_where)
+    points, notes = join_points(p, m, (pcsv, mcsv), allow_partial)
+    phases = pd.DataFrame()
+    if ptrace is None or mtrace is None:
+        lacking = " and ".join(str(c.parent) for c, t in ((pcsv, ptrace), (mcsv, mtrace)) if t is None)
+        notes.append(f"no per-phase comparison: {lacking} has no trace.csv (run with --trace)")
+    else:
+        traces = [_read_trace(f) for f in (ptrace, mtrace)]
+        bad = [str(f) for f, t in zip((ptrace, mtrace), traces) if t is None]
+        if bad:
+            notes.append(f"no per-phase comparison: {' and '.join(bad)} has no trace records")
+        else:
+            phases, more = join_phases(points, *traces)
+            notes += more
+    return Comparison(points, phases, (pcsv, mcsv, ptrace, mtrace), notes)
+
+
+def default_out(pred, meas) -> Path:
+    """``<MEAS folder>/compare_<PRED folder name>/``: one measurement, several predictions."""
+    pcsv, _ = locate(pred, "PRED")
+    mcsv, _ = locate(meas, "MEAS")
+    return mcsv.parent / f"compare_{pcsv.parent.resolve().name}"
+
+
+def fmt_time(s: float) -> str:
+    if not np.isfinite(s):
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if abs(s) >= scale * (1 - 5e-4):  # 999.99999 ns is "1 us"
+            return f"{s / scale:.3g} {unit}"
+    return f"{s / 1e-9:.3g} ns" if s else "0"
+
+
+def fmt_err(e: float) -> str:
+    return f"{100 * e:+.1f}%" if np.isfinite(e) else "-"
+
+
+def phase_summary(phases: pd.DataFrame, crowd: int = 8) -> tuple[pd.DataFrame, dict]:
+    """Per phase over points: medians of the times, median and p90 of |error|,
+    longest measured first. Children of a phase with more than ``crowd``
+    children (a schedule's per-bucket ``comm/b<i>``) are left out; the second
+    value counts them per parent (they stay in compare.csv)."""
+    names = list(phases["phase"].unique())
+    kids = pd.Series([n.rsplit("/", 1)[0] for n in names if "/" in n]).value_counts()
+    crowded = set(kids[kids > crowd].index)
+    rows = []
+    for phase, g in phases.groupby("phase", sort=False):
+        if "/" in phase and phase.rsplit("/", 1)[0] in crowded:
+            continue
+        m, q = error_stats(g["rel_err"])
+        rows.append({"phase": phase, "points": len(g), "predicted": g["pred_s"].median(),
+                     "measured": g["meas_s"].median(), "median": g["rel_err"].median(), "min": g["rel_err"].min(),
+                     "max": g["rel_err"].max(), "median |err|": m, "p90 |err|": q})
+    s = pd.DataFrame(rows).sort_values(["measured", "phase"], ascending=[False, True]).reset_index(drop=True)
+    return s, {p: int(kids[p]) for p in sorted(crowded)}
+
+
+def report(c: Comparison) -> str:
+    """The printed tables: per point, then per phase (medians over points)."""
+    pts = c.points
+    shown = [k for k in SHOWN if k in ("algorithm", "P") or (k in pts and pts[k].nunique() > 1)]
+    t = pts[shown].copy()
+    t["predicted"], t["measured"] = pts["pred_s"].map(fmt_time), pts["meas_s"].map(fmt_time)
+    t["error"] = pts["rel_err"].map(fmt_err)
+    med, p90 = error_stats(pts["rel_err"])
+    lines = [f"predicted {c.files[0]}  vs  measured {c.files[1]}", t.to_string(index=False),
+             f"|error| over {len(pts)} points: median {100 * med:.1f}%, p90 {100 * p90:.1f}%"]
+    if len(c.phases):
+        s, hidden = phase_summary(c.phases)
+        s = s[["phase", "points", "predicted", "measured", "median |err|", "p90 |err|"]]
+        for col in ("predicted", "measured"):
+            s[col] = s[col].map(fmt_time)
+        for col in ("median |err|", "p90 |err|"):
+            s[col] = s[col].map(lambda e: f"{100 * e:.1f}%" if np.isfinite(e) else "-")
+        lines += ["", "per phase (max over ranks of the union of the phase's records, median over measured "
+                      "iterations; times are medians over points):", s.to_string(index=False)]
+        lines += [f"({n} phases under {p}/ not shown; they are in compare.csv)" for p, n in hidden.items()]
+    return "\n".join(lines)
+
+
+def plot_compare(c: Comparison, path: Path, top: int = 15) -> Path:
+    """Predicted against measured (log-log, y = x) and per-phase errors (median, min..max over points)."""
+    import matplotlib.pyplot as plt
+
+    from .plot import series_styles
+
+    pts = c.points
+    series = pts["algorithm"] + pts["params"].map(lambda p: f" {p}" if p else "")
+    series = np.where(pts["schedule"] != "", pts["schedule"] + " / " + series, series)
+    styles = series_styles(set(series))
+    two = len(c.phases) > 0
+    fig, axes = plt.subplots(1, 2 if two else 1, figsize=(13 if two else 6.5, 5.2), squeeze=False)
+    ax = axes[0][0]
+    for s in sorted(set(series)):
+        sel = series == s
+        st = styles[s]
+        ax.scatter(pts["meas_s"][sel], pts["pred_s"][sel], label=s, color=st["color"], marker=st["marker"], s=28)
+    lo = min(pts["meas_s"].min(), pts["pred_s"].min()) / 1.5
+    hi = max(pts["meas_s"].max(), pts["pred_s"].max()) * 1.5
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="y = x")
+    for f in (0.5, 2.0):
+        ax.plot([lo, hi], [lo * f, hi * f], "k:", lw=0.6)
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured time per iteration [s]",
+           ylabel="predicted time per iteration [s]")
+    med, p90 = error_stats(pts["rel_err"])
+    ax.set_title(f"{len(pts)} points; |error| median {100 * med:.0f}%, p90 {100 * p90:.0f}% (dotted: 2x)", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", frameon=False)
+    if two:
+        ax = axes[0][1]
+        stats = phase_summary(c.phases)[0].set_index("phase")[["median", "min", "max"]]
+        stats = stats.dropna().head(top).iloc[::-1].rename(columns={"median": "med", "min": "lo", "max": "hi"})
+        y = np.arange(len(stats))
+        ax.barh(y, 100 * stats["med"], color=np.where(stats["med"] >= 0, "tab:red", "tab:blue"), alpha=0.7)
+        ax.errorbar(100 * stats["med"], y, xerr=[100 * (stats["med"] - stats["lo"]), 100 * (stats["hi"] - stats["med"])],
+                    fmt="none", ecolor="k", lw=0.8, capsize=2)
+        ax.set_yticks(y, stats.index, fontsize=8)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_xlabel("(predicted - measured) / measured [%]: median, min..max over points")
+        ax.set_title(f"per phase (the {len(stats)} longest measured)", fontsize=9)
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    plt.close(fig)
+    return path
+
+
+def run_compare(pred, meas, out=None, plot: bool = True, allow_partial: bool = False, pred_where=(),
+                meas_where=(), echo=print, warn=None) -> Comparison:
+    """What ``simsparse compare`` does: compare, print, write compare.csv (and compare.png)."""
+    c = compare(pred, meas, allow_partial, pred_where, meas_where)
+    out = Path(out) if out else default_out(pred, meas)
+    for note in c.notes:
+        (warn or echo)(f"simsparse: {note}")
+    echo(report(c))
+    frame = c.frame()
+    atomic_write(out / "compare.csv", lambda tmp: frame.to_csv(tmp, index=False))
+    c.written.append(out / "compare.csv")
+    if plot:
+        c.written.append(plot_compare(c, out / "compare.png"))
+    echo("wrote " + ", ".join(str(w) for w in c.written))
+    return c
