@@ -50,7 +50,15 @@ def main(argv=None) -> int:
                    help="use only PRED rows with this value (repeatable), e.g. compute=p100")
     p.add_argument("--meas-where", action="append", default=[], metavar="COL=VALUE",
                    help="use only MEAS rows with this value (repeatable)")
-    sub.add_parser("list", help="list algorithms, device profiles and network presets")
+    p = sub.add_parser("calibrate", help="microbenchmarks of this machine -> a machine profile (network + compute)")
+    p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu", help="where tensors live")
+    p.add_argument("--ranks", type=int, nargs="+", default=[2], help="rank counts to calibrate (one profile each)")
+    p.add_argument("--out", help="profile path; {ranks} is replaced by the rank count "
+                                 "(default results/calibration/local-{ranks}r.yaml)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (about 10 s)")
+    p.add_argument("--models", nargs="*", default=["resnet20_cifar10"], help="models whose layers to time")
+    p.add_argument("--batch-size", type=int, default=8, help="batch size of the layer timings")
+    sub.add_parser("list", help="list algorithms, schedules, models, device profiles and network presets")
     p = sub.add_parser("topo", help="summarise (and draw) the machine a network preset builds for P ranks")
     p.add_argument("network", help="preset name (e.g. piz_daint_aries) or network YAML file")
     p.add_argument("-P", type=int, default=16, help="number of ranks (default 16)")
@@ -62,6 +70,8 @@ def main(argv=None) -> int:
             return _list()
         if args.cmd == "topo":
             return _topo(args)
+        if args.cmd == "calibrate":
+            return _calibrate(args)
         if args.cmd == "compare":
             from .experiments.compare import run_compare
 
@@ -174,6 +184,40 @@ def _print_table(df: pd.DataFrame) -> None:
     t = t.drop(columns=empty)
     with pd.option_context("display.max_rows", 200, "display.width", 160, "display.float_format", "{:.6g}".format):
         print(t.to_string(index=False))
+
+
+def _calibrate(args) -> int:
+    from .calibration import CalibrationError, calibrate
+
+    for r in args.ranks:
+        print(f"calibrating {r} ranks on the {args.device} ...", file=sys.stderr, flush=True)
+        try:
+            out = calibrate(args.device, r, args.out, quick=args.quick, models=args.models, batch_size=args.batch_size,
+                            command="simsparse " + " ".join(sys.argv[1:]))
+        except CalibrationError as e:
+            print(f"simsparse: error: {e}", file=sys.stderr)
+            return 2
+        prof = yaml_load(out)
+        net, fits = prof["network"], prof["fits"]
+        print(f"wrote {out}: alpha {net['alpha_s'] * 1e6:.1f} us, bandwidth {net['bandwidth_Bps'] / 1e9:.2f} GB/s, "
+              f"eager up to {net['eager_threshold_B']} B (fit median |err| "
+              f"{fits['network']['residuals']['median_rel']:.1%}); {len(prof['compute']['kernels'])} kernels "
+              f"(median |err| {_median_res(fits['kernels']):.1%}); layers of {', '.join(fits['layers']) or 'no model'}")
+    return 0
+
+
+def yaml_load(path):
+    import yaml
+
+    with open(path) as f:
+        return yaml.safe_load(f)
+
+
+def _median_res(fits: dict) -> float:
+    import numpy as np
+
+    vals = [f["residuals"]["median_rel"] for f in fits.values()]
+    return float(np.median(vals)) if vals else float("nan")
 
 
 def _topo(args) -> int:

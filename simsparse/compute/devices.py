@@ -30,6 +30,15 @@ class KernelCost(BaseModel):
     complexity: Literal["n", "nlogn"] = "n"
 
 
+class ModelTimes(BaseModel):
+    """Measured per-tensor times of one model at one batch size (registration order)."""
+
+    model_config = ConfigDict(extra="forbid")
+    batch_size: int = Field(ge=1)
+    t_fwd: list[float]
+    t_bwd: list[float]
+
+
 class DeviceProfile(BaseModel):
     """A parametric device."""
 
@@ -43,6 +52,8 @@ class DeviceProfile(BaseModel):
     compute_efficiency: float = Field(1.0, gt=0, le=1, description="achieved fraction of peak_flops on a real "
                                                                    "network's layers")
     kernels: dict[str, KernelCost] = Field(default_factory=dict)
+    models: dict[str, ModelTimes] = Field(default_factory=dict, description="measured per-tensor forward/backward "
+                                          "times (simsparse calibrate); used instead of the roofline at that batch size")
     source: str | None = None
 
 
@@ -108,6 +119,8 @@ def load_profile(name_or_path: str, base_dir: Path | None = None) -> DeviceProfi
         )
     with open(p) as f:
         data = yaml.safe_load(f) or {}
+    if isinstance(data, dict) and data.get("kind") == "machine":  # from `simsparse calibrate`: its compute part
+        data = data.get("compute") or {}
     data.setdefault("name", p.stem)
     return DeviceProfile.model_validate(data)
 

@@ -91,6 +91,10 @@ def model_profile(model: str, batch_size: int, device: DeviceProfile | None) -> 
     if device is None:
         zero = (0.0,) * len(sizes)
         return ModelProfile(model, batch_size, "ideal", sizes, zero, zero, "ideal device: compute costs nothing")
+    measured = device.models.get(model)
+    if measured is not None and measured.batch_size == batch_size and len(measured.t_fwd) == len(sizes):
+        return ModelProfile(model, batch_size, device.name, sizes, tuple(measured.t_fwd), tuple(measured.t_bwd),
+                            f"measured on {device.name} (simsparse calibrate)")
     if device.peak_flops is None:
         raise ValueError(f"device profile {device.name!r} has no peak_flops; a model profile needs it "
                          f"(add peak_flops and compute_efficiency, or give the model's per-tensor times)")

@@ -235,8 +235,8 @@ def load_config(path: str | Path) -> Experiment:
     if errors:
         raise ConfigError(_paragraph(path, errors))
 
-    networks = _collect(errors, lambda: _networks(raw.get("network"), path))
-    computes = _collect(errors, lambda: _computes(raw.get("compute", "ideal"), path))
+    networks = _PerP(raw.get("network"), lambda v: _collect(errors, lambda: _networks(v, path)))
+    computes = _PerP(raw.get("compute", "ideal"), lambda v: _collect(errors, lambda: _computes(v, path)))
     trainings = _collect(errors, lambda: _trainings(raw)) if training else [None]
     variants = {}  # the workload variants of each training variant's model and density (None: no training)
     for tr in trainings:
@@ -251,13 +251,17 @@ def load_config(path: str | Path) -> Experiment:
     algos = _collect(errors, lambda: _algorithms(raw["algorithms"]))
     run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check", "data_scale") if k in raw}
     runs = _collect(errors, lambda: _validate_variants(run_raw, RunSpec, ""))
+    for run in runs:  # resolve (and validate) every network and compute variant before building points
+        networks(run.P), computes(run.P)
     if errors:
         raise ConfigError(_paragraph(path, errors))
 
     points = []
     used = set()
     # algorithms innermost: consecutive points share their gradients (cached)
-    for net, comp, (tr, wl), run, (aname, params) in itertools.product(networks, computes, cases, runs, algos):
+    grid = ((net, comp, case, run, algo) for run in runs for net in networks(run.P) for comp in computes(run.P)
+            for case, algo in itertools.product(cases, algos))
+    for net, comp, (tr, wl), run, (aname, params) in grid:
         if tr is not None:
             spec, (sname, sparams) = tr
             problem = get_schedule(sname).check_algorithm(ALGORITHMS[aname])
@@ -317,6 +321,22 @@ def network_variants(val, cfg_path: Path) -> list[dict]:
         raise ConfigError(str(e)) from None
 
 
+class _PerP:
+    """A ``network:`` or ``compute:`` value resolved per P: a file name may
+    contain ``{P}`` (e.g. a machine profile calibrated for each rank count:
+    ``results/calibration/local-{P}r.yaml``)."""
+
+    def __init__(self, value, resolve):
+        self.value, self.resolve, self.cache = value, resolve, {}
+
+    def __call__(self, P: int) -> list:
+        templated = isinstance(self.value, str) and "{P}" in self.value
+        key = P if templated else None
+        if key not in self.cache:
+            self.cache[key] = self.resolve(self.value.replace("{P}", str(P)) if templated else self.value)
+        return self.cache[key]
+
+
 def _scale_problem(point: Point) -> str | None:
     if point.data_scale >= 1:
         return None
@@ -365,6 +385,10 @@ def _load_preset(name: str, cfg_path: Path) -> dict:
             data = _read_yaml(c, "network preset")
             if not isinstance(data, dict):
                 raise _Err(f"network preset {c}: expected a mapping of keys")
+            if data.get("kind") == "machine":  # a machine profile from `simsparse calibrate`: its network part
+                if not isinstance(data.get("network"), dict):
+                    raise _Err(f"machine profile {c}: no 'network' section")
+                return data["network"]
             return data
     avail = sorted(p.stem for d in TOPOLOGY_DIRS for p in d.glob("*.yaml"))
     raise _Err(f"network: preset {name!r} not found (looked next to the config, in the working directory and in "

@@ -1,0 +1,221 @@
+"""``simsparse calibrate``: microbenchmarks of this machine -> a machine profile.
+
+:func:`calibrate` launches :mod:`.worker` under ``mpiexec -n RANKS`` (the
+real backend's own send/receive path, kernels and torch models), fits the
+cost models (:mod:`.fit`, least squares, residuals reported) and writes one
+YAML file that ``run`` accepts both as ``network:`` and as ``compute:``::
+
+    kind: machine
+    provenance: {host, date, command, versions, ranks, device, wall time}
+    network:  {model: alphabeta, alpha_s, bandwidth_Bps, eager_threshold_B, rendezvous_rtt_s, ...}
+    compute:  {launch_s, mem_bandwidth_Bps, peak_flops, compute_efficiency, kernels: {...}, models: {...}}
+    fits:     every fit's parameters and residuals, LogGP o and g, concurrency checks
+
+The profile describes ``RANKS`` processes on this host with the thread count
+``measure`` gives them (cores / RANKS): calibrate with the rank count you
+will measure.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from . import fit
+
+#: where a profile for R ranks goes by default; configs name it with {P} (resolved per point)
+DEFAULT_OUT = "results/calibration/local-{ranks}r.yaml"
+
+
+class CalibrationError(Exception):
+    pass
+
+
+def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None, quick: bool = False,
+              models=("resnet20_cifar10",), batch_size: int = 8, timeout_s: float = 3600,
+              command: str = "") -> Path:
+    """Run the microbenchmarks and write the profile; returns its path."""
+    from ..experiments.measure import MeasureError, check_prerequisites
+
+    try:
+        mpiexec = check_prerequisites()
+    except MeasureError as e:
+        raise CalibrationError(str(e)) from None
+    if ranks < 2:
+        raise CalibrationError("--ranks must be at least 2 (point-to-point benchmarks need a partner)")
+    out = Path(str(out or DEFAULT_OUT).replace("{ranks}", str(ranks)))
+    spec = {"device": device, "quick": quick, "models": list(models), "batch_size": batch_size,
+            "p2p_sizes": [4 << i for i in range(0, 21, 3 if quick else 1)],
+            "reps": 20 if quick else 100,
+            "kernel_sizes": [3000, 30000, 300000] if quick else [3000, 30000, 300000, 3000000],
+            "layer_reps": 2 if quick else 5}
+    with tempfile.TemporaryDirectory(prefix="simsparse-cal-") as td:
+        sp, rp = os.path.join(td, "spec.json"), os.path.join(td, "raw.json")
+        with open(sp, "w") as f:
+            json.dump(spec, f)
+        cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "simsparse.calibration.worker", sp, rp]
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+        except subprocess.TimeoutExpired:
+            raise CalibrationError(f"calibration timed out after {timeout_s:.0f} s") from None
+        if proc.returncode != 0 or not os.path.exists(rp):
+            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+            raise CalibrationError(f"the calibration run failed (exit {proc.returncode}):\n{tail}")
+        with open(rp) as f:
+            raw = json.load(f)
+    profile = build_profile(raw, ranks, device, command or " ".join(sys.argv))
+    write_profile(profile, out)
+    return out
+
+
+def build_profile(raw: dict, ranks: int, device: str, command: str) -> dict:
+    """Fit every cost model to the raw timings of :mod:`.worker`."""
+    host = socket.gethostname()
+    name = f"local-{device}-{ranks}r"
+    p2p = raw["p2p"]
+    sizes, times = zip(*[(m, t) for m, t in p2p["pingpong"]])
+    net_fit = fit.fit_eager_switch(sizes, times)
+    alpha = net_fit["alpha_s"]
+    bw = net_fit.get("rendezvous_bandwidth_Bps", net_fit["bandwidth_Bps"])
+    network = {"name": name, "model": "alphabeta",
+               "source": f"simsparse calibrate on {host}: ping-pong through the real backend, Hockney fit "
+                         f"(alpha from the eager segment, bandwidth from the large messages)",
+               "alpha_s": alpha, "bandwidth_Bps": bw, "eager_threshold_B": net_fit["eager_threshold_B"],
+               "rendezvous_rtt_s": net_fit["rendezvous_rtt_s"]}
+    loggp = {"o_send_s": p2p["window"][0][2], "g_s": p2p["window"][0][1],
+             "window": [{"bytes": m, "per_message_s": g, "post_s": o} for m, g, o in p2p["window"]]}
+    concurrency = []
+    for (m, t) in p2p["pairs"]:
+        concurrency.append({"pattern": "pairs", "bytes": m, "measured_s": t, "model_s": alpha + m / bw,
+                            "ratio": t / (alpha + m / bw)})
+    for (m, t) in p2p["incast"]:
+        pred = (ranks - 1) * (alpha + m / bw)
+        concurrency.append({"pattern": "incast", "bytes": m, "measured_s": t, "model_s": pred, "ratio": t / pred})
+
+    kernels, kfits = _kernels(raw["kernels"])
+    mem = _memory_roofline(raw["kernels"])
+    compute = {"name": name, "source": f"simsparse calibrate on {host} ({raw['device']}, {raw['torch_threads']} "
+                                       f"torch threads per rank, {ranks} ranks)",
+               "launch_s": mem["launch_s"], "mem_bandwidth_Bps": mem["mem_bandwidth_Bps"], "kernels": kernels}
+    layer_fits, models = _layers(raw["layers"])
+    if layer_fits:
+        best = max(layer_fits.values(), key=lambda f: f["residuals"]["points"])
+        compute["peak_flops"] = best["flops_per_s"]
+        compute["compute_efficiency"] = 1.0
+    compute["models"] = models
+    return {"kind": "machine", "name": name,
+            "provenance": _provenance(command, ranks, raw),
+            "network": network, "compute": compute,
+            "fits": {"network": net_fit, "loggp": loggp, "concurrency": concurrency, "kernels": kfits,
+                     "memory": mem, "layers": layer_fits},
+            "measurements": {"pingpong": [{"bytes": m, "half_rtt_s": t} for m, t in p2p["pingpong"]]}}
+
+
+def _kernels(calls) -> tuple[dict, dict]:
+    by = defaultdict(lambda: defaultdict(list))
+    for name, elems, _nbytes, dt in calls:
+        by[name][elems].append(dt)
+    kernels, fits = {}, {}
+    for name, pts in sorted(by.items()):
+        elems = sorted(pts)
+        times = [float(np.median(pts[e])) for e in elems]
+        if len(elems) < 2 or min(times) <= 0:
+            continue
+        f = fit.fit_kernel(elems, times)
+        kernels[name] = {"launch_s": f["launch_s"], "per_elem_s": f["per_elem_s"], "complexity": f["complexity"]}
+        fits[name] = {**f, "sizes": len(elems), "calls": sum(len(v) for v in pts.values())}
+    return kernels, fits
+
+
+def _memory_roofline(calls) -> dict:
+    """launch + bytes / bandwidth over every kernel call (the default for kernels without a fit of their own)."""
+    nb = np.array([c[2] for c in calls], float)
+    t = np.array([c[3] for c in calls], float)
+    keep = (t > 0) & (nb > 0)
+    f = fit.fit_alpha_beta(nb[keep], t[keep])
+    return {"launch_s": f["alpha_s"], "mem_bandwidth_Bps": f["bandwidth_Bps"], "residuals": f["residuals"]}
+
+
+def _layers(raw_layers) -> tuple[dict, dict]:
+    from ..compute.models import model_costs
+
+    fits, models = {}, {}
+    for name, m in raw_layers.items():
+        table = model_costs()[name]["tensors"]
+        bs = m["batch_size"]
+        ops = [e["bwd_ops"] for e in table]
+        flops = [e["bwd_flops"] * bs for e in table]
+        mm = [e["bwd_mm_bytes"] * bs + 8 * e["size"] for e in table]
+        other = [e["bwd_bytes"] * bs - e["bwd_mm_bytes"] * bs for e in table]
+        t_bwd = m["backward_s"]
+        # one point per tensor that does work (a module's other tensors are ready at the same moment)
+        work = [i for i, e in enumerate(table) if e["bwd_ops"] > 0]
+        f = fit.fit_roofline([ops[i] for i in work], [flops[i] for i in work], [mm[i] for i in work],
+                             [other[i] for i in work], [t_bwd[i] for i in work])
+        fwd_pred = fit.roofline_time(f["launch_s"], f["flops_per_s"], f["mem_bandwidth_Bps"],
+                                     np.array([e["fwd_ops"] for e in table], float),
+                                     np.array([e["fwd_flops"] * bs for e in table], float),
+                                     np.array([e["fwd_mm_bytes"] * bs + 4 * e["size"] for e in table], float),
+                                     np.array([(e["fwd_bytes"] - e["fwd_mm_bytes"]) * bs for e in table], float))
+        f["forward_measured_s"] = m["forward_s"]
+        f["forward_fit_s"] = float(fwd_pred.sum())
+        fits[name] = f
+        scale = m["forward_s"] / max(float(fwd_pred.sum()), 1e-30)   # measured total, split like the roofline
+        models[name] = {"batch_size": bs, "t_fwd": (fwd_pred * scale).tolist(), "t_bwd": list(t_bwd)}
+    return fits, models
+
+
+def _provenance(command: str, ranks: int, raw: dict) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(pkg):
+        try:
+            return version(pkg)
+        except PackageNotFoundError:
+            return None
+
+    git = None
+    try:
+        git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parents[2], timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"host": socket.gethostname(), "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "command": command, "ranks": ranks, "device": raw["device"], "torch_threads": raw["torch_threads"],
+            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "python": platform.python_version(), "simsparse": v("simsparse"), "git": git,
+            "numpy": v("numpy"), "torch": v("torch"), "mpi4py": v("mpi4py"), "mpich": v("mpich"),
+            "wall_s": raw["wall_s"]}
+
+
+def write_profile(profile: dict, out: Path) -> None:
+    from ..experiments.store import atomic_write
+
+    def dump(tmp):
+        with open(tmp, "w") as f:
+            f.write("# Machine profile written by `simsparse calibrate`; use it as `network:` and as `compute:`.\n")
+            yaml.safe_dump(_plain(profile), f, sort_keys=False, width=120)
+
+    atomic_write(Path(out), dump)
+
+
+def _plain(o):
+    """numpy scalars and tuples -> plain YAML types."""
+    if isinstance(o, dict):
+        return {str(k): _plain(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_plain(v) for v in o]
+    if isinstance(o, np.generic):
+        return o.item()
+    return o

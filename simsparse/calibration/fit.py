@@ -1,0 +1,93 @@
+"""Least-squares fits of the cost models to microbenchmark timings, with residuals.
+
+Every fit returns its parameters and a residual summary (relative error of
+the fitted model at each measured point: median and max of |fit/measured - 1|),
+so a profile says how well its own model describes the machine. Fits weight
+points by 1/time (relative error), since timings span several decades.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import least_squares, nnls
+
+
+def residuals(pred, meas) -> dict:
+    r = np.asarray(pred, float) / np.asarray(meas, float) - 1.0
+    return {"median_rel": float(np.median(np.abs(r))), "max_rel": float(np.max(np.abs(r))), "points": int(len(r))}
+
+
+def _nnls_rel(A: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Non-negative least squares of relative errors: rows scaled by 1/t."""
+    w = 1.0 / t
+    coef, _ = nnls(A * w[:, None], t * w)
+    return coef
+
+
+def fit_alpha_beta(sizes, times) -> dict:
+    """t = alpha + bytes / bandwidth (Hockney)."""
+    m, t = np.asarray(sizes, float), np.asarray(times, float)
+    alpha, beta = _nnls_rel(np.column_stack([np.ones_like(m), m]), t)
+    return {"alpha_s": float(alpha), "bandwidth_Bps": float(1.0 / beta) if beta > 0 else float("inf"),
+            "residuals": residuals(alpha + beta * m, t)}
+
+
+def fit_eager_switch(sizes, times) -> dict:
+    """Two Hockney segments split where MPI changes protocol: the breakpoint
+    (a measured size: the largest eager one) minimising the relative residual;
+    the rendezvous segment's extra start-up over the eager one is the
+    handshake. One segment unless a split cuts the squared error 4-fold."""
+    m, t = np.asarray(sizes, float), np.asarray(times, float)
+    order = np.argsort(m)
+    m, t = m[order], t[order]
+    one = fit_alpha_beta(m, t)
+    best = None
+    for i in range(2, len(m) - 2):
+        lo, hi = fit_alpha_beta(m[:i], t[:i]), fit_alpha_beta(m[i:], t[i:])
+        pred = np.concatenate([lo["alpha_s"] + m[:i] / lo["bandwidth_Bps"], hi["alpha_s"] + m[i:] / hi["bandwidth_Bps"]])
+        err = float(np.sum((pred / t - 1.0) ** 2))
+        if best is None or err < best[0]:
+            best = (err, i, lo, hi, pred)
+    one_err = float(np.sum(((one["alpha_s"] + m / one["bandwidth_Bps"]) / t - 1.0) ** 2))
+    if best is None or best[0] > 0.25 * one_err:
+        return {**one, "eager_threshold_B": int(m[-1]), "rendezvous_rtt_s": 0.0, "split": False}
+    _, i, lo, hi, pred = best
+    return {"alpha_s": lo["alpha_s"], "bandwidth_Bps": lo["bandwidth_Bps"], "eager_threshold_B": int(m[i - 1]),
+            "rendezvous_rtt_s": max(0.0, hi["alpha_s"] - lo["alpha_s"]), "rendezvous_bandwidth_Bps": hi["bandwidth_Bps"],
+            "split": True, "residuals": residuals(pred, t)}
+
+
+def fit_kernel(elems, times) -> dict:
+    """t = launch + per_elem * u with u = d (complexity n) or d log2 d (nlogn),
+    whichever describes the timings better."""
+    d, t = np.maximum(np.asarray(elems, float), 1.0), np.asarray(times, float)
+    out = None
+    for cx, u in (("n", d), ("nlogn", d * np.log2(np.maximum(d, 2.0)))):
+        launch, per = _nnls_rel(np.column_stack([np.ones_like(u), u]), t)
+        res = residuals(launch + per * u, t)
+        if out is None or res["median_rel"] < out["residuals"]["median_rel"] * 0.9:
+            out = {"launch_s": float(launch), "per_elem_s": float(per), "complexity": cx, "residuals": res}
+    return out
+
+
+def roofline_time(launch, flops_rate, bw, ops, flops, mm_bytes, other_bytes):
+    """The per-tensor model of :mod:`simsparse.compute.models`."""
+    return ops * launch + np.maximum(flops / flops_rate, mm_bytes / bw) + other_bytes / bw
+
+
+def fit_roofline(ops, flops, mm_bytes, other_bytes, times) -> dict:
+    """launch, achieved FLOP rate and memory bandwidth of the roofline that
+    best describes measured per-tensor times (relative least squares in log
+    parameters, so every parameter stays positive)."""
+    ops, flops, mm, other, t = (np.asarray(a, float) for a in (ops, flops, mm_bytes, other_bytes, times))
+    keep = t > 0
+    ops, flops, mm, other, t = ops[keep], flops[keep], mm[keep], other[keep], t[keep]
+
+    def resid(p):
+        launch, rate, bw = np.exp(p)
+        return roofline_time(launch, rate, bw, ops, flops, mm, other) / t - 1.0
+
+    x0 = np.log([1e-5, max(1e6, float(flops.sum() / max(t.sum(), 1e-12))), 1e10])
+    sol = least_squares(resid, x0, method="trf")
+    launch, rate, bw = (float(v) for v in np.exp(sol.x))
+    return {"launch_s": launch, "flops_per_s": rate, "mem_bandwidth_Bps": bw,
+            "residuals": residuals(roofline_time(launch, rate, bw, ops, flops, mm, other), t)}

@@ -1,0 +1,285 @@
+"""The microbenchmarks of ``simsparse calibrate``, one process per rank under
+``mpiexec`` (``python -m simsparse.calibration.worker SPEC.json OUT.json``).
+
+Everything goes through the real backend's own paths, so the profile
+describes what ``simsparse measure`` pays:
+
+* **point-to-point**, rank programs driven by :class:`~simsparse.backends.mpi.MPIDriver`
+  (payload packing, ``Isend``, ``Improbe`` matching, unpacking): ping-pong
+  half round trips across sizes (latency, bandwidth, the eager/rendezvous
+  switch); a window of small messages (LogGP g, and o at the sender: the
+  time ``isend`` takes; o at the receiver: completing already-arrived
+  messages); under concurrent traffic, every rank streaming to a partner at
+  once and all ranks sending to rank 0 (incast);
+* **kernels**: every kernel that the algorithms and schedules call, timed as
+  the real backend runs them, by running each registered algorithm (and the
+  schedules' packing) on this backend at calibration sizes with a timing
+  wrapper around every kernel's torch implementation; each call is recorded
+  with its work (elements, bytes);
+* **layers**: the torch models' forward pass and the time at which each
+  parameter's gradient is ready in the backward pass, on every rank at once
+  (as in a measured run).
+
+Rank 0 writes the raw timings as JSON; :mod:`simsparse.calibration` fits them.
+Sizes and seeds differ from the validation suite's: a profile is never fitted
+to the runs it predicts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def _median(xs):
+    return float(np.median(xs))
+
+
+# -- point to point ----------------------------------------------------------------
+
+def _pingpong(ctx, make, reps):
+    r = ctx.rank
+    if r > 1:
+        return None
+    peer = 1 - r
+    t0 = ctx.now()
+    for _ in range(reps):
+        if r == 0:
+            yield ctx.waitall([ctx.isend(peer, make())])
+            yield ctx.waitall([ctx.irecv(peer)])
+        else:
+            yield ctx.waitall([ctx.irecv(peer)])
+            yield ctx.waitall([ctx.isend(peer, make())])
+    return (ctx.now() - t0) / reps / 2
+
+
+def _window(ctx, make, count):
+    """Rank 0 posts ``count`` sends at once to rank 1: per-message time at the
+    receiver (g for small messages), and the sender's posting time (o)."""
+    r = ctx.rank
+    if r == 0:
+        t0 = time.perf_counter()
+        hs = [ctx.isend(1, make()) for _ in range(count)]
+        post = (time.perf_counter() - t0) / count
+        yield ctx.waitall(hs)
+        return post
+    if r == 1:
+        t0 = ctx.now()
+        yield ctx.waitall([ctx.irecv(0) for _ in range(count)])
+        return (ctx.now() - t0) / count
+    return None
+
+
+def _pairs(ctx, make, count):
+    """Every rank streams ``count`` messages to its partner (r xor 1)."""
+    peer = ctx.rank ^ 1
+    if peer >= ctx.size:
+        return None
+    t0 = ctx.now()
+    hs = [ctx.isend(peer, make()) for _ in range(count)] + [ctx.irecv(peer) for _ in range(count)]
+    yield ctx.waitall(hs)
+    return (ctx.now() - t0) / count
+
+
+def _incast(ctx, make):
+    if ctx.rank == 0:
+        t0 = ctx.now()
+        yield ctx.waitall([ctx.irecv(s) for s in range(1, ctx.size)])
+        return ctx.now() - t0
+    yield ctx.waitall([ctx.isend(0, make())])
+    return None
+
+
+def p2p(driver, comm, sizes, reps, quick) -> dict:
+    from mpi4py import MPI
+
+    from ..ops import Dense
+
+    rs = driver.rs
+    torch = rs.torch
+
+    def maker(nbytes):
+        t = torch.zeros(max(1, nbytes // 4), dtype=torch.float32, device=rs.device)
+        return lambda: Dense(t)
+
+    def run(prog, repeat=5):
+        """The program's own result on this rank, per repetition."""
+        vals = []
+        for _ in range(repeat):
+            comm.Barrier()
+            vals.append(driver.run(prog).results[0])
+        return vals
+
+    def span(prog, repeat=5):
+        """Per repetition, the time from the common start (a barrier) until the last rank finished."""
+        vals = []
+        for _ in range(repeat):
+            comm.Barrier()
+            vals.append(comm.allreduce(driver.run(prog).finish_s[0], op=MPI.MAX))
+        return vals
+
+    out = {"pingpong": [], "window": [], "pairs": [], "incast": []}
+    for m in sizes:
+        mk = maker(m)
+        n = max(3, reps if m <= 1 << 16 else reps // 4)
+        t = run(lambda c, mk=mk, n=n: _pingpong(c, mk, n))
+        out["pingpong"].append((4 * max(1, m // 4), _median(t) if rs.rank == 0 else None))
+    for m in (4, 64, 1024):
+        mk, count = maker(m), 64 if quick else 256
+        vals = run(lambda c, mk=mk, count=count: _window(c, mk, count))
+        recv = comm.bcast(_median(vals) if rs.rank == 1 else None, root=1)
+        out["window"].append((m, recv, _median(vals) if rs.rank == 0 else None))
+    for m in (1 << 16, 1 << 20):
+        mk, count = maker(m), 4
+        out["pairs"].append((m, _median(span(lambda c, mk=mk, count=count: _pairs(c, mk, count))) / count))
+        out["incast"].append((m, _median(span(lambda c, mk=mk: _incast(c, mk)))))
+    return out
+
+
+# -- kernels -------------------------------------------------------------------------
+
+class KernelProbe:
+    """Wraps every kernel's torch implementation to record (work, seconds)."""
+
+    def __init__(self, sync):
+        from ..compute.kernels import KERNELS
+
+        self.calls: list = []
+        self.active = False
+        self._orig = {}
+        for name, k in KERNELS.items():
+            self._orig[name] = k.torch_fn
+            k.torch_fn = self._wrap(k, k.torch_fn, sync)
+
+    def _wrap(self, k, fn, sync):
+        def timed(*args, **kwargs):
+            if not self.active:
+                return fn(*args, **kwargs)
+            sync()
+            t0 = time.perf_counter()
+            out = fn(*args, **kwargs)
+            sync()
+            dt = time.perf_counter() - t0
+            w = k.work(out, *args, **kwargs)
+            self.calls.append((k.name, float(w.elems), float(w.bytes), dt))
+            return out
+
+        return timed
+
+    def close(self):
+        from ..compute.kernels import KERNELS
+
+        for name, fn in self._orig.items():
+            KERNELS[name].torch_fn = fn
+
+
+def kernels(comm, device_kind, sizes, quick) -> list:
+    """Run every algorithm at the calibration sizes on this backend and record its kernels."""
+    from ..algorithms import ALGORITHMS
+    from ..experiments.loop import run_point
+    from ..experiments.point import Point
+    from ..experiments.worker import MPIBackend
+
+    P = comm.Get_size()
+    probe = None
+    calls = []
+    for name, cls in sorted(ALGORITHMS.items()):
+        for n in sizes:
+            params = {"error_feedback": True} if "error_feedback" in cls.Params.model_fields else {}
+            if cls.check_setup(P, n, cls.Params.model_validate(params)):
+                continue
+            pt = Point(algorithm=name, P=P, params=params, network={"model": "alphabeta"}, compute=None,
+                       workload={"n": n, "density": 0.01, "dtype": "float32", "seed": 1234, "drift": 0.2},
+                       iterations=2, warmup=1, check=False)
+            backend = MPIBackend(pt, device_kind)
+            if probe is None:
+                probe = KernelProbe(backend.driver.rs.sync)
+            probe.active = True
+            run_point(pt, backend)
+            probe.active = False
+    if probe is not None:
+        calls = probe.calls
+        probe.close()
+    return calls
+
+
+# -- layers ----------------------------------------------------------------------------
+
+def layers(comm, device, model_names, batch_size, reps) -> dict:
+    """Per model: forward time and every tensor's backward interval (registration order)."""
+    import torch
+
+    from .. import models
+
+    out = {}
+    for name in model_names:
+        torch.manual_seed(0)
+        model = models.build(name).to(device)
+        params = list(model.parameters())
+        ready = [0.0] * len(params)
+        hooks = [p.register_post_accumulate_grad_hook(lambda _p, i=i, ready=ready: ready.__setitem__(i, time.perf_counter()))
+                 for i, p in enumerate(params)]
+        fwd, bwd = [], []
+        for it in range(reps + 1):
+            batch = models.example_batch(name, batch_size, generator=torch.Generator().manual_seed(it), device=device)
+            for p in params:
+                p.grad = None
+            comm.Barrier()
+            sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
+            sync()
+            t0 = time.perf_counter()
+            loss = models.loss(name, model, batch)
+            sync()
+            t1 = time.perf_counter()
+            loss.backward()
+            sync()
+            if it == 0:
+                continue  # warm-up
+            fwd.append(t1 - t0)
+            # backward order is reverse registration; a tensor's interval ends when its gradient is ready
+            order = sorted(range(len(params)), key=lambda i: ready[i])
+            prev, iv = t1, [0.0] * len(params)
+            for i in order:
+                iv[i] = max(0.0, ready[i] - prev)
+                prev = max(prev, ready[i])
+            bwd.append(iv)
+        for h in hooks:
+            h.remove()
+        out[name] = {"batch_size": batch_size, "forward_s": _median(fwd),
+                     "backward_s": np.median(np.asarray(bwd), axis=0).tolist()}
+    return out
+
+
+def main(argv=None):
+    from mpi4py import MPI
+    import torch
+
+    from ..backends.mpi import MPIDriver, pick_device
+
+    spec_path, out_path = (argv or sys.argv[1:])[:2]
+    with open(spec_path) as f:
+        spec = json.load(f)
+    comm = MPI.COMM_WORLD
+    device = pick_device(spec["device"])
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // comm.Get_size()))
+    t0 = time.perf_counter()
+    driver = MPIDriver(comm, device)
+    raw = {"p2p": p2p(driver, comm, spec["p2p_sizes"], spec["reps"], spec["quick"])}
+    raw["kernels"] = kernels(comm, spec["device"], spec["kernel_sizes"], spec["quick"])
+    raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"])
+    raw["device"] = f"{device.type}:{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}"
+    raw["torch_threads"] = torch.get_num_threads()
+    raw["wall_s"] = time.perf_counter() - t0
+    if comm.Get_rank() == 0:
+        tmp = out_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(raw, f)
+        os.replace(tmp, out_path)
+
+
+if __name__ == "__main__":
+    main()
