@@ -66,8 +66,7 @@ def child(network: str, algorithm: str, P: int, n: int, data_scale: float = 1.0)
 
 
 def model_bench() -> None:
-    import simpy
-
+    from simsparse.engine import HeapEngine
     from simsparse.experiments.config import _load_preset
     from simsparse.network.flow import maxmin_rates
     from simsparse.network.spec import NETWORK_SPECS, DragonflySpec
@@ -78,14 +77,14 @@ def model_bench() -> None:
     for net, preset in NETWORKS.items():
         raw = _load_preset(preset, __import__("pathlib").Path.cwd() / "bench")
         model = NETWORK_SPECS[raw.get("model", "alphabeta")].model_validate(raw).build()
-        env = simpy.Environment()
+        env = HeapEngine()
         model.reset(env, P)
 
         def step(s, model=model, env=env):
             for r in range(P):
                 model.transfer(r, (r + 1) % P, 4096, _nothing)
             if s + 1 < steps:
-                env.timeout(5e-6).callbacks.append(lambda _e: step(s + 1))
+                env.at(5e-6, step, s + 1)
 
         step(0)
         t0 = time.perf_counter()

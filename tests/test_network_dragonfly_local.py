@@ -15,8 +15,8 @@ offers each 2.625), so the max-min optimum is 4 x 10.2 = 40.8 GB/s each way.
 """
 import numpy as np
 import pytest
-import simpy
 
+from simsparse.engine import HeapEngine
 from simsparse.network.dragonfly import Dragonfly
 from simsparse.network.spec import DragonflySpec
 
@@ -36,7 +36,7 @@ def all_to_all(spec, pairs, P=8, m=M):
     max-min rate right after the start, the time the last byte arrives, and
     the route (link ids) each message took."""
     net = spec.build()
-    env = simpy.Environment()
+    env = HeapEngine()
     net.reset(env, P)
     rids, ends = [], []
     route_id = net.route_id

@@ -2,10 +2,10 @@
 incast versus destination rotation."""
 import numpy as np
 import pytest
-import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simsparse.engine import HeapEngine
 from simsparse.backends.sim import Simulator
 from simsparse.network.flow import maxmin_rates
 from simsparse.network.spec import DragonflySpec, EthernetSpec, FatTreeSpec
@@ -90,7 +90,7 @@ def star(P=4, bw=1.0, **kw):
 def drive(spec, P, flows):
     """Start (time, src, dst, bytes) flows on the model directly; returns end times."""
     net = spec.build()
-    env = simpy.Environment()
+    env = HeapEngine()
     net.reset(env, P)
     ends = [None] * len(flows)
 
@@ -100,7 +100,7 @@ def drive(spec, P, flows):
         net.transfer(src, dst, nb, done)
 
     for i, (t, src, dst, nb) in enumerate(flows):
-        env.timeout(t).callbacks.append(lambda _e, a=(i, src, dst, nb): start(*a))
+        env.at(t, lambda a: start(*a), (i, src, dst, nb))
     env.run()
     return ends, net
 
@@ -227,7 +227,7 @@ def test_single_flow_on_a_dragonfly_between_groups():
                          rank2_links=3, rank3_bw_Bps=4e9, injection_latency_s=1e-7, rank1_latency_s=2e-7,
                          rank2_latency_s=3e-7, rank3_latency_s=5e-7)
     net = spec.build()
-    net.reset(simpy.Environment(), 12)
+    net.reset(HeapEngine(), 12)
     links = net._m.route(0, 11)
     kinds = [net._m.topo.lkind[x] for x in links]
     assert kinds[0] == "injection" and kinds[-1] == "injection" and kinds.count("rank3") == 1

@@ -45,10 +45,10 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-import simpy
 
 from ..compute.devices import Device, IdealDevice
 from ..compute.kernels import Work, get_kernel
+from ..engine import make_engine
 from ..ops import Bundle, ContextBase, Handle, Payload, TraceRecord, scoped_tag
 from .driver import BLOCKED, Driver, IterationStats, post
 
@@ -104,9 +104,8 @@ def _scaled_nbytes(p: Payload, s: float) -> int:
     return p.nbytes if p.HOST else int(round(p.nbytes * s))
 
 
-def events_scheduled(env: simpy.Environment) -> int:
-    """Events SimPy has scheduled so far (its event-id counter)."""
-    return next(env._eid)
+def _call(fn) -> None:
+    fn()
 
 
 class _Message:
@@ -199,8 +198,10 @@ class Simulator(Driver):
     """Runs one iteration of P rank programs on a network and device model."""
 
     def __init__(self, network, device: Device | None = None, eager_threshold_B: int = 65536,
-                 rendezvous_rtt_s: float = 0.0, trace: bool = False, byte_scale: float = 1.0):
+                 rendezvous_rtt_s: float = 0.0, trace: bool = False, byte_scale: float = 1.0, engine: str = "lean"):
         super().__init__()
+        #: "lean" (a heap of calls) or "simpy" (the reference): the same times (simsparse.engine)
+        self.engine = engine
         self.network = network
         self.device = device or IdealDevice()
         self.ideal = isinstance(self.device, IdealDevice)
@@ -217,7 +218,7 @@ class Simulator(Driver):
         ``model`` and ``grads`` (each rank's flat gradient) serve ``forward``
         and ``grad_ready``."""
         P = len(programs)
-        self.env = env = simpy.Environment()
+        self.env = env = make_engine(self.engine)
         self.network.reset(env, P)
         self.model, self.grads = model, grads
         if model is not None:
@@ -251,7 +252,7 @@ class Simulator(Driver):
             raise RuntimeError(f"deadlock: the programs of ranks {stuck[:8]}{' ...' if len(stuck) > 8 else ''} never "
                                f"returned (a receive without a matching send, or a wait that cannot complete)")
         return IterationStats(self.finish, self.results, [rs.bytes_sent for rs in self.ranks],
-                              [rs.msgs_sent for rs in self.ranks], events_scheduled(env), self.trace,
+                              [rs.msgs_sent for rs in self.ranks], env.events, self.trace,
                               [rs.busy for rs in self.ranks])
 
     # -- driver hooks ----------------------------------------------------------
@@ -273,7 +274,7 @@ class Simulator(Driver):
 
     def _soon(self, fn):
         """Call ``fn`` from a zero-delay event (never from inside the network's callbacks)."""
-        self.env.timeout(0).callbacks.append(lambda _e: fn())
+        self.env.at(0.0, _call, fn)
 
     # -- request handlers (the table in .driver) ------------------------------------
     def on_waitall(self, prog, req):
@@ -334,8 +335,14 @@ class Simulator(Driver):
         delay = rs.ready_at[pos] - self.env.now
         if delay <= 0:
             return value
-        self.env.timeout(delay).callbacks.append(lambda _e: self.step(prog, value))
+        self.env.at(delay, self._resume, (prog, value))
         return BLOCKED
+
+    def _resume(self, prog_value) -> None:
+        self.step(*prog_value)
+
+    def _transfer(self, msg: _Message) -> None:
+        self.network.transfer(msg.src, msg.dst, msg.nbytes, lambda: self._arrive(msg))
 
     def _model(self, what) -> TrainingModel:
         if self.model is None:
@@ -354,7 +361,7 @@ class Simulator(Driver):
             self.trace.append(TraceRecord(rs.rank, ctx._phase, op, -1, 0, start, end, ctx.lane))
         if end > now:
             rs.device_free = end
-            self.env.timeout(end - now).callbacks.append(lambda _e: self.step(prog, value))
+            self.env.at(end - now, self._resume, (prog, value))
             return BLOCKED
         return value
 
@@ -434,10 +441,9 @@ class Simulator(Driver):
         msg.started = True
         rendezvous = msg.nbytes > self.eager
         if rendezvous and self.rdv_rtt > 0:
-            self.env.timeout(self.rdv_rtt).callbacks.append(
-                lambda _e: self.network.transfer(msg.src, msg.dst, msg.nbytes, lambda: self._arrive(msg)))
+            self.env.at(self.rdv_rtt, self._transfer, msg)
         else:
-            self.network.transfer(msg.src, msg.dst, msg.nbytes, lambda: self._arrive(msg))
+            self._transfer(msg)
 
     def _arrive(self, msg: _Message):
         msg.arrived = True

@@ -156,6 +156,8 @@ class RunSpec(BaseModel):
     check: bool = True
     data_scale: float = Field(1.0, gt=0, le=1, description="simulator only: carry gradients at this fraction of n and "
                                                            "scale bytes and compute work back up (1 = full size)")
+    engine: typing.Literal["lean", "simpy"] = Field("lean", description="simulator only: the event engine (the same "
+                                                                        "results; simpy is the reference)")
 
 
 class TrainingSpec(BaseModel):
@@ -188,7 +190,7 @@ class TrainingSpec(BaseModel):
 
 
 TOP_KEYS = ["name", "description", "network", "compute", "model", "batch_size", "schedules", "workload", "algorithms",
-            "P", "iterations", "warmup", "check", "data_scale"]
+            "P", "iterations", "warmup", "check", "data_scale", "engine"]
 #: workload keys the top-level ``model`` decides in a training config
 _MODEL_KEYS = ("model", "n", "layers", "source")
 
@@ -249,7 +251,7 @@ def load_config(path: str | Path) -> Experiment:
             errors, lambda wl_raw=wl_raw: _validate_variants(wl_raw, WorkloadSpec, "workload")))
     cases = [(tr, wl) for tr in trainings for wl in variants[_wl_key(tr)]]
     algos = _collect(errors, lambda: _algorithms(raw["algorithms"]))
-    run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check", "data_scale") if k in raw}
+    run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check", "data_scale", "engine") if k in raw}
     runs = _collect(errors, lambda: _validate_variants(run_raw, RunSpec, ""))
     for run in runs:  # resolve (and validate) every network and compute variant before building points
         networks(run.P), computes(run.P)
@@ -289,7 +291,8 @@ def load_config(path: str | Path) -> Experiment:
             continue
         point = Point(algorithm=aname, P=run.P, workload=wl.model_dump(), network=net,
                       params=params.model_dump(exclude_unset=True), compute=comp,
-                      iterations=run.iterations, warmup=run.warmup, check=run.check, data_scale=run.data_scale)
+                      iterations=run.iterations, warmup=run.warmup, check=run.check, data_scale=run.data_scale,
+                      engine=run.engine)
         if tr is not None:
             point = replace(point, schedule=sname, schedule_params=sparams.model_dump(exclude_unset=True),
                             batch_size=spec.batch_size)

@@ -40,6 +40,8 @@ class Point:
     #: the schedule's merge plan (group lengths in backward order), resolved
     #: before the point runs (derived from the point, so not part of its id)
     plan: tuple | None = None
+    #: the simulator's engine, "lean" or "simpy": the same results (not part of the id)
+    engine: str = "lean"
 
     # -- identity ----------------------------------------------------------
     def to_dict(self) -> dict:
@@ -54,6 +56,7 @@ class Point:
     def point_id(self, backend: str) -> str:
         d = self.to_dict()
         d.pop("plan")
+        d.pop("engine")
         if backend != "sim" or self.data_scale == 1.0:
             d.pop("data_scale")  # the real backend always runs full size; ids of full-size points stay as before
         if self.schedule is None:  # ids of bare-collective points stay as before

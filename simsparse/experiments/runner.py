@@ -20,7 +20,7 @@ class SimBackend:
         self.point, self.trace = small, trace
         self.local_ranks = range(point.P)
         self.sim = Simulator(spec.build(), point.device(), spec.eager_threshold_B, spec.rendezvous_rtt_s, trace=trace,
-                             byte_scale=byte_scale)
+                             byte_scale=byte_scale, engine=point.engine)
         self.workload = small.workload_obj()
         self.model = None
         if point.schedule:

@@ -63,6 +63,10 @@ class _Port:
             del self.starts[:k], self.ends[:k]
 
 
+def _call(fn) -> None:
+    fn()
+
+
 class AlphaBetaNetwork:
     """The contention-free fast path. ``transfer`` is called by the simulator
     when a message may start moving; ``done`` is called when it has arrived."""
@@ -75,7 +79,8 @@ class AlphaBetaNetwork:
         self.env = None
 
     def reset(self, env, P: int) -> None:
-        """Bind to a fresh simulation of ``P`` ranks (idle network)."""
+        """Bind to a fresh simulation of ``P`` ranks (idle network) on an
+        engine (:mod:`simsparse.engine`)."""
         self.env = env
         self._send = [_Port() for _ in range(P)]
         self._recv = [_Port() for _ in range(P)]
@@ -93,4 +98,4 @@ class AlphaBetaNetwork:
             t = t2
         a.book(t1, d, now)
         b.book(t1, d, now)
-        self.env.timeout(t1 + d - now).callbacks.append(lambda _ev: done())
+        self.env.at(t1 + d - now, _call, done)

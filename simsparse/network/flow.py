@@ -40,7 +40,7 @@ import random
 from typing import Callable
 
 import numpy as np
-from simpy.events import NORMAL, Event, Timeout
+from ..engine import NORMAL
 
 TICK_PRIORITY = NORMAL + 1   # after every ordinary event of the same timestamp
 REL_TOL = 1e-9               # bottleneck shares this close are equal
@@ -236,13 +236,13 @@ class FlowNetwork:
             rid = rt.pair.get(es * self._n_ep + ed)
             if rid is None:
                 rid = rt.pair[es * self._n_ep + ed] = self.route_id(es, ed)
-        now = self.env._now
+        now = self.env.now
         t0 = now + self.o_s
         if self.gap > 0.0:
             t0 = max(t0, self._nic_free.get(es, 0.0))
             self._nic_free[es] = t0 + self.gap
         if nbytes <= 0:
-            self.env.timeout(t0 - now + rt.tail[rid] + self.o_r).callbacks.append(lambda _e: self._arrive(rid, done))
+            self.env.at(t0 - now + rt.tail[rid] + self.o_r, self._arrive_pair, (rid, done))
         elif not self._solo(rid, nbytes, t0, done, now):
             if t0 > now:
                 self._seq += 1
@@ -269,11 +269,10 @@ class FlowNetwork:
         f = _Solo(rid, size, start, rt.rate[rid], done)
         for x in links:
             own[x] = f
-        Timeout(self.env, f.end + rt.tail[rid] + self.o_r - now, f).callbacks.append(self._solo_arrive)
+        self.env.at(f.end + rt.tail[rid] + self.o_r - now, self._solo_arrive, f)
         return True
 
-    def _solo_arrive(self, ev) -> None:
-        f = ev._value
+    def _solo_arrive(self, f) -> None:
         if not f.moved:
             self._arrive(f.rid, f.done)
 
@@ -299,6 +298,9 @@ class FlowNetwork:
                 self._seq += 1
                 heapq.heappush(self._later, (g.start, self._seq, g.rid, g.size, g.done))
 
+    def _arrive_pair(self, rid_done) -> None:
+        self._arrive(*rid_done)
+
     def _arrive(self, rid: int, done) -> None:
         if self._adaptive:
             for x in self._routes.watch[rid]:
@@ -311,14 +313,10 @@ class FlowNetwork:
             return
         self._gen += 1
         self._tick_at = t
-        ev = Event(self.env)
-        ev._ok = True
-        ev._value = self._gen
-        ev.callbacks.append(self._on_tick)
-        self.env.schedule(ev, TICK_PRIORITY, t - self.env.now)
+        self.env.at(t - self.env.now, self._on_tick, self._gen, TICK_PRIORITY)
 
-    def _on_tick(self, ev) -> None:
-        if ev._value != self._gen:
+    def _on_tick(self, gen) -> None:
+        if gen != self._gen:
             return  # superseded by an earlier tick
         self._tick_at = None
         self.ticks += 1
@@ -428,7 +426,7 @@ class FlowNetwork:
             if delay <= 0.0:
                 self._fire(fs)
             else:
-                self.env.timeout(delay).callbacks.append(lambda _e, fs=fs: self._fire(fs))
+                self.env.at(delay, self._fire, fs)
         return floor
 
     def _fire(self, flows: list) -> None:

@@ -1,0 +1,100 @@
+"""The clock the simulator and the network models run on: one small interface,
+two engines.
+
+An engine has a current time ``now``, schedules ``fn(arg)`` to be called
+``delay`` seconds from now with :meth:`at` (``priority`` orders calls at the
+same time: lower first; among equals, first scheduled first), runs until no
+call is left with :meth:`run`, and counts the calls it scheduled in
+``events``. Nothing else of an engine is used by the simulator, the rank
+programs' driver or the networks.
+
+* :class:`SimPyEngine` is the reference: every call is a SimPy event on a
+  ``simpy.Environment``, ordered by SimPy's own (time, priority, event id).
+* :class:`HeapEngine` is the lean one: the same ordering key on a plain
+  ``heapq`` of tuples, without SimPy's event objects and dispatch. Given the
+  same calls in the same order it calls them in exactly the same order, so
+  simulated times are identical (``tests/test_engine.py`` checks a grid of
+  algorithms, networks and schedules on both).
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Callable
+
+#: SimPy's priorities: URGENT 0, NORMAL 1; later priorities run after every
+#: ordinary call of the same time (the flow model's rate updates)
+NORMAL = 1
+
+ENGINES = ("lean", "simpy")
+
+
+class HeapEngine:
+    """A binary heap of (time, priority, sequence, fn, arg)."""
+
+    __slots__ = ("now", "_heap", "_seq")
+
+    def __init__(self):
+        self.now = 0.0
+        self._heap: list = []
+        self._seq = 0
+
+    def at(self, delay: float, fn: Callable, arg=None, priority: int = NORMAL) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (self.now + delay, priority, self._seq, fn, arg))
+
+    @property
+    def events(self) -> int:
+        return self._seq
+
+    def run(self, until: float | None = None) -> None:
+        """Call everything scheduled (before ``until``, which becomes the time)."""
+        heap, pop = self._heap, heapq.heappop
+        if until is None:
+            while heap:
+                t, _, _, fn, arg = pop(heap)
+                self.now = t
+                fn(arg)
+            return
+        while heap and heap[0][0] < until:
+            t, _, _, fn, arg = pop(heap)
+            self.now = t
+            fn(arg)
+        self.now = until
+
+
+class SimPyEngine:
+    """SimPy as the engine: each call is an event with one callback."""
+
+    def __init__(self):
+        import simpy
+
+        self.env = simpy.Environment()
+        self._Event = simpy.events.Event
+        self._calls = 0
+
+    @property
+    def now(self) -> float:
+        return self.env._now
+
+    def at(self, delay: float, fn: Callable, arg=None, priority: int = NORMAL) -> None:
+        ev = self._Event(self.env)
+        ev._ok = True
+        ev._value = arg
+        ev.callbacks.append(lambda e: fn(e._value))
+        self.env.schedule(ev, priority, delay)
+        self._calls += 1
+
+    @property
+    def events(self) -> int:
+        return self._calls
+
+    def run(self, until: float | None = None) -> None:
+        self.env.run(until)
+
+
+def make_engine(name: str = "lean"):
+    if name == "lean":
+        return HeapEngine()
+    if name == "simpy":
+        return SimPyEngine()
+    raise ValueError(f"engine {name!r}; allowed: {', '.join(ENGINES)}")
