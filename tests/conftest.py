@@ -16,12 +16,13 @@ ALPHA, BW = 2.0e-6, 1.0e9
 
 
 def make_point(algorithm, P, n=1024, density=0.05, params=None, alpha=ALPHA, bw=BW, eager=65536,
-               iterations=1, warmup=0, seed=0, compute=None, **net):
+               iterations=1, warmup=0, seed=0, compute=None, values="full", **net):
+    """A bare-collective point; ``values="full"`` so results are checked (size-only runs skip the check)."""
     return Point(algorithm=algorithm, P=P, params=params or {},
                  workload={"n": n, "density": density, "dtype": "float32", "seed": seed},
                  network={"model": "alphabeta", "alpha_s": alpha, "bandwidth_Bps": bw, "eager_threshold_B": eager,
                           **net},
-                 compute=compute, iterations=iterations, warmup=warmup, check=True)
+                 compute=compute, iterations=iterations, warmup=warmup, check=True, values=values)
 
 
 def simulate(algorithm, P, **kw):

@@ -60,7 +60,7 @@ def test_engines_order_calls_alike():
         seen = []
         eng.at(1.0, seen.append, "late", priority=2)
         eng.at(1.0, seen.append, "a")
-        eng.at(0.5, lambda _: eng.at(0.5, seen.append, "c"))
+        eng.at(0.5, lambda _, eng=eng, seen=seen: eng.at(0.5, seen.append, "c"))
         eng.at(1.0, seen.append, "b")
         eng.run()
         assert seen == ["a", "b", "c", "late"] and eng.now == 1.0

@@ -21,7 +21,7 @@ SPARSE = ["topk_sgd", "lags_sgd", "mgs_sgd", "omgs_sgd"]
 
 
 def point(schedule, algorithm, P=4, params=None, sparams=None, model="resnet20_cifar10", compute="p102_100",
-          network=None, density=0.01, iterations=2, warmup=1, batch_size=8, data_scale=1.0):
+          network=None, density=0.01, iterations=2, warmup=1, batch_size=8, data_scale=1.0, values="full"):
     from simsparse.workload import model_layer_params
 
     layers = model_layer_params()[model]["sizes_in_registration_order"]
@@ -31,7 +31,7 @@ def point(schedule, algorithm, P=4, params=None, sparams=None, model="resnet20_c
                            "dtype": "float32", "seed": 3},
                  network=network or {"model": "alphabeta", "alpha_s": 5e-6, "bandwidth_Bps": 1e9},
                  iterations=iterations, warmup=warmup, schedule=schedule, schedule_params=sparams or {},
-                 batch_size=batch_size, data_scale=data_scale)
+                 batch_size=batch_size, data_scale=data_scale, values=values)
 
 
 def test_every_schedule_is_registered_and_cites_its_paper():

@@ -73,6 +73,9 @@ class Algorithm:
     #: an exact dense allreduce (ring, recursive doubling, Rabenseifner), as
     #: opposed to a compressing (sparse or quantized) one
     dense: ClassVar[bool] = False
+    #: neither its time nor its bytes depend on the values (only on sizes), so
+    #: the simulator may run it on size-only vectors (``values: auto``)
+    value_free: ClassVar[bool] = False
 
     def __init__(self, setup: Setup, params: BaseModel | None = None):
         self.setup = setup

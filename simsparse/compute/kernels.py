@@ -81,6 +81,25 @@ def get_kernel(name: str) -> Kernel:
         raise KeyError(f"unknown kernel {name!r}; known: {sorted(KERNELS)}") from None
 
 
+# -- size-only vectors -------------------------------------------------------------
+
+class Phantom(np.ndarray):
+    """A vector whose values are not carried, only its length and dtype (like
+    SMPI's shared-malloc trick): zero-strided and read-only, so it costs no
+    memory; ``len``, ``dtype``, ``nbytes`` (the logical size) and slicing work
+    as on a real vector. The dense kernels keep phantoms phantom; the
+    simulator uses them for collectives whose time and bytes provably do not
+    depend on values (``Algorithm.value_free``)."""
+
+
+def phantom(n: int, dtype) -> Phantom:
+    return np.broadcast_to(np.zeros((), dtype=dtype), (int(n),)).view(Phantom)
+
+
+def _any_phantom(*arrays) -> bool:
+    return any(type(a) is Phantom for a in arrays)
+
+
 # -- helpers for work functions ------------------------------------------------
 
 def _isz(a) -> int:
@@ -107,12 +126,16 @@ def _coo_nbytes(parts) -> int:
 @kernel("add", work=streaming(2, 1))
 def add(a, b):
     """Elementwise a + b (dense reduction of two blocks)."""
+    if _any_phantom(a, b):
+        return phantom(len(a), a.dtype)
     return a + b
 
 
 @kernel("copy", work=streaming(1, 1))
 def copy(a):
     """A fresh copy of a dense block."""
+    if type(a) is Phantom:
+        return a
     return a.copy()
 
 
@@ -130,6 +153,8 @@ def _concat_work(out, parts):
 @kernel("concat", work=_concat_work)
 def concat(parts):
     """Concatenate dense blocks into one vector."""
+    if _any_phantom(*parts):
+        return phantom(sum(len(p) for p in parts), parts[0].dtype)
     return np.concatenate(parts)
 
 
@@ -143,6 +168,8 @@ def _concat_torch(parts):
 @kernel("zeros", work=lambda out, n, like: Work(n, n * _isz(like)))
 def zeros(n, like):
     """A zero vector of length n with the dtype (and device) of ``like``."""
+    if type(like) is Phantom:
+        return phantom(n, like.dtype)
     return np.zeros(n, dtype=like.dtype)
 
 
@@ -216,6 +243,8 @@ def _scatter_add_torch(parts, n, like):
 @kernel("add_into", work=streaming(2, 1))
 def add_into(dst, src):
     """In place: dst += src (dst is a view into a working buffer); returns dst."""
+    if _any_phantom(dst, src):
+        return dst
     dst += src
     return dst
 
@@ -223,5 +252,7 @@ def add_into(dst, src):
 @kernel("copy_into", work=streaming(1, 1))
 def copy_into(dst, src):
     """In place: dst[:] = src; returns dst."""
+    if _any_phantom(dst, src):
+        return dst
     dst[:] = src
     return dst

@@ -42,6 +42,7 @@ from ..compute.devices import DeviceProfile, builtin_profiles, load_profile
 from ..schedules import SCHEDULES, get_schedule
 from ..network.spec import NETWORK_SPECS
 from ..workload import FileSource, Workload, model_layer_params, resolve_layers
+from .hints import did_you_mean, yaml_where
 from .point import Point
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +99,8 @@ class WorkloadSpec(BaseModel):
     @classmethod
     def _known_model(cls, v):
         if v is not None and v not in model_layer_params():
-            raise ValueError(f"unknown model; known models: {', '.join(sorted(model_layer_params()))}")
+            raise ValueError(f"unknown model{did_you_mean(v, model_layer_params())}; known models: "
+                             f"{', '.join(sorted(model_layer_params()))}")
         return v
 
     @field_validator("source")
@@ -158,6 +160,8 @@ class RunSpec(BaseModel):
                                                            "scale bytes and compute work back up (1 = full size)")
     engine: typing.Literal["lean", "simpy"] = Field("lean", description="simulator only: the event engine (the same "
                                                                         "results; simpy is the reference)")
+    values: typing.Literal["auto", "full"] = Field("auto", description="simulator only: auto carries sizes only for "
+                                                   "dense collectives (same times and bytes, no check); full: values")
 
 
 class TrainingSpec(BaseModel):
@@ -175,7 +179,8 @@ class TrainingSpec(BaseModel):
         from ..compute.models import model_costs
 
         if v not in model_costs():
-            raise ValueError(f"no compute table for this model; known: {', '.join(sorted(model_costs()))}")
+            raise ValueError(f"no compute table for this model{did_you_mean(v, model_costs())}; known: "
+                             f"{', '.join(sorted(model_costs()))}")
         return v
 
     @model_validator(mode="after")
@@ -190,7 +195,7 @@ class TrainingSpec(BaseModel):
 
 
 TOP_KEYS = ["name", "description", "network", "compute", "model", "batch_size", "schedules", "workload", "algorithms",
-            "P", "iterations", "warmup", "check", "data_scale", "engine"]
+            "P", "iterations", "warmup", "check", "data_scale", "engine", "values"]
 #: workload keys the top-level ``model`` decides in a training config
 _MODEL_KEYS = ("model", "n", "layers", "source")
 
@@ -214,7 +219,8 @@ def load_config(path: str | Path) -> Experiment:
     errors: list[str] = []
     unknown = [k for k in raw if k not in TOP_KEYS]
     if unknown:
-        errors.append(f"unknown key(s) {', '.join(map(repr, unknown))}; allowed keys: {', '.join(TOP_KEYS)}")
+        hints = "".join(did_you_mean(k, TOP_KEYS, f" ({k!r}: did you mean {{}}?)") for k in unknown)
+        errors.append(f"unknown key(s) {', '.join(map(repr, unknown))}{hints}; allowed keys: {', '.join(TOP_KEYS)}")
     training = "schedules" in raw
     for req in ("algorithms", "P") if training else ("workload", "algorithms", "P"):
         if req not in raw:
@@ -251,7 +257,7 @@ def load_config(path: str | Path) -> Experiment:
             errors, lambda wl_raw=wl_raw: _validate_variants(wl_raw, WorkloadSpec, "workload")))
     cases = [(tr, wl) for tr in trainings for wl in variants[_wl_key(tr)]]
     algos = _collect(errors, lambda: _algorithms(raw["algorithms"]))
-    run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check", "data_scale", "engine") if k in raw}
+    run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check", "data_scale", "engine", "values") if k in raw}
     runs = _collect(errors, lambda: _validate_variants(run_raw, RunSpec, ""))
     for run in runs:  # resolve (and validate) every network and compute variant before building points
         networks(run.P), computes(run.P)
@@ -292,7 +298,7 @@ def load_config(path: str | Path) -> Experiment:
         point = Point(algorithm=aname, P=run.P, workload=wl.model_dump(), network=net,
                       params=params.model_dump(exclude_unset=True), compute=comp,
                       iterations=run.iterations, warmup=run.warmup, check=run.check, data_scale=run.data_scale,
-                      engine=run.engine)
+                      engine=run.engine, values=run.values)
         if tr is not None:
             point = replace(point, schedule=sname, schedule_params=sparams.model_dump(exclude_unset=True),
                             batch_size=spec.batch_size)
@@ -373,7 +379,8 @@ def _networks(val, cfg_path: Path) -> list[dict]:
         raise _Err(f"network: expected a mapping or a preset file name, got {val!r}")
     model = raw.get("model", "alphabeta")
     if model not in NETWORK_SPECS:
-        raise _Err(f"network.model: {model!r} is not allowed; allowed: {', '.join(NETWORK_SPECS)}")
+        raise _Err(f"network.model: {model!r} is not allowed{did_you_mean(model, NETWORK_SPECS)}; allowed: "
+                   f"{', '.join(NETWORK_SPECS)}")
     specs = _validate_variants(raw, NETWORK_SPECS[model], "network")
     return [s.model_dump() for s in specs]
 
@@ -394,8 +401,8 @@ def _load_preset(name: str, cfg_path: Path) -> dict:
                 return data["network"]
             return data
     avail = sorted(p.stem for d in TOPOLOGY_DIRS for p in d.glob("*.yaml"))
-    raise _Err(f"network: preset {name!r} not found (looked next to the config, in the working directory and in "
-               f"topologies/); available presets: {', '.join(avail) or 'none'}")
+    raise _Err(f"network: preset {name!r} not found{did_you_mean(Path(name).stem, avail)} (looked next to the "
+               f"config, in the working directory and in topologies/); available presets: {', '.join(avail) or 'none'}")
 
 
 def _computes(val, cfg_path: Path) -> list[dict | None]:
@@ -420,6 +427,11 @@ def _computes(val, cfg_path: Path) -> list[dict | None]:
                 raise _Err(f"compute: expected 'ideal', a profile name ({', '.join(builtin_profiles())}), a .yaml "
                            f"path or a mapping, got {v!r}")
         except FileNotFoundError as e:
+            name = v.get("profile") if isinstance(v, dict) else v
+            if isinstance(name, str) and not Path(name).suffix:
+                allowed = ["ideal", *builtin_profiles()]
+                raise _Err(f"compute: device profile {name!r} not found{did_you_mean(name, allowed)}; allowed: "
+                           f"{', '.join(allowed)}, or a .yaml path") from None
             raise _Err(f"compute: {e}") from None
         except ValidationError as e:
             raise _Err("; ".join(_pyd_errors(e, DeviceProfile, "compute"))) from None
@@ -476,7 +488,8 @@ def _named_entries(val, key: str, registry: dict) -> list[tuple[str, BaseModel]]
             errs.append(f"{where}: expected a name or a mapping with 'name', got {entry!r}")
             continue
         if not isinstance(name, str) or name not in registry:
-            errs.append(f"{where}: unknown {what} {name!r}; allowed: {', '.join(sorted(registry))}")
+            hint = did_you_mean(name, registry) if isinstance(name, str) else ""
+            errs.append(f"{where}: unknown {what} {name!r}{hint}; allowed: {', '.join(sorted(registry))}")
             continue
         try:
             for p in _validate_variants(params, registry[name].Params, where):
@@ -529,7 +542,9 @@ def _pyd_errors(e: ValidationError, schema: type[BaseModel], where: str) -> list
         loc = _join(where, ".".join(str(x) for x in err["loc"]))
         typ = err["type"]
         if typ == "extra_forbidden":
-            msgs.append(f"{loc}: unknown key; allowed keys: {', '.join(schema.model_fields)}")
+            key = str(err["loc"][-1]) if err["loc"] else ""
+            msgs.append(f"{loc}: unknown key{did_you_mean(key, schema.model_fields)}; allowed keys: "
+                        f"{', '.join(schema.model_fields)}")
         elif typ == "missing":
             msgs.append(f"{loc}: missing required key")
         elif not err["loc"]:  # a check across keys (model_validator)
@@ -537,6 +552,9 @@ def _pyd_errors(e: ValidationError, schema: type[BaseModel], where: str) -> list
         else:
             f = schema.model_fields.get(str(err["loc"][0])) if err["loc"] else None
             hint = f" ({f.description})" if f is not None and f.description else ""
+            if typ == "literal_error" and isinstance(err.get("input"), str):  # a misspelt choice
+                hint = did_you_mean(err["input"], re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get(
+                    "expected", "")))) + hint
             msgs.append(f"{loc} = {err.get('input')!r} is not allowed: {err['msg'].rstrip('.')}{hint}")
     return msgs
 
@@ -545,6 +563,7 @@ def _pyd_errors(e: ValidationError, schema: type[BaseModel], where: str) -> list
 
 class _Err(Exception):
     pass
+
 
 
 def _collect(errors: list, fn):
@@ -574,9 +593,7 @@ def _read_yaml(path: Path, what: str):
         with open(path) as f:
             return yaml.safe_load(f)
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"{path}: not valid YAML{where}: {problem}.") from None
+        raise ConfigError(f"{path}: not valid YAML{yaml_where(e, path)}.") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: cannot read {what} file: {e}.") from None
+

@@ -122,6 +122,16 @@ def _breakdown(stats_finish: list, busy: list) -> dict:
             "t_comm_nonoverlap_s": max(0.0, stats_finish[r] - device)}
 
 
+def _collective_breakdown(stats_finish: list, busy: list) -> dict:
+    """A bare collective's slowest rank: device busy time (selection,
+    compression, reduction kernels) and the rest of its time (messages and
+    waiting for them)."""
+    r = int(np.argmax(stats_finish))
+    b = busy[r] if r < len(busy) and busy[r] else {}
+    device = sum(b.get(k, 0.0) for k in ("forward", "backward", "compute"))
+    return {"t_compute_s": device, "t_comm_s": max(0.0, stats_finish[r] - device)}
+
+
 def run_point(point: Point, backend, keep_results: bool = False) -> PointOutcome | None:
     """Run one point; the root returns its outcome, other processes None."""
     t0 = time.perf_counter()
@@ -129,14 +139,15 @@ def run_point(point: Point, backend, keep_results: bool = False) -> PointOutcome
     jobs = {r: make_job(run_pt, r) for r in backend.local_ranks}
     pid = point.point_id(backend.name)
     records, trace_rows = [], []
-    correct, worst = (True if point.check else None), 0.0
+    checking = point.check and not getattr(backend, "size_only", False)
+    correct, worst = (True if checking else None), 0.0
     results = None
     gather = backend.gather
     for it in range(point.warmup + point.iterations):
         stats = backend.iteration(jobs, it)
         finish, sent, msgs, busy = gather(stats.finish_s), gather(stats.bytes_sent), gather(stats.msgs_sent), \
             gather(stats.busy)
-        if point.check:
+        if checking:
             local = list(jobs)
             inputs = gather([jobs[r].check_input() for r in local])
             dense = gather([jobs[r].check_result(res) for r, res in zip(local, stats.results)])
@@ -152,9 +163,11 @@ def run_point(point: Point, backend, keep_results: bool = False) -> PointOutcome
                                   for part in tr for t in part)
         if backend.root and it >= point.warmup:
             records.append(IterationRecord(max(finish), list(sent), list(msgs), stats.n_events,
-                                           _breakdown(finish, busy) if point.schedule else None))
+                                           _breakdown(finish, busy) if point.schedule
+                                           else _collective_breakdown(finish, busy)))
         results = stats.results
     if not backend.root:
         return None
     row = summarize(point, backend.name, records, correct, worst, time.perf_counter() - t0)
+    row["values"] = getattr(backend, "values", "full")
     return PointOutcome(row, trace_rows, results if keep_results else None)

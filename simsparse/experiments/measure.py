@@ -1,13 +1,29 @@
-"""Run experiment points on the real backend by launching ``mpiexec``."""
+"""Run experiment points on the real backend by launching ``mpiexec``.
+
+**What a measured row describes.** A real run happens on this host, so the
+simulator's machine description does not apply to it: points that differ
+only in ``compute``, ``network`` or ``data_scale`` (simulator-only keys) are
+the *same* real run (:func:`group_points`, one run per group), and the row
+says ``network = host:<hostname>`` (or the name of the ``simsparse
+calibrate`` profile of this host the config used), ``compute`` = the real
+device (``cpu:cpu``), and has no ``net_*`` or ``data_scale`` columns
+(:func:`relabel`). A training point's real run executes the simulator's merge
+plan, so there the plan is part of what ran: its points group only when
+their plans agree, and the row's ``plan_from`` names the simulated network
+and compute the plan came from.
+"""
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from .metrics import PointOutcome
@@ -43,16 +59,88 @@ def check_prerequisites() -> str:
     return find_mpiexec()
 
 
+def cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def measured_id(point: Point) -> str:
+    """The id of a point's real run: the point without the simulator-only
+    keys (``network``, ``compute``, ``data_scale``); with its merge plan for
+    a training iteration (call :func:`~.plan.with_plan` first)."""
+    d = point.to_dict()
+    for key in ("network", "compute", "data_scale", "plan"):
+        d.pop(key)
+    if point.schedule is None:
+        for key in ("schedule", "schedule_params", "batch_size"):
+            d.pop(key)
+    else:
+        if point.plan is None:
+            raise ValueError("measured_id: a training point needs its merge plan (experiments.plan.with_plan)")
+        d["plan"] = list(point.plan)
+    blob = json.dumps({"backend": "mpi", "run": "real", **d}, sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def group_points(points: list[Point]) -> dict[str, list[Point]]:
+    """Points by real run (:func:`measured_id`), in config order. Training
+    points must have their plans resolved."""
+    groups: dict[str, list[Point]] = {}
+    for p in points:
+        groups.setdefault(measured_id(p), []).append(p)
+    return groups
+
+
+def calibrated_name(point: Point) -> str | None:
+    """The profile name when the point's network is a ``simsparse calibrate`` profile."""
+    net = point.network
+    if str(net.get("source", "")).startswith("simsparse calibrate"):
+        return str(net.get("name") or "calibrated")
+    return None
+
+
+def host_label(members: list[Point]) -> str:
+    for p in members:
+        name = calibrated_name(p)
+        if name:
+            return name
+    return f"host:{socket.gethostname()}"
+
+
+def relabel(row: dict, members: list[Point]) -> dict:
+    """A measured row as what ran: this host, not the simulated machine."""
+    rep = members[0]
+    out = {k: v for k, v in row.items() if not k.startswith("net_") and k != "data_scale"}
+    out["point_id"] = measured_id(rep)
+    out["network"] = host_label(members)
+    if rep.schedule:
+        sims = []
+        for p in members:
+            comp = p.compute.get("name", "custom") if p.compute else "ideal"
+            sims.append(f"{p.network_spec().label()}/{comp}")
+        out["plan_from"] = "; ".join(dict.fromkeys(sims))
+    return out
+
+
 def measure_points(points: list[Point], device: str = "auto", trace: bool = False, timeout_s: float = 900,
-                   dump_results: str | None = None) -> list[PointOutcome]:
+                   dump_results: str | None = None, members: dict | None = None, on_point=None
+                   ) -> list[PointOutcome]:
     """Measure points that share P in one ``mpiexec`` launch (start-up is
-    paid once). On failure, raises with the outcomes finished so far."""
+    paid once). On failure, raises with the outcomes finished so far.
+
+    Rows and trace records are :func:`relabel`-led (``members[measured id]``:
+    the config's points this run stands for; default: the point alone).
+    ``on_point(point, outcome)`` is called as each point finishes."""
     if not points:
         return []
     P = points[0].P
     if any(p.P != P for p in points):
         raise ValueError("measure_points: all points must have the same P")
     mpiexec = check_prerequisites()
+    given = list(points)
     if any(p.schedule for p in points):
         from .plan import with_plan
 
@@ -69,17 +157,50 @@ def measure_points(points: list[Point], device: str = "auto", trace: bool = Fals
             os.makedirs(dump_results, exist_ok=True)
             cmd += ["--dump-results", dump_results]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s * len(points), env=env)
-            failure = None if proc.returncode == 0 else \
-                f"mpiexec failed (exit {proc.returncode}) at P={P}:\n" + \
-                "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-        except subprocess.TimeoutExpired:
-            failure = f"mpiexec timed out after {timeout_s * len(points):.0f} s at P={P}"
-        done = []
-        if os.path.exists(ofile):
+        done: list[PointOutcome] = []
+
+        def collect():  # rank 0 rewrites out.json (atomically) after every point
+            if not os.path.exists(ofile):
+                return
             with open(ofile) as f:
-                done = [PointOutcome(o["row"], o["trace"]) for o in json.load(f)]
+                got = json.load(f)
+            for o in got[len(done):]:
+                i = len(done)
+                mid = measured_id(points[i])
+                row = relabel(o["row"], (members or {}).get(mid) or [points[i]])
+                tr = [{**t, "point_id": mid} for t in o["trace"]]
+                done.append(PointOutcome(row, tr))
+                if on_point is not None:
+                    on_point(given[i], done[-1])
+
+        limit = timeout_s * len(points)
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
+            t0 = time.monotonic()
+            failure = None
+            try:
+                while True:
+                    try:
+                        proc.wait(timeout=0.5)
+                        break
+                    except subprocess.TimeoutExpired:
+                        collect()
+                        if time.monotonic() - t0 > limit:
+                            proc.kill()
+                            proc.wait()
+                            failure = f"mpiexec timed out after {limit:.0f} s at P={P}"
+                            break
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+            collect()
+            if failure is None and proc.returncode != 0:
+                out.seek(0)
+                err.seek(0)
+                text = err.read() or out.read()
+                failure = f"mpiexec failed (exit {proc.returncode}) at P={P}:\n" + \
+                    "\n".join(text.strip().splitlines()[-15:])
     if failure or len(done) != len(points):
         raise MeasureError(failure or "mpiexec ended without results", done)
     return done

@@ -9,9 +9,12 @@ from .point import Point
 
 ROW_COLUMNS = ["point_id", "backend", "schedule", "model", "batch_size", "algorithm", "params", "P", "n", "density", "k",
                "dtype", "seed", "network", "compute", "iterations", "warmup", "time_s", "time_min_s", "time_max_s",
-               "t_iter_s", "t_forward_s", "t_backward_s", "t_sparsify_s", "t_comm_nonoverlap_s", "merged_groups",
+               "t_compute_s", "t_comm_s", "t_iter_s", "t_forward_s", "t_backward_s", "t_sparsify_s",
+               "t_comm_nonoverlap_s", "merged_groups",
                "bytes_sent_max", "bytes_total", "msgs_total", "correct", "max_rel_err", "sim_events", "wall_s"]
 BREAKDOWN = ("t_forward_s", "t_backward_s", "t_sparsify_s", "t_comm_nonoverlap_s")
+#: a bare collective's slowest rank: device busy time and the rest (messages, waiting)
+COLLECTIVE_BREAKDOWN = ("t_compute_s", "t_comm_s")
 
 
 @dataclass
@@ -20,7 +23,7 @@ class IterationRecord:
     bytes_sent: list             # per rank
     msgs_sent: list              # per rank
     events: int = 0
-    breakdown: dict | None = None  # training iterations: the slowest rank's time by kind
+    breakdown: dict | None = None  # the slowest rank's time by kind (BREAKDOWN or COLLECTIVE_BREAKDOWN keys)
 
 
 @dataclass
@@ -57,6 +60,12 @@ def summarize(point: Point, backend: str, records: list[IterationRecord], correc
         for key in BREAKDOWN:
             row[key] = float(np.median([r.breakdown[key] for r in records]))
         row["merged_groups"] = len(point.plan)
+        # the same split as a bare collective's: device work, and the wait for communication
+        row["t_compute_s"] = row["t_forward_s"] + row["t_backward_s"] + row["t_sparsify_s"]
+        row["t_comm_s"] = row["t_comm_nonoverlap_s"]
+    elif records and all(r.breakdown for r in records):
+        for key in COLLECTIVE_BREAKDOWN:
+            row[key] = float(np.median([r.breakdown[key] for r in records]))
     return row
 
 

@@ -1,4 +1,21 @@
-"""The default plot of a results table: iteration time and busiest-rank bytes against P."""
+"""The default plot of a results table: time per iteration and busiest-rank
+bytes against P.
+
+* One time panel per combination of the columns that vary besides the
+  series and P (e.g. one per ``compute`` value); one bytes panel per
+  combination of those that can change the bytes (``network`` and
+  ``compute`` cannot: the bytes panel does not repeat for them).
+* One line per series (algorithm and parameters, behind the schedule for a
+  training iteration), each with its own colour, line style and marker
+  (tab10 colours, so no two of the first ten look alike; after ten, the
+  style and marker still differ).
+* Series that coincide stay visible: every series' points are shifted by a
+  small fixed fraction of an octave along P (the ticks stay at the true P),
+  and the line styles differ, so lines lying on top of each other show as
+  interleaved dashes and side-by-side markers.
+* The title names the config and what is the same in every panel (network,
+  n, density, compute, ...).
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,52 +27,107 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .store import atomic_write  # noqa: E402
+from .table import fmt_count, series_label  # noqa: E402
 
-FACETS = ["model", "network", "compute", "n", "density", "dtype", "data_scale"]
+FACETS = ["model", "batch_size", "network", "compute", "n", "density", "dtype", "data_scale"]
+#: what the bytes sent cannot depend on
+NOT_BYTES = ("network", "compute")
 METRICS = [("time_s", "time per iteration [s]"), ("bytes_sent_max", "bytes sent by the busiest rank")]
 MARKERS = "osD^v<>pP*Xh"
 STYLES = ["-", "--", "-.", ":"]
+MAX_PANELS = 12
 
 
 def series_styles(names) -> dict:
-    """A distinct (colour, marker, line style) for every series, stable by name."""
-    cmap = plt.get_cmap("tab20" if len(names) > 10 else "tab10")
-    return {name: dict(color=cmap(i % cmap.N), marker=MARKERS[i % len(MARKERS)], linestyle=STYLES[(i // 10) % len(STYLES)])
-            for i, name in enumerate(sorted(names))}
+    """A distinct (colour, marker, line style) for every series, in the given order."""
+    cmap = plt.get_cmap("tab10")
+    return {name: dict(color=cmap(i % 10), marker=MARKERS[i % len(MARKERS)], linestyle=STYLES[i % len(STYLES)])
+            for i, name in enumerate(dict.fromkeys(names))}
+
+
+def _label(col: str, v) -> str:
+    return f"{col} = {fmt_count(v) if col == 'n' else v}"
+
+
+def _varying(df: pd.DataFrame, cols) -> list[str]:
+    return [c for c in cols if c in df.columns and df[c].astype(str).nunique() > 1]
+
+
+def panels(df: pd.DataFrame) -> list[tuple[str, str, str, pd.DataFrame]]:
+    """(metric column, axis label, panel title, rows) of every panel."""
+    if "series" not in df.columns:
+        df = df.assign(series=[series_label(r) for r in df.to_dict("records")])
+    out = []
+    for col, label in METRICS:
+        if col not in df.columns:
+            continue
+        facets = _varying(df, [c for c in FACETS if col == "time_s" or c not in NOT_BYTES])
+        if col != "time_s":
+            # rows that differ only in network/compute carry the same bytes: keep one of each
+            keep = [c for c in df.columns if c not in NOT_BYTES and c in FACETS + ["series", "P"]]
+            df_b = df.drop_duplicates(subset=keep)
+        else:
+            df_b = df
+        groups = df_b.groupby([df_b[c].astype(str) for c in facets], sort=False) if facets else [((), df_b)]
+        for key, g in groups:
+            key = key if isinstance(key, tuple) else (key,)
+            where = ", ".join(_label(c, v) for c, v in zip(facets, key))
+            out.append((col, label, where, g))
+    return out[:MAX_PANELS]
+
+
+def title_for(df: pd.DataFrame, name: str = "") -> str:
+    """The config's name and what every row shares."""
+    same = [c for c in FACETS if c in df.columns and df[c].astype(str).nunique() == 1
+            and str(df[c].iloc[0]) not in ("", "nan")]
+    parts = [_label(c, df[c].iloc[0]) for c in same if not (c == "data_scale" and float(df[c].iloc[0]) == 1.0)]
+    return (f"{name}: " if name else "") + ", ".join(parts)
 
 
 def plot_time_vs_P(df: pd.DataFrame, path: Path, title: str = "") -> Path:
-    """One row of panels per combination of the facet columns that vary
-    (time, busiest-rank bytes), one line per algorithm and parameter setting,
-    log-log axes, a shared legend on the right."""
+    """Time and busiest-rank bytes against P; log-log axes; a shared legend on the right."""
     df = df.copy()
-    df["series"] = df["algorithm"] + df["params"].fillna("").astype(str).map(
-        lambda p: f" {p}" if p and p != "nan" else "")
-    if "schedule" in df and df["schedule"].fillna("").astype(str).str.len().any():
-        df["series"] = df["schedule"].fillna("").astype(str) + " / " + df["series"]
-    facets = [c for c in FACETS if c in df.columns and df[c].nunique() > 1]
-    groups = (list(df.groupby(facets)) if facets else [((), df)])[:8]
-    styles = series_styles(df["series"].unique())
-    nrow = len(groups)
-    fig, axes = plt.subplots(nrow, len(METRICS), figsize=(11, 3.6 * nrow + 0.6), squeeze=False)
-    for row, (key, g) in zip(axes, groups):
-        key = key if isinstance(key, tuple) else (key,)
-        where = ", ".join(f"{c}={v}" for c, v in zip(facets, key))
-        for ax, (col, label) in zip(row, METRICS):
-            for series, s in g.groupby("series"):
-                s = s.sort_values("P")
-                ax.plot(s["P"], s[col], label=series, markersize=4, **styles[series])
-            ax.set_xscale("log", base=2)
-            ax.set_yscale("log")
-            ax.set_xlabel("P (ranks)")
-            ax.set_ylabel(label)
-            ax.set_title(where, fontsize=9)
-            ax.grid(True, which="both", alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
+    df["series"] = [series_label(r) for r in df.to_dict("records")]
+    order = list(dict.fromkeys(df["series"]))
+    styles = series_styles(order)
+    m = len(order)
+    step = min(0.06, 0.5 / m) if m > 1 else 0.0  # octaves between neighbouring series
+    shift = {s: 2 ** ((j - (m - 1) / 2) * step) for j, s in enumerate(order)}
+    pans = panels(df)
+    ncol = min(3, len(pans))
+    nrow = -(-len(pans) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol + 2.2, 4.0 * nrow + 0.9), squeeze=False)
+    for ax, (col, label, where, g) in zip(axes.flat, pans):
+        for series in order:
+            s = g[g["series"] == series].sort_values("P")
+            if s.empty:
+                continue
+            y = pd.to_numeric(s[col], errors="coerce")
+            ax.plot(s["P"] * shift[series], y, label=series, markersize=5, linewidth=1.4, alpha=0.9,
+                    markerfacecolor="none" if order.index(series) >= 10 else None, **styles[series])
+        Ps = sorted(g["P"].unique())
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(Ps, [str(p) for p in Ps])
+        ax.minorticks_off()
+        ax.set_yscale("log")
+        ax.set_xlabel("P (ranks)")
+        ax.set_ylabel(label)
+        ax.set_title(where or ("time" if col == "time_s" else "bytes"), fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in list(axes.flat)[len(pans):]:
+        ax.set_visible(False)
+    handles, labels = [], []
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
+    fig.suptitle(title_for(df, title), fontsize=11)
+    if step:
+        fig.text(0.01, 0.005, "Series are shifted slightly along P so that equal values stay visible; "
+                 "ticks are at the true P. Bytes do not depend on network or compute.", fontsize=7, alpha=0.7)
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
     plt.close(fig)
     return path

@@ -42,6 +42,10 @@ class Point:
     plan: tuple | None = None
     #: the simulator's engine, "lean" or "simpy": the same results (not part of the id)
     engine: str = "lean"
+    #: "auto": the simulator carries sizes only (no values) for collectives
+    #: whose times and bytes do not depend on values, and skips their check;
+    #: "full": always values. The same times and bytes (not part of the id).
+    values: str = "auto"
 
     # -- identity ----------------------------------------------------------
     def to_dict(self) -> dict:
@@ -57,6 +61,7 @@ class Point:
         d = self.to_dict()
         d.pop("plan")
         d.pop("engine")
+        d.pop("values")
         if backend != "sim" or self.data_scale == 1.0:
             d.pop("data_scale")  # the real backend always runs full size; ids of full-size points stay as before
         if self.schedule is None:  # ids of bare-collective points stay as before
@@ -106,6 +111,11 @@ class Point:
         layers = w.get("layers")
         return Setup(rank=rank, P=self.P, n=w["n"], density=w["density"], dtype=w["dtype"],
                      layers=tuple(layers) if layers else None)
+
+    @property
+    def size_only(self) -> bool:
+        """Whether the simulator runs this point on size-only vectors."""
+        return self.values == "auto" and self.algorithm_cls.value_free
 
     def instances(self) -> list:
         """One algorithm instance per rank (they keep per-rank state)."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..backends.sim import Simulator, TrainingModel
+from ..compute.kernels import phantom
 from .loop import run_point
 from .metrics import PointOutcome
 from .point import Point
@@ -22,6 +23,9 @@ class SimBackend:
         self.sim = Simulator(spec.build(), point.device(), spec.eager_threshold_B, spec.rendezvous_rtt_s, trace=trace,
                              byte_scale=byte_scale, engine=point.engine)
         self.workload = small.workload_obj()
+        #: size-only: every rank's gradient is a phantom (no values generated, carried or checked)
+        self.size_only = point.size_only
+        self.values = "sizes" if self.size_only else "full"
         self.model = None
         if point.schedule:
             from .plan import model_profile_of
@@ -34,7 +38,10 @@ class SimBackend:
         return list(values)
 
     def iteration(self, jobs, it):
-        grads = self.workload.grads(self.point.P, it)
+        if self.size_only:
+            grads = [phantom(self.workload.n, self.workload.dtype)] * self.point.P
+        else:
+            grads = self.workload.grads(self.point.P, it)
         if self.model is not None:
             return self.sim.run([jobs[r].program() for r in self.local_ranks], self.model, grads)
         return self.sim.run([jobs[r].program(g) for r, g in zip(self.local_ranks, grads)])

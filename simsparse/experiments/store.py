@@ -7,6 +7,15 @@ renamed over the old one, so an interrupted run never leaves a half-written
 file; re-running the same config skips the points already present, so no row
 is lost or duplicated. Rows of points no longer in the config are moved to
 ``results.stale.csv`` rather than silently dropped.
+
+Traces (``--trace``): one file per point, ``trace/<point_id>.csv``, written
+when the point finishes (so a resumed sweep keeps them), and after the run
+``trace.csv`` and ``trace.json``, which hold exactly the points of the
+current config (:meth:`ResultsStore.combine_traces`). A point's trace file
+goes when its point leaves the config or is run again without ``--trace``.
+
+Every file is written through :func:`atomic_write`, with the usual mode
+(0666 less the umask), so a colleague can read the results.
 """
 from __future__ import annotations
 
@@ -89,3 +98,63 @@ class ResultsStore:
 
     def flush(self) -> None:
         write_csv(self.frame(), self.csv)
+
+    # -- traces ------------------------------------------------------------------
+    @property
+    def trace_dir(self) -> Path:
+        return self.dir / "trace"
+
+    def trace_file(self, point_id: str) -> Path:
+        return self.trace_dir / f"{point_id}.csv"
+
+    def has_trace(self, point_id: str) -> bool:
+        return self.trace_file(point_id).exists()
+
+    def save_trace(self, point_id: str, rows: list | None) -> None:
+        """The point's trace; ``None``: the point ran untraced, so an older trace of it goes."""
+        from .loop import TRACE_COLUMNS
+
+        if rows is None:
+            self.trace_file(point_id).unlink(missing_ok=True)
+        else:
+            write_csv(pd.DataFrame(rows, columns=TRACE_COLUMNS), self.trace_file(point_id))
+
+    def prune_traces(self, keep: set[str]) -> int:
+        """Delete the per-point trace files of points not in ``keep``."""
+        gone = 0
+        if self.trace_dir.is_dir():
+            for f in self.trace_dir.glob("*.csv"):
+                if f.stem not in keep:
+                    f.unlink()
+                    gone += 1
+        return gone
+
+    def combine_traces(self, requested: bool) -> tuple[list[Path], str | None]:
+        """Rewrite ``trace.csv`` and ``trace.json`` from the per-point files
+        of the rows in results.csv -- when traces were requested or those
+        files exist -- so they never hold points of another config. If some
+        row has no trace, they are removed instead. Returns (files written, note)."""
+        from .loop import TRACE_COLUMNS
+        from .trace_event import write_trace_json
+
+        outs = [self.dir / "trace.csv", self.dir / "trace.json"]
+        if not requested and not any(f.exists() for f in outs):
+            return [], None
+        df = self.frame()
+        ids = [str(pid) for pid in df["point_id"]]
+        missing = [pid for pid in ids if not self.has_trace(pid)]
+        if missing:
+            removed = [f.name for f in outs if f.exists()]
+            for f in outs:
+                f.unlink(missing_ok=True)
+            note = (f"{len(missing)} of {len(ids)} points have no trace; "
+                    + (f"removed {' and '.join(removed)} (they would not match results.csv); " if removed else "")
+                    + "run with --trace to trace them")
+            return [], note
+        # point_id as text: an all-digit id would otherwise be read as a number
+        parts = [read_csv(self.trace_file(pid)) for pid in ids]
+        parts = [p for p in parts if len(p)]
+        trace = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=TRACE_COLUMNS)
+        write_csv(trace, outs[0])
+        write_trace_json(trace, df, outs[1])  # the first measured iteration of each point
+        return outs, None

@@ -1,0 +1,46 @@
+"""Hints in error messages: "did you mean", and where a YAML mistake is."""
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+
+def did_you_mean(word, choices, template: str = " (did you mean {}?)") -> str:
+    """``template`` filled with the closest of ``choices`` (difflib), or ''."""
+    if not isinstance(word, str) or not word:
+        return ""
+    choices = [str(c) for c in choices]
+    close = difflib.get_close_matches(word, choices, n=2, cutoff=0.6)
+    if not close:  # a prefix such as 'piz_daint' of 'piz_daint_aries'
+        close = [c for c in choices if c.startswith(word) or word.startswith(c)][:2]
+    if not close or word in close:
+        return ""
+    return template.format(" or ".join(repr(c) for c in close))
+
+
+_OPENERS = {"flow sequence": "this '[' list", "flow mapping": "this '{' mapping", "quoted": "this quoted string"}
+
+
+def yaml_where(e, path: Path) -> str:
+    """Where a YAML error is. The parser notices an unclosed bracket or quote
+    only where the next token cannot continue it, often lines later; its
+    *context* mark is where the construct began, so that is the line named."""
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    pm, cm = getattr(e, "problem_mark", None), getattr(e, "context_mark", None)
+    context = getattr(e, "context", None) or ""
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        lines = []
+
+    def show(mark):
+        text = lines[mark.line].strip() if mark.line < len(lines) else ""
+        return f"line {mark.line + 1}, column {mark.column + 1}" + (f" ({text!r})" if text else "")
+
+    if cm is not None and pm is not None and (cm.line, cm.column) < (pm.line, pm.column):
+        began = context.removeprefix("while ").replace("parsing ", "").replace("scanning ", "")
+        opened = next((w for k, w in _OPENERS.items() if k in began), None)
+        if opened:  # an unclosed [ { or quote: the mistake is where it opened
+            return f" at {show(cm)}: {opened} is not closed; the parser gave up at {show(pm)}: {problem}"
+        return f" at {show(pm)}: {problem} (in the {began.removeprefix('a ')} that starts at line {cm.line + 1})"
+    return f" at {show(pm)}: {problem}" if pm is not None else f": {problem}"
