@@ -36,9 +36,21 @@ payloads = st.recursive(
 @settings(max_examples=60, deadline=None)
 @given(payloads)
 def test_wire_roundtrip(p):
-    q = unpack(pack(p, np.asarray), np.asarray)
+    first, data = pack(p, np.asarray)
+    q = unpack(first, np.asarray, data)
     assert q.nbytes == p.nbytes
     assert type(q) is type(p)
     for a, b in zip(p.arrays(), q.arrays()):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b)
+
+
+def test_wire_large_dense_travels_as_prefix_plus_uncopied_array():
+    from simsparse.backends.wire import SPLIT_MIN, split_size
+    a = np.arange(SPLIT_MIN // 4 + 3, dtype=np.float32)
+    first, data = pack(Dense(a), np.asarray)
+    assert np.shares_memory(data, a) and split_size(first) == a.nbytes  # no copy, size announced
+    np.testing.assert_array_equal(unpack(first, np.asarray, data).values, a)
+    first, data = pack(Dense(a), np.asarray, split=False)  # one message
+    assert data is None and split_size(first) is None
+    np.testing.assert_array_equal(unpack(first, np.asarray).values, a)

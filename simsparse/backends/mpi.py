@@ -3,19 +3,25 @@
 One process per rank (``simsparse measure`` launches them; the experiment
 loop in :mod:`simsparse.experiments.worker` calls :meth:`MPIDriver.run`):
 
-* gradient data are torch tensors (CUDA when a GPU is present and allowed,
-  else CPU);
-* ``isend`` copies the payload to one host buffer (:mod:`.wire`) and posts
-  ``MPI_Isend`` on it, as the Ok-Topk code does (``.cpu().numpy()`` then
-  mpi4py); ``irecv`` matches the next message of (source, tag) with
-  ``MPI_Improbe`` in posting order -- sparse sizes are not known in advance --
-  and receives it with ``MPI_Imrecv``. A spawned program's tags carry its
-  scope (:func:`simsparse.ops.scoped_tag`), so concurrent collectives never
-  match each other's messages;
+* gradient data are torch tensors (CUDA when a GPU is present and allowed, else CPU);
+* ``isend`` serialises the payload (:mod:`.wire`; ``.cpu().numpy()`` then mpi4py,
+  as the Ok-Topk code does): a large dense block is sent from the tensor's own
+  memory, anything else copied into one buffer. As a simulated sender may
+  overwrite what it has sent at once, a kernel whose arguments overlap an
+  uncopied send in flight waits for it;
+* ``irecv`` matches the next message of (source, tag) with ``MPI_Improbe`` in
+  posting order -- sparse sizes are not known in advance -- and receives it. A
+  spawned program's tags carry its scope (:func:`simsparse.ops.scoped_tag`),
+  so concurrent collectives never match each other's messages;
 * the rank's programs are stepped cooperatively on one thread. Device work
   (``compute``, ``forward``, the backward behind ``grad_ready``) goes through
   one FIFO queue in issue order, as in the simulator; each kernel runs and is
-  timed (synchronising the device around it on a GPU) when it reaches the head;
+  timed (synchronising the device around it on a GPU) when it reaches the
+  head -- at once if the queue is empty and no other program could act first;
+* when nothing can run, the driver blocks inside MPI (``MPI_Waitsome`` on the
+  requests in flight, or a probe when only an arriving message can wake a
+  program), so transfers progress at MPI's speed; otherwise, or with more
+  ranks than cores on the node, it polls and yields the core in between;
 * training (:class:`Trainer`): ``forward`` runs the real model's forward and
   loss; when a ``grad_ready`` reaches the head of the device queue the real
   ``loss.backward()`` starts, and a post-accumulate-grad hook on every
@@ -33,29 +39,20 @@ from collections import deque
 import numpy as np
 
 from ..compute.kernels import get_kernel
-from ..ops import ContextBase, Forward, GradReady, Handle, TraceRecord, Waitany, scoped_tag
+from ..ops import Compute, ContextBase, Forward, GradReady, TraceRecord, Waitany, scoped_tag
 from . import wire
 from .driver import BLOCKED, Driver, IterationStats, post
-
-
-class _MPIHandle(Handle):
-    __slots__ = ("req", "buf", "wtag")
-
-    def __init__(self, *a):
-        super().__init__(*a)
-        self.req = None
-        self.buf = None
-        self.wtag = 0
 
 
 class _Rank:
     """Per-process state shared by all programs of the rank."""
 
-    def __init__(self, comm, device, trace: bool):
+    def __init__(self, comm, device, trace: bool, on_done):
         from mpi4py import MPI
         import torch
 
         self.MPI, self.torch, self.comm = MPI, torch, comm
+        self.box = wire.Mailbox(comm, self.from_host, on_done)  # the messages in flight
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self.device = device
         self.cuda = device.type == "cuda"
@@ -64,9 +61,8 @@ class _Rank:
 
     def reset(self):
         self.t0 = time.perf_counter()
-        self.unmatched: list[_MPIHandle] = []
-        self.bytes_sent = 0
-        self.msgs_sent = 0
+        self.box.reset()
+        self.bytes_sent = self.msgs_sent = 0
         self.trace: list[TraceRecord] = []
         self.streams = {}
         self.busy = {"forward": 0.0, "backward": 0.0, "compute": 0.0}
@@ -109,15 +105,16 @@ class MPIContext(ContextBase):
         self._check_peer(dst)
         rs = self.r
         nb = payload.nbytes
-        h = _MPIHandle("send", dst, tag, nb, rs.now(), self._phase, self.lane)
-        h.buf = wire.pack(payload, rs.to_host)
+        h = wire.Message("send", dst, tag, nb, rs.now(), self._phase, self.lane)
+        st = self.program.stream  # a send held back behind its stream is copied: its buffer may change first
+        rs.box.pack(h, payload, rs.to_host, split=st is None or st.queue[0] is self.program)
         h.wtag = tag if self.sid == 0 else scoped_tag(tag, self.sid)
         rs.bytes_sent += nb
         rs.msgs_sent += 1
 
         def do_post():
             h.post_s = rs.now()
-            h.req = rs.comm.Isend([h.buf, rs.MPI.BYTE], dst, h.wtag)
+            rs.box.post_send(h)
 
         post(self, do_post)
         return h
@@ -125,12 +122,12 @@ class MPIContext(ContextBase):
     def irecv(self, src, tag=0):
         self._check_peer(src)
         rs = self.r
-        h = _MPIHandle("recv", src, tag, 0, rs.now(), self._phase, self.lane)
+        h = wire.Message("recv", src, tag, 0, rs.now(), self._phase, self.lane)
         h.wtag = tag if self.sid == 0 else scoped_tag(tag, self.sid)
 
         def do_post():
             h.post_s = rs.now()
-            rs.unmatched.append(h)
+            rs.box.post_recv(h)
 
         post(self, do_post)
         return h
@@ -167,7 +164,7 @@ class MPIDriver(Driver):
 
     def __init__(self, comm, device, trace: bool = False, trainer: Trainer | None = None):
         super().__init__()
-        self.rs = _Rank(comm, device, trace)
+        self.rs = _Rank(comm, device, trace, self._message_done)
         self.trainer = trainer
         if trainer is not None:
             for i, p in enumerate(trainer.params):
@@ -179,15 +176,11 @@ class MPIDriver(Driver):
         (with everything it spawns); the stats of this rank."""
         rs = self.rs
         rs.reset()
-        self.runnable: deque = deque()
-        self.blocked: list = []
-        self.device_q: deque = deque()
-        self.in_hook = 0
-        self.hook_s = 0.0
-        L = len(self.trainer.params) if self.trainer else 0
-        self.grads = [None] * L
-        self.main_done = False
-        self.result = None
+        self.runnable, self.device_q, self.blocked = deque(), deque(), []
+        self.changed = False  # a handle completed since the blocked waits were last checked
+        self.in_hook, self.hook_s, self.spawning = 0, 0.0, 0
+        self.grads = [None] * (len(self.trainer.params) if self.trainer else 0)
+        self.main_done, self.result = False, None
         ctx = MPIContext(rs, self)
         self.start(ctx, make_program(ctx))
         self._loop()
@@ -197,26 +190,35 @@ class MPIDriver(Driver):
     def _loop(self):
         """Run until the main program has returned (outside a hook) or, inside
         a gradient hook, until the backward must go on."""
+        runnable, device_q = self.runnable, self.device_q
         while True:
-            while self.runnable:
-                prog, value = self.runnable.popleft()
+            while runnable:
+                prog, value = runnable.popleft()
                 self.step(prog, value)
-            if self.device_q:
-                prog, req = self.device_q[0]
+            if device_q:
+                prog, req = device_q[0]
                 if type(req) is GradReady and self.grads[req.index] is None:
                     if self.in_hook:
                         return  # the backward of the next tensors runs when the hook returns
                     self._backward()
                     continue
-                self.device_q.popleft()
-                self.runnable.append((prog, self._device(prog, req)))
-                continue
-            if self.main_done:  # (it has joined everything it spawned)
+                if not self._overlaps_send(req):
+                    device_q.popleft()
+                    runnable.append((prog, self._device(prog, req)))
+                    continue
+            elif self.main_done:  # (it has joined everything it spawned)
                 return
-            if not self._poll():
-                os.sched_yield()
+            if not self._progress():
+                self._idle()
 
     # -- driver hooks ----------------------------------------------------------
+    def spawn(self, parent_ctx, program, stream, lane):
+        self.spawning += 1  # the parent goes on when the child blocks: the child's kernels queue
+        try:
+            return super().spawn(parent_ctx, program, stream, lane)
+        finally:
+            self.spawning -= 1
+
     def child_context(self, parent, path, sid, lane):
         return MPIContext(self.rs, self, path, sid, lane)
 
@@ -229,27 +231,25 @@ class MPIDriver(Driver):
         if rs.trace_on:
             rs.trace.append(TraceRecord(rs.rank, t.lane, "task", -1, 0, t.post_s, rs.now(), t.lane))
         t.done, t.value = True, value
+        self.changed = True
 
     # -- request handlers ----------------------------------------------------------
     def on_waitall(self, prog, req):
-        if all(h.done for h in req.handles):
-            return [h.value for h in req.handles]
-        self.blocked.append((prog, req, len(req.handles)))
-        return BLOCKED
+        value = _answer(req)
+        if value is BLOCKED:
+            self.blocked.append((prog, req))
+        return value
 
     def on_waitany(self, prog, req):
-        hs = req.handles
-        if not hs:
+        if not req.handles:
             raise ValueError(f"rank {self.rs.rank}: waitany on an empty list")
-        for i, h in enumerate(hs):
-            if h.done:
-                return (i, h.value)
-        self.blocked.append((prog, req, 1))
-        return BLOCKED
+        return self.on_waitall(prog, req)
 
     def on_compute(self, prog, req):
-        self.device_q.append((prog, req))
-        return BLOCKED
+        if self.device_q or self.runnable or self.spawning or self._overlaps_send(req):
+            self.device_q.append((prog, req))
+            return BLOCKED
+        return self._device(prog, req)  # an idle device, and no other program could post first: run it now
 
     on_forward = on_compute
 
@@ -287,6 +287,11 @@ class MPIDriver(Driver):
             rs.trace.append(TraceRecord(rs.rank, ctx._phase, op, -1, 0, start, end, ctx.lane))
         return out
 
+    def _overlaps_send(self, req) -> bool:
+        """Whether a kernel's arguments overlap an uncopied send in flight (the
+        kernel waits: in the simulator a sender may overwrite what it sent)."""
+        return type(req) is Compute and self.rs.box.overlaps((req.args, req.kwargs))
+
     def _backward(self):
         rs = self.rs
         rs.sync()
@@ -313,53 +318,49 @@ class MPIDriver(Driver):
             self.hook_s += time.perf_counter() - t0
 
     # -- message progress -------------------------------------------------------------
-    def _poll(self) -> bool:
-        """Match and test; wake programs whose wait is satisfied."""
-        self._match()
-        progressed = False
+    def _progress(self) -> bool:
+        """Match, test, wake; whether the loop has work again."""
+        self.rs.box.progress()
+        if not self.changed:
+            return False
+        self.changed = False
         still = []
-        for prog, req, need in self.blocked:
-            hs = req.handles
-            done = 0
-            for h in hs:
-                if not h.done and h.kind != "task" and h.req is not None and h.req.Test():
-                    self._complete(h)
-                done += h.done
-            if done >= need:
-                progressed = True
-                if type(req) is Waitany:
-                    i = next(i for i, h in enumerate(hs) if h.done)
-                    self.runnable.append((prog, (i, hs[i].value)))
-                else:
-                    self.runnable.append((prog, [h.value for h in hs]))
+        for prog, req in self.blocked:
+            value = _answer(req)
+            if value is BLOCKED:
+                still.append((prog, req))
             else:
-                still.append((prog, req, need))
+                self.runnable.append((prog, value))
         self.blocked = still
-        return progressed
+        return bool(self.runnable or self.device_q)  # (the device may wait for a send)
 
-    def _match(self) -> None:
-        """Match posted receives with arrived messages, in posting order."""
-        rs = self.rs
-        MPI, still = rs.MPI, []
-        status = MPI.Status()
-        for h in rs.unmatched:
-            msg = rs.comm.Improbe(h.peer, h.wtag, status)
-            if msg is None:
-                still.append(h)
-                continue
-            h.buf = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
-            h.req = msg.Irecv([h.buf, MPI.BYTE])
-        rs.unmatched = still
+    def _idle(self) -> None:
+        """Nothing can run: block inside MPI if only MPI can wake a program."""
+        box = self.rs.box
+        box.block(probe=bool(box.unmatched) and not self.device_q and self._gated())
 
-    def _complete(self, h: _MPIHandle):
+    def _gated(self) -> bool:
+        """Whether only a message for an unmatched receive can wake a program:
+        every wait needs a handle not in flight at MPI (unmatched, held back, a task)."""
+        for _, req in self.blocked:
+            flying = [bool(getattr(h, "pending", 0)) for h in req.handles if not h.done]
+            if (any if type(req) is Waitany else all)(flying):
+                return False
+        return True
+
+    def _message_done(self, h) -> None:
         rs = self.rs
-        h.done = True
-        if h.kind == "recv":
-            h.value = wire.unpack(h.buf, rs.from_host)
-            h.nbytes = h.value.nbytes
-        h.buf = None
+        self.changed = True
         if rs.trace_on:
             rs.trace.append(TraceRecord(rs.rank, h.phase, h.kind, h.peer, h.nbytes, h.post_s, rs.now(), h.lane))
+
+
+def _answer(req):
+    """What a waitall/waitany returns now, or BLOCKED."""
+    hs = req.handles
+    if type(req) is Waitany:
+        return next(((i, h.value) for i, h in enumerate(hs) if h.done), BLOCKED)
+    return [h.value for h in hs] if all(h.done for h in hs) else BLOCKED
 
 
 def pick_device(which: str):
