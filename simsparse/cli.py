@@ -1,4 +1,4 @@
-"""Command line: ``simsparse run | measure | compare | topo | list``."""
+"""Command line: ``simsparse run | measure | compare | calibrate | topo | list``."""
 from __future__ import annotations
 
 import argparse
@@ -6,15 +6,8 @@ import signal
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 from .experiments.config import ConfigError, Experiment, load_config
-from .experiments.loop import TRACE_COLUMNS
-from .experiments.store import ResultsStore, write_csv
-
-TABLE_COLUMNS = ["schedule", "model", "batch_size", "merged_groups", "algorithm", "params", "P", "n", "density", "network",
-                 "compute", "time_s", "t_sparsify_s", "t_comm_nonoverlap_s", "bytes_sent_max",
-                 "bytes_total", "correct"]
+from .experiments.store import ResultsStore
 
 
 def entry() -> int:
@@ -22,6 +15,16 @@ def entry() -> int:
     if hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     return main()
+
+
+def _ranks(text: str) -> int:
+    try:
+        P = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of ranks") from None
+    if P < 1:
+        raise argparse.ArgumentTypeError(f"P = {P}: a machine needs at least 1 rank")
+    return P
 
 
 def main(argv=None) -> int:
@@ -32,13 +35,19 @@ def main(argv=None) -> int:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("config", help="experiment YAML file")
         p.add_argument("--out", help="results folder (default results/<name> for run, results/<name>_mpi for measure)")
-        p.add_argument("--trace", action="store_true", help="also write the per-operation trace.csv")
+        p.add_argument("--trace", action="store_true",
+                       help="also record every operation: trace/<point>.csv, trace.csv and trace.json")
         p.add_argument("--fresh", action="store_true", help="ignore results already in the folder")
         p.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
+        p.add_argument("--baseline", metavar="SERIES",
+                       help="what the table's speed-up compares with: an algorithm (or 'schedule / algorithm') "
+                            "of the config (default: rabenseifner, else ring, else recursive_doubling)")
         if name == "measure":
             p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                            help="where tensors live (auto: CUDA when torch sees a GPU)")
             p.add_argument("--timeout", type=float, default=900, help="seconds allowed per point")
+            p.add_argument("--oversubscribe", action="store_true",
+                           help="allow more ranks than cores (they share cores, and the times show it)")
     p = sub.add_parser("compare", help="compare predicted results with measured ones, per point and per phase")
     p.add_argument("pred", metavar="PRED", help="predicted results folder (or its results.csv), from `simsparse run`")
     p.add_argument("meas", metavar="MEAS", help="measured results folder (or its results.csv), from `simsparse measure`")
@@ -58,16 +67,18 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (about 10 s)")
     p.add_argument("--models", nargs="*", default=["resnet20_cifar10"], help="models whose layers to time")
     p.add_argument("--batch-size", type=int, default=8, help="batch size of the layer timings")
-    sub.add_parser("list", help="list algorithms, schedules, models, device profiles and network presets")
+    p = sub.add_parser("list", help="list algorithms (with their parameters), schedules, models, device profiles "
+                                    "and network presets; with names, the details of each")
+    p.add_argument("names", nargs="*", metavar="NAME", help="an algorithm, schedule, model, profile or preset")
     p = sub.add_parser("topo", help="summarise (and draw) the machine a network preset builds for P ranks")
     p.add_argument("network", help="preset name (e.g. piz_daint_aries) or network YAML file")
-    p.add_argument("-P", type=int, default=16, help="number of ranks (default 16)")
+    p.add_argument("-P", type=_ranks, default=16, help="number of ranks, at least 1 (default 16)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a preset key (repeatable)")
-    p.add_argument("--draw", metavar="PNG", help="draw the instance to this PNG file")
+    p.add_argument("--draw", metavar="PNG", help="draw the part of the machine that holds the ranks to this PNG")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "list":
-            return _list()
+            return _list(args.names)
         if args.cmd == "topo":
             return _topo(args)
         if args.cmd == "calibrate":
@@ -97,93 +108,113 @@ def main(argv=None) -> int:
 
 
 def _execute(exp: Experiment, args) -> int:
-    from tqdm import tqdm
+    from .experiments.progress import Progress
+    from .experiments.table import fmt_duration, results_table
 
     backend = "sim" if args.cmd == "run" else "mpi"
-    if backend == "sim":
-        from .experiments.runner import simulate_point
-
-        def run_batch(ps):
-            return [simulate_point(ps[0], trace=args.trace)]
-    else:
-        from .experiments.measure import check_prerequisites, measure_points
-
-        check_prerequisites()
-
-        def run_batch(ps):
-            return measure_points(ps, device=args.device, trace=args.trace, timeout_s=args.timeout)
-
     out_dir = Path(args.out) if args.out else Path("results") / (exp.name + ("" if backend == "sim" else "_mpi"))
+    if backend == "sim":
+        from .experiments import runner
+
+        points, members = exp.points, None
+
+        def ident(p):
+            return p.point_id("sim")
+    else:
+        from .experiments import measure as ms
+        from .experiments.plan import with_plan
+
+        ms.check_prerequisites()
+        # one real run per group of points that differ only in simulator-only keys (compute, network, data_scale)
+        members = ms.group_points([with_plan(p) for p in exp.points])
+        points = [g[0] for g in members.values()]
+        ident = ms.measured_id
+        if len(points) < len(exp.points):
+            print(f"simsparse: the {len(exp.points)} points are {len(points)} real runs: points that differ only in "
+                  f"compute, network or data_scale (settings of the simulator) run once on this host",
+                  file=sys.stderr)
+        _check_cores(points, args.oversubscribe, ms.cores())
+
     store = ResultsStore(out_dir, fresh=args.fresh)
-    stale = store.retain({p.point_id(backend) for p in exp.points})
+    ids = {ident(p) for p in points}
+    stale = store.retain(ids)
     if stale:
         print(f"simsparse: moved {stale} rows of points no longer in {exp.path} to {out_dir / 'results.stale.csv'}",
               file=sys.stderr)
-    trace_dir = out_dir / "trace"
+    store.prune_traces(set() if args.fresh else ids)
 
-    def todo(p):
-        pid = p.point_id(backend)
-        return not store.has(pid) or (args.trace and not (trace_dir / f"{pid}.csv").exists())
-
-    pending = [p for p in exp.points if todo(p)]
-    skipped = len(exp.points) - len(pending)
+    pending = [p for p in points if not store.has(ident(p)) or (args.trace and not store.has_trace(ident(p)))]
+    skipped = len(points) - len(pending)
     if skipped:
-        print(f"simsparse: {skipped} of {len(exp.points)} points already in {store.csv}; running the other "
-              f"{len(pending)}", file=sys.stderr)
+        print(f"simsparse: {skipped} of {len(points)} points already in {store.csv}", file=sys.stderr)
+    if pending:
+        print(f"simsparse: {'simulating' if backend == 'sim' else 'measuring'} {len(pending)} points of {exp.name}",
+              file=sys.stderr, flush=True)
 
     def save(outcome):
-        if args.trace:
-            write_csv(pd.DataFrame(outcome.trace), trace_dir / f"{outcome.row['point_id']}.csv")
+        store.save_trace(outcome.row["point_id"], outcome.trace if args.trace else None)
         store.add(outcome.row)
 
-    # the real backend runs all points of one P in one mpiexec launch
-    batches = [[p] for p in pending] if backend == "sim" else \
-        [[p for p in pending if p.P == P] for P in dict.fromkeys(p.P for p in pending)]
-    with tqdm(total=len(pending), desc=f"{exp.name} [{backend}]", unit="point", disable=None, leave=False) as bar:
-        for batch in batches:
-            bar.set_postfix_str(f"{batch[0].algorithm} P={batch[0].P}" if len(batch) == 1 else f"P={batch[0].P}")
-            try:
-                outcomes = run_batch(batch)
-            except Exception as e:
-                for o in getattr(e, "done", []):
-                    save(o)
-                raise
-            for o in outcomes:
-                save(o)
-            bar.update(len(batch))
-    df = store.frame()
-    if args.trace:
-        from .experiments.trace_event import write_trace_json
+    progress = Progress(pending, f"{exp.name} [{backend}]", backend)
+    try:
+        if backend == "sim":
+            for p in pending:
+                progress.started(p)
+                out = runner.simulate_point(p, trace=args.trace)
+                save(out)
+                progress.finished(p, out.row)
+        else:
+            def done(p, outcome):
+                save(outcome)
+                progress.finished(p, outcome.row)
 
-        # point_id as text: an all-digit id would otherwise be read as a number
-        parts = [pd.read_csv(trace_dir / f"{pid}.csv", dtype={"point_id": str}) for pid in df["point_id"]
-                 if (trace_dir / f"{pid}.csv").exists()]
-        trace = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=TRACE_COLUMNS)
-        write_csv(trace, out_dir / "trace.csv")
-        write_trace_json(trace, df, out_dir / "trace.json")  # the first measured iteration of each point
-    _print_table(df)
+            for P in dict.fromkeys(p.P for p in pending):  # one mpiexec launch per P
+                batch = [p for p in pending if p.P == P]
+                progress.started(batch[0])
+                ms.measure_points(batch, device=args.device, trace=args.trace, timeout_s=args.timeout,
+                                  members=members, on_point=done)
+    finally:
+        progress.close()
+    if pending:
+        print(f"simsparse: {len(pending)} points in {fmt_duration(progress.elapsed_s())}", file=sys.stderr)
+    df = store.frame()
+    traces, note = store.combine_traces(args.trace)
+    if note:
+        print(f"simsparse: {note}", file=sys.stderr)
+    table, notes = results_table(df, args.baseline)
+    for n in notes:
+        print(f"simsparse: {n}", file=sys.stderr)
+    if exp.description:
+        print(f"{exp.name}: {exp.description}")
+    print(table)
     written = [store.csv]
     if not args.no_plot and not df.empty:
         from .experiments.plot import plot_time_vs_P
 
         written.append(plot_time_vs_P(df, out_dir / "time_vs_P.png", title=exp.name))
+    written += traces
     if args.trace:
-        written += [out_dir / "trace.csv", out_dir / "trace.json"]
+        written.append(store.trace_dir)
     print("wrote " + ", ".join(str(w) for w in written))
-    bad = df[df["correct"].astype(str) == "False"]
+    bad = df[df["correct"].astype(str) == "False"] if "correct" in df else df.iloc[:0]
     if len(bad):
         print(f"simsparse: {len(bad)} points gave results that differ from the numpy reference", file=sys.stderr)
         return 1
     return 0
 
 
-def _print_table(df: pd.DataFrame) -> None:
-    cols = [c for c in TABLE_COLUMNS if c in df.columns]
-    t = df[cols].copy()
-    empty = [c for c in t.columns if not t[c].astype(str).replace("nan", "").str.len().any()]
-    t = t.drop(columns=empty)
-    with pd.option_context("display.max_rows", 200, "display.width", 160, "display.float_format", "{:.6g}".format):
-        print(t.to_string(index=False))
+def _check_cores(points, oversubscribe: bool, cores: int) -> None:
+    """More ranks than cores: the ranks would time-share, and the times would
+    measure the sharing. Refused unless --oversubscribe."""
+    over = sorted({p.P for p in points if p.P > cores})
+    if not over:
+        return
+    what = f"P = {', '.join(map(str, over))} exceed{'s' if len(over) == 1 else ''} the {cores} cores of this machine"
+    if not oversubscribe:
+        raise ConfigError(f"{what}: the ranks would share cores and the times would measure that sharing. Lower P, "
+                          f"or pass --oversubscribe to measure anyway")
+    print(f"simsparse: warning: {what}; ranks share cores (--oversubscribe), so times at those P include the "
+          f"sharing", file=sys.stderr)
 
 
 def _calibrate(args) -> int:
@@ -240,44 +271,131 @@ def _topo(args) -> int:
     try:
         info = summary(spec, args.P)
         if args.draw:
-            draw(spec, args.P, args.draw)
+            drawn = draw(spec, args.P, args.draw)
     except ValueError as e:
         raise ConfigError(f"network {args.network}: {e}") from None
     width = max(map(len, info))
     for k, v in info.items():
-        print(f"{k:>{width}}: {v:.6g}" if isinstance(v, float) else f"{k:>{width}}: {v}")
+        lines = v if isinstance(v, list) else [v]
+        for i, line in enumerate(lines):
+            text = f"{line:.6g}" if isinstance(line, float) else str(line)
+            print(f"{k if i == 0 else '':>{width}}{': ' if i == 0 else '  '}{text}")
     if args.draw:
-        print(f"wrote {args.draw}")
+        print(f"wrote {args.draw} ({drawn})")
     return 0
 
 
-def _list() -> int:
+# -- simsparse list --------------------------------------------------------------------------
+
+def _first_paragraph(cls) -> str:
+    return " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _kind(annotation) -> str:
+    """A parameter's type for people: ``rd|ring``, ``bool``, ``int``, ``float or none``."""
+    import types
+    import typing
+
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return "|".join(str(a) for a in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        parts = [_kind(a) for a in typing.get_args(annotation) if a is not type(None)]
+        return " or ".join(parts) + (" or none" if type(None) in typing.get_args(annotation) else "")
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _default(v) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def _param_line(params_cls, width: int = 100, indent: str = " " * 26) -> list[str]:
+    """``name=default`` of every parameter, wrapped."""
+    import textwrap
+
+    items = [f"{k}={_default(f.default)}" for k, f in params_cls.model_fields.items()]
+    if not items:
+        return []
+    return textwrap.wrap("params: " + ", ".join(items), width, initial_indent=indent, subsequent_indent=indent + "  ")
+
+
+def _registries() -> dict:
     from .algorithms import ALGORITHMS
     from .compute.devices import builtin_profiles
+    from .compute.models import model_costs
     from .experiments.config import TOPOLOGY_DIRS
-
-    print("algorithms:")
-    for name, cls in sorted(ALGORITHMS.items()):
-        first = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
-        print(f"  {name:22s} {first if len(first) <= 96 else first[:93] + '...'}")
-    from .compute.models import DEFAULT_BATCH, model_costs
     from .schedules import SCHEDULES
 
+    return {"algorithm": dict(ALGORITHMS), "schedule": dict(SCHEDULES),
+            "model": {k: None for k in model_costs()},
+            "device profile": {k: None for k in ["ideal", *builtin_profiles()]},
+            "network preset": {p.stem: p for d in TOPOLOGY_DIRS for p in sorted(d.glob("*.yaml"))}}
+
+
+def _list(names) -> int:
+    if names:
+        return _list_details(names)
+    from .compute.models import DEFAULT_BATCH, model_costs
+
+    reg = _registries()
+    print("algorithms (parameters with their defaults; `simsparse list NAME` explains them):")
+    for name, cls in sorted(reg["algorithm"].items()):
+        print(f"  {name:22s} {_clip(_first_paragraph(cls), 96)}")
+        for line in _param_line(cls.Params):
+            print(line)
     print("schedules (a training iteration; with 'model' and 'schedules' in a config):")
-    for name, cls in sorted(SCHEDULES.items()):
-        first = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+    for name, cls in sorted(reg["schedule"].items()):
         kind = "dense" if cls.accepts == "dense" else "compressed"
-        line = f"[{kind}] {first}"
-        print(f"  {name:12s} {line if len(line) <= 106 else line[:103] + '...'}")
+        print(f"  {name:12s} {_clip(f'[{kind}] {_first_paragraph(cls)}', 106)}")
+        for line in _param_line(cls.Params, indent=" " * 16):
+            print(line)
     print("models (per-tensor compute tables; batch size default from the model's paper):")
     for name, table in sorted(model_costs().items()):
         params = sum(t["size"] for t in table["tensors"])
         print(f"  {name:24s} {params / 1e6:8.2f}M parameters, {len(table['tensors']):3d} tensors, "
               f"batch {DEFAULT_BATCH.get(name, '-')}, {table.get('input', '')}")
-    print("device profiles: ideal, " + ", ".join(builtin_profiles()))
-    presets = sorted(p.stem for d in TOPOLOGY_DIRS for p in d.glob("*.yaml"))
-    print("network presets: " + (", ".join(presets) or "(none)"))
+    print("device profiles (compute:): " + ", ".join(reg["device profile"]))
+    print("network presets (network:): " + (", ".join(reg["network preset"]) or "(none)"))
     return 0
+
+
+def _list_details(names) -> int:
+    from .experiments.hints import did_you_mean
+
+    reg = _registries()
+    status = 0
+    for name in names:
+        found = [(what, entries[name]) for what, entries in reg.items() if name in entries]
+        if not found:
+            every = [n for entries in reg.values() for n in entries]
+            print(f"simsparse: error: {name!r} is not an algorithm, schedule, model, device profile or network "
+                  f"preset{did_you_mean(name, every)}; `simsparse list` shows them all", file=sys.stderr)
+            status = 2
+            continue
+        for what, obj in found:
+            print(f"{name} ({what})")
+            if what in ("algorithm", "schedule"):
+                print("  " + _first_paragraph(obj))
+                fields = obj.Params.model_fields
+                if not fields:
+                    print("  no parameters")
+                for key, f in fields.items():
+                    print(f"  {key} = {_default(f.default)}  [{_kind(f.annotation)}]" + (f": {f.description}" if f.description
+                                                                              else ""))
+            elif what == "network preset":
+                print("  " + obj.read_text().strip().replace("\n", "\n  "))
+            elif what == "device profile" and name != "ideal":
+                from .compute.devices import load_profile
+
+                prof = load_profile(name).model_dump()
+                print("  " + ", ".join(f"{k}: {v}" for k, v in prof.items() if not isinstance(v, dict)))
+            elif what == "device profile":
+                print("  every kernel costs nothing: communication alone")
+    return status
 
 
 if __name__ == "__main__":
