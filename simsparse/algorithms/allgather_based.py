@@ -20,12 +20,8 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from .base import Algorithm, SparseParams, register, topk_choice
+from .base import Algorithm, SparseParams, host_indices, register, topk_choice
 from .collectives import allgather
-
-
-def _host(a):
-    return a.detach().cpu().numpy() if hasattr(a, "detach") else a
 
 
 class TopkAParams(SparseParams):
@@ -47,7 +43,7 @@ class TopkA(Algorithm):
             return (yield ctx.compute("scatter_add", blocks, self.setup.n, like=x))
 
     def check_state(self) -> dict:
-        return {"selected": None if self.contributed is None else np.asarray(_host(self.contributed))}
+        return {"selected": host_indices(self.contributed)}
 
     @classmethod
     def reference(cls, inputs, setup, params, states):

@@ -159,6 +159,14 @@ def agreed_state(states: list[dict], key: str, what: str):
     return values.pop()
 
 
+def host_indices(a) -> np.ndarray | None:
+    """Indices (numpy or a torch tensor, any device) as host int64, for a
+    check state; None stays None."""
+    if a is None:
+        return None
+    return np.asarray(a.detach().cpu().numpy() if hasattr(a, "detach") else a, dtype=np.int64)
+
+
 def topk_choice(x: np.ndarray, k: int, chosen=None) -> np.ndarray:
     """The indices of a top-k of x by magnitude: ``chosen`` (a rank's own
     selection) when it is one -- k distinct indices whose smallest magnitude

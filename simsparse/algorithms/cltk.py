@@ -35,9 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compute.kernels import topk as topk_kernel
 from ..ops import COO, Dense
-from .base import Algorithm, SparseParams, agreed_state, register
+from .base import Algorithm, SparseParams, agreed_state, host_indices, register, topk_choice
 from .collectives import bcast_binomial
 from .dense import allreduce
 
@@ -63,12 +62,13 @@ class CLTk(Algorithm):
         return COO(idx, vals, self.setup.n)
 
     def check_state(self) -> dict:
-        return {"leader": self.leader}
+        # every rank holds the broadcast indices: the leader's top-k (its own choice among ties)
+        return {"leader": self.leader, "selected": host_indices(self.contributed)}
 
     @classmethod
     def reference(cls, inputs, setup, params, states):
         leader = agreed_state(states, "leader", "the CLT-k leader")
-        idx = topk_kernel.numpy(inputs[leader], setup.k).indices
+        idx = topk_choice(inputs[leader], setup.k, states[leader].get("selected"))
         out = np.zeros(setup.n)
         for g in inputs:
             out[idx] += g[idx]

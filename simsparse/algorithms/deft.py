@@ -75,9 +75,8 @@ import numpy as np
 from pydantic import Field
 
 from ..compute.kernels import Work, _isz, kernel
-from ..compute.kernels import topk as topk_kernel
 from ..ops import Bundle, Dense, Scalars
-from .base import Algorithm, SparseParams, agreed_state, register
+from .base import Algorithm, SparseParams, agreed_state, host_indices, register, topk_choice
 from .collectives import allgather, bcast_binomial
 from .dense import allreduce
 
@@ -261,6 +260,7 @@ class DEFT(Algorithm):
                 a, b = frags[j]
                 parts.append((yield ctx.compute("topk", x[a:b], ks[j])))
             idx = yield ctx.compute("fragment_indices", parts, [frags[j][0] for j in mine], like=x)
+        self.selected = idx
         with ctx.phase("gather"):
             got = yield from allgather(ctx, Scalars.of([len(idx)], "int32"), prm.allgather)
             nsel = [int(s.values[0]) for s in got]
@@ -280,7 +280,7 @@ class DEFT(Algorithm):
             return (yield ctx.compute("scatter_values", union, vals, self.setup.n, like=x))
 
     def check_state(self) -> dict:
-        return {"cycle": self.cycle}
+        return {"cycle": self.cycle, "selected": host_indices(getattr(self, "selected", None))}
 
     @classmethod
     def reference(cls, inputs, setup, params, states):
@@ -291,10 +291,12 @@ class DEFT(Algorithm):
         ks = [assign_k(fragment_norms.numpy(g, bounds), sizes, setup.k, params.fill_remainder) for g in inputs]
         bins, common = bin_pack(sizes, ks[c], P, params.common_part)
         chosen = [np.arange(*frags[j]) for j in common]
-        for r, g in enumerate(inputs):
+        for r, (g, st) in enumerate(zip(inputs, states)):
+            own = st.get("selected")  # the rank's own choice among ties at a fragment's k-th magnitude
             for j in bins[(c + r) % P]:
                 a, b = frags[j]
-                chosen.append(a + topk_kernel.numpy(g[a:b], ks[r][j]).indices.astype(np.int64))
+                mine = None if own is None else own[(own >= a) & (own < b)] - a
+                chosen.append(a + topk_choice(g[a:b], ks[r][j], mine))
         union = np.concatenate(chosen)
         if len(np.unique(union)) != len(union):
             raise AssertionError("DEFT fragments overlap: an index was selected twice")

@@ -41,8 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compute.kernels import topk as topk_kernel
-from .base import Algorithm, SparseParams, register
+from .base import Algorithm, SparseParams, host_indices, register, topk_choice
 from .collectives import Fold, bcast_binomial, recv, send
 
 
@@ -55,6 +54,7 @@ class GTopk(Algorithm):
         P, r, k = ctx.size, ctx.rank, self.k
         with ctx.phase("select"):
             local = yield ctx.compute("topk", x, k)
+        self.selected = local.indices
         f = Fold(P)
         cur = local
         with ctx.phase("reduce_tree"):
@@ -78,6 +78,9 @@ class GTopk(Algorithm):
             self.contributed = yield ctx.compute("intersect", local.indices, final.indices)
         return final
 
+    def check_state(self) -> dict:
+        return {"selected": host_indices(getattr(self, "selected", None))}
+
     def _merge(self, ctx, mine, theirs):
         """Sum two sparse vectors on their common indices, keep the top-k."""
         both = yield ctx.compute("coo_add", [mine, theirs])
@@ -87,9 +90,9 @@ class GTopk(Algorithm):
     def reference(cls, inputs, setup, params, states):
         n, k, P = setup.n, setup.k, setup.P
         nodes = {}
-        for r, g in enumerate(inputs):
-            sel = topk_kernel.numpy(g, k)
-            nodes[r] = (sel.indices.astype(np.int64), sel.values)
+        for r, (g, st) in enumerate(zip(inputs, states)):
+            sel = np.sort(topk_choice(g, k, st.get("selected")))  # a rank's own choice among ties
+            nodes[r] = (sel, g[sel])
         f = Fold(P)
         for r in range(0, 2 * f.rem, 2):
             nodes[r + 1] = _top_k_of_sum(nodes.pop(r), nodes[r + 1], k)

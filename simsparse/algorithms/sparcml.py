@@ -26,9 +26,8 @@ from pydantic import Field
 
 from ..compression.qsgd import levels
 from ..compression.rng import seed_of
-from ..compute.kernels import topk as topk_kernel
 from ..ops import Dense, Scalars
-from .base import Algorithm, SparseParams, register
+from .base import Algorithm, SparseParams, host_indices, register, topk_choice
 from .collectives import Fold, allgather, alltoall, recv, send, sendrecv
 from .dense import _recursive_doubling
 from .streams import DenseRange, stream_result
@@ -62,12 +61,14 @@ def _same(p):
     return p
 
 
-def sum_of_local_topk(inputs, setup) -> np.ndarray:
-    """``sum_i Top_k(G_i)`` in float64, every rank's exact top-k."""
+def sum_of_local_topk(inputs, setup, states=None) -> np.ndarray:
+    """``sum_i Top_k(G_i)`` in float64, every rank's exact top-k (a rank's
+    own choice among entries tied at the k-th magnitude is accepted:
+    :func:`topk_choice`)."""
     out = np.zeros(setup.n, dtype=np.float64)
-    for g in inputs:
-        sel = topk_kernel.numpy(g, setup.k)
-        out[sel.indices] += sel.values
+    for g, st in zip(inputs, states or [{}] * len(inputs)):
+        sel = topk_choice(g, setup.k, st.get("selected"))
+        out[sel] += g[sel]
     return out
 
 
@@ -81,6 +82,9 @@ class _LocalTopkSum(Algorithm):
         self.contributed = sel.indices
         return sel
 
+    def check_state(self) -> dict:
+        return {"selected": host_indices(self.contributed)}
+
     def select_regions(self, ctx, x):
         """Local top-k, the P equal index regions, and this rank's [lo, hi)."""
         sel = yield from self.select(ctx, x)
@@ -89,7 +93,7 @@ class _LocalTopkSum(Algorithm):
 
     @classmethod
     def reference(cls, inputs, setup, params, states):
-        return sum_of_local_topk(inputs, setup)
+        return sum_of_local_topk(inputs, setup, states)
 
 
 # ---------------------------------------------------------------------------------------
@@ -221,11 +225,11 @@ class SSARSplitAllgather(_LocalTopkSum):
         return stream_result(s)
 
     def check_state(self):
-        return {"cut_range": self.cut_range}
+        return {**super().check_state(), "cut_range": self.cut_range}
 
     @classmethod
     def reference(cls, inputs, setup, params, states):
-        out = sum_of_local_topk(inputs, setup)
+        out = sum_of_local_topk(inputs, setup, states)
         for st in states:
             if st.get("cut_range"):
                 seg = out[st["cut_range"][0]:st["cut_range"][1]]
