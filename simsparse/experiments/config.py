@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import types
 import typing
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,11 +41,14 @@ from ..compute.devices import DeviceProfile, builtin_profiles, load_profile
 from ..schedules import SCHEDULES, get_schedule
 from ..network.spec import NETWORK_SPECS
 from ..workload import FileSource, Workload, model_layer_params, resolve_layers
+from . import limits
+from .grid import Err, check_size, collect, pyd_errors, validate_variants
 from .hints import did_you_mean, yaml_where
 from .point import Point
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOPOLOGY_DIRS = [REPO_ROOT / "topologies"]
+MAX_YAML_BYTES = 1_000_000
 
 
 class ConfigError(Exception):
@@ -219,8 +221,13 @@ def load_config(path: str | Path) -> Experiment:
     errors: list[str] = []
     unknown = [k for k in raw if k not in TOP_KEYS]
     if unknown:
-        hints = "".join(did_you_mean(k, TOP_KEYS, f" ({k!r}: did you mean {{}}?)") for k in unknown)
-        errors.append(f"unknown key(s) {', '.join(map(repr, unknown))}{hints}; allowed keys: {', '.join(TOP_KEYS)}")
+        hints = "".join(f" ({limits.show(k)}: did you mean {close}?)" for k in unknown
+                        if (close := did_you_mean(k, TOP_KEYS, "{}")))
+        errors.append(f"unknown key(s) {', '.join(map(limits.show, unknown))}{hints}; allowed keys: "
+                      f"{', '.join(TOP_KEYS)}")
+    if raw.get("workload") is not None and not isinstance(raw["workload"], dict):
+        raise ConfigError(f"{path}: workload = {limits.show(raw['workload'])} is not allowed: expected a mapping of "
+                          f"keys (n, density, ...).")
     training = "schedules" in raw
     for req in ("algorithms", "P") if training else ("workload", "algorithms", "P"):
         if req not in raw:
@@ -238,14 +245,15 @@ def load_config(path: str | Path) -> Experiment:
                 errors.append(f"{key}: only with 'schedules' (a training iteration); for a bare collective on a "
                               f"model's tensors use workload.model")
     name = raw.get("name", path.stem)
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]+", name or ""):
-        errors.append(f"name: {name!r} is not allowed; use letters, digits, '_', '-' and '.' (it names the results folder)")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,99}", name):
+        errors.append(f"name: {limits.show(name)} is not allowed; use up to 100 letters, digits, '_', '-' and '.' "
+                      f"(not '.' first; it names the results folder under results/)")
     if errors:
         raise ConfigError(_paragraph(path, errors))
 
-    networks = _PerP(raw.get("network"), lambda v: _collect(errors, lambda: _networks(v, path)))
-    computes = _PerP(raw.get("compute", "ideal"), lambda v: _collect(errors, lambda: _computes(v, path)))
-    trainings = _collect(errors, lambda: _trainings(raw)) if training else [None]
+    networks = _PerP(raw.get("network"), lambda v: collect(errors, lambda: _networks(v, path)))
+    computes = _PerP(raw.get("compute", "ideal"), lambda v: collect(errors, lambda: _computes(v, path)))
+    trainings = collect(errors, lambda: _trainings(raw)) if training else [None]
     variants = {}  # the workload variants of each training variant's model and density (None: no training)
     for tr in trainings:
         wl_raw = dict(raw.get("workload") or {})
@@ -253,14 +261,19 @@ def load_config(path: str | Path) -> Experiment:
             wl_raw["model"] = tr[0].model
             if tr[0].density is not None:
                 wl_raw["density"] = tr[0].density
-        variants.setdefault(_wl_key(tr), _collect(
-            errors, lambda wl_raw=wl_raw: _validate_variants(wl_raw, WorkloadSpec, "workload")))
+        variants.setdefault(_wl_key(tr), collect(
+            errors, lambda wl_raw=wl_raw: validate_variants(wl_raw, WorkloadSpec, "workload")))
     cases = [(tr, wl) for tr in trainings for wl in variants[_wl_key(tr)]]
-    algos = _collect(errors, lambda: _algorithms(raw["algorithms"]))
+    algos = collect(errors, lambda: _algorithms(raw["algorithms"]))
     run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check", "data_scale", "engine", "values") if k in raw}
-    runs = _collect(errors, lambda: _validate_variants(run_raw, RunSpec, ""))
+    runs = collect(errors, lambda: validate_variants(run_raw, RunSpec, ""))
     for run in runs:  # resolve (and validate) every network and compute variant before building points
         networks(run.P), computes(run.P)
+    if not errors:
+        collect(errors, lambda: check_size([("P and run keys", len(runs)), ("workload", len(cases)),
+                                            ("algorithms", len(algos)),
+                                            ("network", max(len(networks(r.P)) for r in runs)),
+                                            ("compute", max(len(computes(r.P)) for r in runs))], ""))
     if errors:
         raise ConfigError(_paragraph(path, errors))
 
@@ -326,7 +339,7 @@ def network_variants(val, cfg_path: Path) -> list[dict]:
     raises :class:`ConfigError` naming the key."""
     try:
         return _networks(val, cfg_path)
-    except _Err as e:
+    except Err as e:
         raise ConfigError(str(e)) from None
 
 
@@ -360,7 +373,7 @@ def _scale_problem(point: Point) -> str | None:
 
 def _network_problem(net: dict, P: int) -> str | None:
     spec = NETWORK_SPECS[net.get("model", "alphabeta")].model_validate(net)
-    return spec.check_P(P)
+    return limits.machine_problem(spec, P) or spec.check_P(P)
 
 
 def _networks(val, cfg_path: Path) -> list[dict]:
@@ -373,15 +386,15 @@ def _networks(val, cfg_path: Path) -> list[dict]:
         if "preset" in raw:
             preset = raw.pop("preset")
             if not isinstance(preset, str):
-                raise _Err(f"network.preset: expected a file name, got {preset!r}")
+                raise Err(f"network.preset: expected a file name, got {preset!r}")
             raw = {**_load_preset(preset, cfg_path), **raw}
     else:
-        raise _Err(f"network: expected a mapping or a preset file name, got {val!r}")
+        raise Err(f"network: expected a mapping or a preset file name, got {val!r}")
     model = raw.get("model", "alphabeta")
-    if model not in NETWORK_SPECS:
-        raise _Err(f"network.model: {model!r} is not allowed{did_you_mean(model, NETWORK_SPECS)}; allowed: "
-                   f"{', '.join(NETWORK_SPECS)}")
-    specs = _validate_variants(raw, NETWORK_SPECS[model], "network")
+    if not isinstance(model, str) or model not in NETWORK_SPECS:
+        raise Err(f"network.model: {limits.show(model)} is not allowed{did_you_mean(model, NETWORK_SPECS)}; allowed: "
+                  f"{', '.join(NETWORK_SPECS)} (one model per network)")
+    specs = validate_variants(raw, NETWORK_SPECS[model], "network")
     return [s.model_dump() for s in specs]
 
 
@@ -391,24 +404,28 @@ def _load_preset(name: str, cfg_path: Path) -> dict:
         for nm in (name, f"{name}.yaml", f"topologies/{name}", f"topologies/{name}.yaml"):
             cands.append(base / nm)
     for c in cands:
-        if c.is_file():
+        try:
+            found = c.is_file()
+        except (OSError, ValueError):  # a name too long for the file system, or with a NUL
+            found = False
+        if found:
             data = _read_yaml(c, "network preset")
             if not isinstance(data, dict):
-                raise _Err(f"network preset {c}: expected a mapping of keys")
+                raise Err(f"network preset {c}: expected a mapping of keys")
             if data.get("kind") == "machine":  # a machine profile from `simsparse calibrate`: its network part
                 if not isinstance(data.get("network"), dict):
-                    raise _Err(f"machine profile {c}: no 'network' section")
+                    raise Err(f"machine profile {c}: no 'network' section")
                 return data["network"]
             return data
     avail = sorted(p.stem for d in TOPOLOGY_DIRS for p in d.glob("*.yaml"))
-    raise _Err(f"network: preset {name!r} not found{did_you_mean(Path(name).stem, avail)} (looked next to the "
+    raise Err(f"network: preset {limits.show(name)} not found{did_you_mean(Path(name).stem, avail)} (looked next to the "
                f"config, in the working directory and in topologies/); available presets: {', '.join(avail) or 'none'}")
 
 
 def _computes(val, cfg_path: Path) -> list[dict | None]:
     vals = val if isinstance(val, list) else [val]
     if not vals:
-        raise _Err("compute: empty list")
+        raise Err("compute: empty list")
     out = []
     for v in vals:
         if v is None or v == "ideal":
@@ -424,17 +441,20 @@ def _computes(val, cfg_path: Path) -> list[dict | None]:
             elif isinstance(v, dict):
                 prof = DeviceProfile.model_validate(v)
             else:
-                raise _Err(f"compute: expected 'ideal', a profile name ({', '.join(builtin_profiles())}), a .yaml "
+                raise Err(f"compute: expected 'ideal', a profile name ({', '.join(builtin_profiles())}), a .yaml "
                            f"path or a mapping, got {v!r}")
         except FileNotFoundError as e:
             name = v.get("profile") if isinstance(v, dict) else v
             if isinstance(name, str) and not Path(name).suffix:
                 allowed = ["ideal", *builtin_profiles()]
-                raise _Err(f"compute: device profile {name!r} not found{did_you_mean(name, allowed)}; allowed: "
+                raise Err(f"compute: device profile {name!r} not found{did_you_mean(name, allowed)}; allowed: "
                            f"{', '.join(allowed)}, or a .yaml path") from None
-            raise _Err(f"compute: {e}") from None
+            raise Err(f"compute: {e}") from None
         except ValidationError as e:
-            raise _Err("; ".join(_pyd_errors(e, DeviceProfile, "compute"))) from None
+            raise Err("; ".join(pyd_errors(e, DeviceProfile, "compute"))) from None
+        bad = limits.check(prof, "compute")
+        if bad:
+            raise Err("; ".join(bad))
         out.append(prof.model_dump())
     return out
 
@@ -455,11 +475,11 @@ def _trainings(raw) -> list[tuple[TrainingSpec, tuple[str, BaseModel]]]:
         if "batch_size" in raw and "batch_size" not in entry:
             entry["batch_size"] = raw["batch_size"]
         try:
-            specs += _validate_variants(entry, TrainingSpec, f"model[{i}]" if isinstance(m, dict) else "")
-        except _Err as e:
+            specs += validate_variants(entry, TrainingSpec, f"model[{i}]" if isinstance(m, dict) else "")
+        except Err as e:
             errs.append(str(e))
     if errs:
-        raise _Err("; ".join(errs))
+        raise Err("; ".join(errs))
     scheds = _named_entries(raw["schedules"], "schedules", SCHEDULES)
     return [(t, s) for t in specs for s in scheds]
 
@@ -475,7 +495,7 @@ def _named_entries(val, key: str, registry: dict) -> list[tuple[str, BaseModel]]
     if isinstance(val, str):
         val = [val]
     if not isinstance(val, list) or not val:
-        raise _Err(f"{key}: expected a non-empty list of {what} names or {{name: ..., <params>}} mappings")
+        raise Err(f"{key}: expected a non-empty list of {what} names or {{name: ..., <params>}} mappings")
     out, errs = [], []
     for i, entry in enumerate(val):
         where = f"{key}[{i}]"
@@ -492,91 +512,16 @@ def _named_entries(val, key: str, registry: dict) -> list[tuple[str, BaseModel]]
             errs.append(f"{where}: unknown {what} {name!r}{hint}; allowed: {', '.join(sorted(registry))}")
             continue
         try:
-            for p in _validate_variants(params, registry[name].Params, where):
+            for p in validate_variants(params, registry[name].Params, where):
                 out.append((name, p))
-        except _Err as e:
+        except Err as e:
             errs.append(str(e))
     if errs:
-        raise _Err("; ".join(errs))
+        raise Err("; ".join(errs))
     return out
-
-
-# -- grid expansion and validation -----------------------------------------------
-
-def _is_list_field(schema: type[BaseModel], key: str) -> bool:
-    f = schema.model_fields.get(key)
-    if f is None:
-        return False
-    ann = f.annotation
-    args = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
-    return any(typing.get_origin(a) in (list, tuple) or a in (list, tuple) for a in args)
-
-
-def _validate_variants(raw, schema: type[BaseModel], where: str) -> list:
-    """Expand list values at scalar keys into a grid, validate every variant."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise _Err(f"{where or 'config'}: expected a mapping, got {raw!r}")
-    axes = []
-    for key, val in raw.items():
-        if isinstance(val, list) and not _is_list_field(schema, key):
-            if not val:
-                raise _Err(f"{_join(where, key)}: empty list (a list expands into a grid; give at least one value)")
-            axes.append((key, val))
-    keys = [k for k, _ in axes]
-    out, errs = [], []
-    for combo in itertools.product(*(v for _, v in axes)):
-        try:
-            out.append(schema.model_validate({**raw, **dict(zip(keys, combo))}))
-        except ValidationError as e:
-            errs.extend(m for m in _pyd_errors(e, schema, where) if m not in errs)
-    if errs:
-        raise _Err("; ".join(errs))
-    return out
-
-
-def _pyd_errors(e: ValidationError, schema: type[BaseModel], where: str) -> list[str]:
-    msgs = []
-    for err in e.errors():
-        loc = _join(where, ".".join(str(x) for x in err["loc"]))
-        typ = err["type"]
-        if typ == "extra_forbidden":
-            key = str(err["loc"][-1]) if err["loc"] else ""
-            msgs.append(f"{loc}: unknown key{did_you_mean(key, schema.model_fields)}; allowed keys: "
-                        f"{', '.join(schema.model_fields)}")
-        elif typ == "missing":
-            msgs.append(f"{loc}: missing required key")
-        elif not err["loc"]:  # a check across keys (model_validator)
-            msgs.append(f"{where or 'config'}: {err['msg'].removeprefix('Value error, ')}")
-        else:
-            f = schema.model_fields.get(str(err["loc"][0])) if err["loc"] else None
-            hint = f" ({f.description})" if f is not None and f.description else ""
-            if typ == "literal_error" and isinstance(err.get("input"), str):  # a misspelt choice
-                hint = did_you_mean(err["input"], re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get(
-                    "expected", "")))) + hint
-            msgs.append(f"{loc} = {err.get('input')!r} is not allowed: {err['msg'].rstrip('.')}{hint}")
-    return msgs
 
 
 # -- small helpers ---------------------------------------------------------------------
-
-class _Err(Exception):
-    pass
-
-
-
-def _collect(errors: list, fn):
-    try:
-        return fn()
-    except _Err as e:
-        errors.append(str(e))
-        return []
-
-
-def _join(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
-
 
 def _paragraph(path: Path, errors: list[str]) -> str:
     shown = errors[:6]
@@ -585,15 +530,23 @@ def _paragraph(path: Path, errors: list[str]) -> str:
 
 
 def _read_yaml(path: Path, what: str):
+    """A YAML file's content: a regular file of at most 1 MB (not a device,
+    FIFO or folder), parsed safely; every failure as a :class:`ConfigError`."""
     if not path.exists():
         raise ConfigError(f"{path}: {what} file not found.")
-    if path.is_dir():
-        raise ConfigError(f"{path}: is a directory, expected a YAML {what} file.")
+    if not path.is_file():
+        raise ConfigError(f"{path}: is {'a directory' if path.is_dir() else 'not a regular file'}, expected a YAML "
+                          f"{what} file.")
     try:
-        with open(path) as f:
-            return yaml.safe_load(f)
+        with open(path, "rb") as f:
+            data = f.read(MAX_YAML_BYTES + 1)
+        if len(data) > MAX_YAML_BYTES:
+            raise ConfigError(f"{path}: the {what} file is larger than {MAX_YAML_BYTES // 1000} kB; allowed: a "
+                              f"hand-written YAML file")
+        return yaml.safe_load(data.decode("utf-8"))
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML{yaml_where(e, path)}.") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read {what} file: {e}.") from None
-
+    except RecursionError:
+        raise ConfigError(f"{path}: the {what} is nested too deeply to read.") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:  # ValueError: e.g. an integer of 5000 digits
+        raise ConfigError(f"{path}: cannot read {what} file: {limits.show(str(e), 200)}.") from None
