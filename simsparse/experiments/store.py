@@ -15,14 +15,26 @@ current config (:meth:`ResultsStore.combine_traces`). A point's trace file
 goes when its point leaves the config or is run again without ``--trace``.
 
 Every file is written through :func:`atomic_write`, with the usual mode
-(0666 less the umask), so a colleague can read the results.
+(0666 less the umask), so a colleague can read the results. A process
+killed with SIGKILL may leave only a temporary ``.<file>.*`` beside the file
+it was replacing; :func:`writer_lock` keeps a second sweep out of a folder
+that one is writing, and under it :meth:`ResultsStore.remove_leftovers`
+deletes those.
+
+The results file is ``results.csv`` or, with ``fmt="parquet"``,
+``results.parquet`` (the store reads whichever of the two is there, and
+keeps one: switching format converts). Rows are kept in the order given by
+``order`` (the config's points), whatever order they finished in.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .metrics import ROW_COLUMNS
@@ -61,17 +73,87 @@ def write_csv(df: pd.DataFrame, path: Path) -> None:
     atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
 
 
+class LockedError(Exception):
+    """Another process is writing to the results folder."""
+
+
+@contextlib.contextmanager
+def writer_lock(out_dir: Path):
+    """Hold ``<out_dir>/.lock`` (an advisory ``flock``, released by the
+    kernel even when the holder is killed) while writing the folder."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / ".lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LockedError(f"{out_dir}: another simsparse process is writing to this results folder; wait for it "
+                              f"to finish, or pass --out with another folder") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _for_parquet(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns Parquet can type: empty text becomes missing, an object column
+    of numbers becomes numeric, of booleans boolean, anything else text."""
+    out = df.copy()
+    for c in out.columns:
+        if out[c].dtype != object:
+            continue
+        vals = [None if v is None or (isinstance(v, str) and v == "") or (isinstance(v, float) and v != v) else v
+                for v in out[c]]
+        present = [v for v in vals if v is not None]
+        if present and all(isinstance(v, (bool, np.bool_)) for v in present):
+            out[c] = pd.array(vals, dtype="boolean")
+        elif all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+                 for v in present):
+            out[c] = pd.to_numeric(pd.Series(vals, index=out.index, dtype=object))
+        else:
+            out[c] = [None if v is None else str(v) for v in vals]
+    return out
+
+
+def read_results(path: Path) -> pd.DataFrame:
+    """A results file, CSV or Parquet, with point ids as text."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        df = pd.read_parquet(path)
+        for c in ("point_id", "pred_point_id", "meas_point_id"):
+            if c in df:
+                df[c] = df[c].astype(str)
+        return df
+    return read_csv(path)
+
+
 class ResultsStore:
-    def __init__(self, out_dir: Path, fresh: bool = False):
+    FORMATS = ("csv", "parquet")
+
+    def __init__(self, out_dir: Path, fresh: bool = False, fmt: str = "csv", order: list[str] | None = None):
+        if fmt not in self.FORMATS:
+            raise ValueError(f"results format {fmt!r}: allowed {', '.join(self.FORMATS)}")
         self.dir = Path(out_dir)
         self.csv = self.dir / "results.csv"
+        self.file = self.dir / f"results.{fmt}"
+        self.order = {pid: i for i, pid in enumerate(order or [])}
         self.rows: dict[str, dict] = {}
-        if self.csv.exists() and not fresh:
-            df = read_csv(self.csv)
+        found = [f for f in (self.file, *(self.dir / f"results.{x}" for x in self.FORMATS)) if f.exists()]
+        if found and not fresh:
+            df = read_results(found[0])
             if "params" in df:
                 df["params"] = df["params"].astype(object).where(df["params"].notna(), "")
             for rec in df.to_dict("records"):
                 self.rows[str(rec["point_id"])] = rec
+
+    def remove_leftovers(self) -> None:
+        """Delete temporary files of atomic writes that a SIGKILL interrupted
+        (call it holding :func:`writer_lock`: they could be another writer's)."""
+        for folder, names in ((self.dir, ["results.csv", "results.parquet", "results.stale.csv"]),
+                              (self.trace_dir, ["*.csv"])):
+            for name in names:
+                for f in folder.glob(f".{name}.*") if folder.is_dir() else []:
+                    f.unlink(missing_ok=True)
 
     def has(self, point_id: str) -> bool:
         return point_id in self.rows
@@ -93,11 +175,23 @@ class ResultsStore:
         df = pd.DataFrame(list(self.rows.values()))
         if df.empty:
             return pd.DataFrame(columns=ROW_COLUMNS)
+        if self.order:
+            last = len(self.order)
+            df = df.iloc[sorted(range(len(df)), key=lambda i: self.order.get(str(df["point_id"].iat[i]), last))]
+            df = df.reset_index(drop=True)
         lead = [c for c in ROW_COLUMNS if c in df.columns]
         return df[lead + [c for c in df.columns if c not in lead]]
 
     def flush(self) -> None:
-        write_csv(self.frame(), self.csv)
+        df = self.frame()
+        if self.file.suffix == ".parquet":
+            atomic_write(self.file, lambda tmp: _for_parquet(df).to_parquet(tmp, index=False))
+        else:
+            write_csv(df, self.file)
+        for other in self.FORMATS:  # one results file per folder: a change of format converts
+            f = self.dir / f"results.{other}"
+            if f != self.file:
+                f.unlink(missing_ok=True)
 
     # -- traces ------------------------------------------------------------------
     @property
