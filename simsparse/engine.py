@@ -19,6 +19,7 @@ programs' driver or the networks.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from typing import Callable
 
 #: SimPy's priorities: URGENT 0, NORMAL 1; later priorities run after every
@@ -29,18 +30,27 @@ ENGINES = ("lean", "simpy")
 
 
 class HeapEngine:
-    """A binary heap of (time, priority, sequence, fn, arg)."""
+    """A binary heap of (time, priority, sequence, fn, arg), plus a FIFO of
+    the zero-delay ordinary calls (a blocked program's resumption, most of a
+    run's calls): those go last among the calls of the current time and
+    priority, so a queue in scheduling order keeps exactly the heap's order at
+    O(1) a call instead of O(log n). Each step runs whichever of the heap's
+    top and the queue's head has the smaller (time, priority, sequence)."""
 
-    __slots__ = ("now", "_heap", "_seq")
+    __slots__ = ("now", "_heap", "_seq", "_soon")
 
     def __init__(self):
         self.now = 0.0
         self._heap: list = []
         self._seq = 0
+        self._soon: deque = deque()   # (sequence, fn, arg) due at now with priority NORMAL
 
     def at(self, delay: float, fn: Callable, arg=None, priority: int = NORMAL) -> None:
         self._seq += 1
-        heapq.heappush(self._heap, (self.now + delay, priority, self._seq, fn, arg))
+        if delay == 0.0 and priority == NORMAL:
+            self._soon.append((self._seq, fn, arg))
+        else:
+            heapq.heappush(self._heap, (self.now + delay, priority, self._seq, fn, arg))
 
     @property
     def events(self) -> int:
@@ -48,18 +58,30 @@ class HeapEngine:
 
     def run(self, until: float | None = None) -> None:
         """Call everything scheduled (before ``until``, which becomes the time)."""
-        heap, pop = self._heap, heapq.heappop
-        if until is None:
-            while heap:
-                t, _, _, fn, arg = pop(heap)
-                self.now = t
+        heap, pop, soon, next_soon = self._heap, heapq.heappop, self._soon, self._soon.popleft
+        end = float("inf") if until is None else until
+        while True:
+            if soon:
+                if self.now >= end:
+                    break
+                if heap:
+                    top = heap[0]
+                    # the heap's top goes first if it is due now with a lower
+                    # priority, or with NORMAL priority but scheduled earlier
+                    if top[0] == self.now and (top[1] < NORMAL or (top[1] == NORMAL and top[2] < soon[0][0])):
+                        pop(heap)
+                        top[3](top[4])
+                        continue
+                _, fn, arg = next_soon()
                 fn(arg)
-            return
-        while heap and heap[0][0] < until:
+                continue
+            if not heap or heap[0][0] >= end:
+                break
             t, _, _, fn, arg = pop(heap)
             self.now = t
             fn(arg)
-        self.now = until
+        if until is not None:
+            self.now = until
 
 
 class SimPyEngine:

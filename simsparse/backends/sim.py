@@ -49,7 +49,7 @@ import numpy as np
 from ..compute.devices import Device, IdealDevice
 from ..compute.kernels import Work, get_kernel
 from ..engine import make_engine
-from ..ops import Bundle, ContextBase, Handle, Payload, TraceRecord, scoped_tag
+from ..ops import Bundle, ContextBase, Dense, Handle, Payload, TraceRecord, scoped_tag
 from .driver import BLOCKED, Driver, IterationStats, post
 
 
@@ -104,8 +104,14 @@ def _scaled_nbytes(p: Payload, s: float) -> int:
     return p.nbytes if p.HOST else int(round(p.nbytes * s))
 
 
-def _call(fn) -> None:
-    fn()
+class _Wait:
+    """A program blocked until ``need`` more of ``handles`` complete (all of
+    them for a waitall, one for a waitany)."""
+
+    __slots__ = ("prog", "handles", "need", "any")
+
+    def __init__(self, prog, handles, need, any_):
+        self.prog, self.handles, self.need, self.any = prog, handles, need, any_
 
 
 class _Message:
@@ -166,13 +172,19 @@ class SimContext(ContextBase):
         return self.sim.env.now
 
     def isend(self, dst, payload, tag=0):
-        self._check_peer(dst)
+        if not 0 <= dst < self.size or dst == self.rank:
+            self._check_peer(dst)
         sim, rs = self.sim, self.r
         nb = payload.nbytes if sim.byte_scale == 1.0 else _scaled_nbytes(payload, sim.byte_scale)
         h = Handle("send", dst, tag, nb, sim.env.now, self._phase, self.lane)
         rs.bytes_sent += nb
         rs.msgs_sent += 1
-        msg = _Message(self.rank, dst, tag if self.sid == 0 else scoped_tag(tag, self.sid), payload.map(_freeze), nb, h)
+        if type(payload) is Dense:   # the common case: no new payload if already read-only
+            if payload.values.flags.writeable:
+                payload = Dense(_freeze(payload.values))
+        else:
+            payload = payload.map(_freeze)
+        msg = _Message(self.rank, dst, tag if self.sid == 0 else scoped_tag(tag, self.sid), payload, nb, h)
         if self.program.stream is None:
             sim._post_send(msg)
         else:
@@ -180,7 +192,8 @@ class SimContext(ContextBase):
         return h
 
     def irecv(self, src, tag=0):
-        self._check_peer(src)
+        if not 0 <= src < self.size or src == self.rank:
+            self._check_peer(src)
         sim = self.sim
         h = Handle("recv", src, tag, 0, sim.env.now, self._phase, self.lane)
         wt = tag if self.sid == 0 else scoped_tag(tag, self.sid)
@@ -227,7 +240,8 @@ class Simulator(Driver):
             self._bwd_cum = np.concatenate([[0.0], np.cumsum(model.t_backward[::-1])]).tolist()
             self._views = [(offs[i], offs[i] + model.sizes[i]) for i in range(L)]
         self.ranks = [_Rank(r, len(model.sizes) if model else 0) for r in range(P)]
-        self.channels = {}
+        self.unmatched_sends: dict = {}   # (src, dst, tag) -> deque of _Message
+        self.unmatched_recvs: dict = {}   # (src, dst, tag) -> deque of receive Handles
         self.memo = {}     # memo kernels' results by content key
         self.digests = {}  # id -> (read-only array, digest)
         self.trace = []
@@ -272,17 +286,16 @@ class Simulator(Driver):
         t.value = value
         self._notify(t)
 
-    def _soon(self, fn):
-        """Call ``fn`` from a zero-delay event (never from inside the network's callbacks)."""
-        self.env.at(0.0, _call, fn)
-
     # -- request handlers (the table in .driver) ------------------------------------
     def on_waitall(self, prog, req):
         hs = req.handles
-        pending = [h for h in hs if not h.done]
-        if not pending:
+        need = 0
+        for h in hs:
+            if not h.done:
+                need += 1
+        if not need:
             return [h.value for h in hs]
-        self._wait(pending, len(pending), lambda: self.step(prog, [h.value for h in hs]))
+        self._wait(_Wait(prog, hs, need, False))
         return BLOCKED
 
     def on_waitany(self, prog, req):
@@ -292,12 +305,7 @@ class Simulator(Driver):
         for i, h in enumerate(hs):
             if h.done:
                 return (i, h.value)
-
-        def resume():
-            i = next(i for i, h in enumerate(hs) if h.done)
-            self.step(prog, (i, hs[i].value))
-
-        self._wait(hs, 1, resume)
+        self._wait(_Wait(prog, hs, 1, True))
         return BLOCKED
 
     def on_compute(self, prog, req):
@@ -382,60 +390,78 @@ class Simulator(Driver):
             self.memo[key] = out
         return out
 
-    def _wait(self, handles, need, resume):
-        state = [need]
-
-        def tick():
-            state[0] -= 1
-            if state[0] == 0:
-                self._soon(resume)
-
-        for h in handles:
-            if h._waiters is None:
-                h._waiters = [tick]
-            else:
-                h._waiters.append(tick)
-
     @staticmethod
-    def _notify(h: Handle):
+    def _wait(w: _Wait) -> None:
+        for h in w.handles:
+            if not h.done:
+                if h._waiters is None:
+                    h._waiters = [w]
+                else:
+                    h._waiters.append(w)
+
+    def _notify(self, h: Handle) -> None:
+        """``h`` completed: a wait it completes resumes its program through a
+        zero-delay call (never from inside the network model's callbacks)."""
         ws = h._waiters
         if ws:
             h._waiters = None
             for w in ws:
-                w()
+                w.need -= 1
+                if w.need == 0:
+                    self.env.at(0.0, self._resume_wait, w)
+
+    def _resume_wait(self, w: _Wait) -> None:
+        hs = w.handles
+        if w.any:
+            i = next(i for i, h in enumerate(hs) if h.done)
+            self.step(w.prog, (i, hs[i].value))
+        else:
+            self.step(w.prog, [h.value for h in hs])
 
     # -- point-to-point -----------------------------------------------------
-    def _channel(self, key):
-        ch = self.channels.get(key)
-        if ch is None:
-            ch = self.channels[key] = (deque(), deque())  # unmatched sends, unmatched recvs
-        return ch
+    # Unmatched sends and receives wait in a queue per (src, dst, tag), kept
+    # only while it is not empty: memory follows the messages in flight, not
+    # the pairs that ever communicated (P^2 in an all-to-all).
 
     def _post_send(self, msg: _Message, late: bool = False):
         if late:
             msg.send.post_s = self.env.now
-        sends, recvs = self._channel((msg.src, msg.dst, msg.tag))
-        if recvs:
+        key = (msg.src, msg.dst, msg.tag)
+        recvs = self.unmatched_recvs.get(key)
+        if recvs is not None:
             msg.recv = recvs.popleft()
+            if not recvs:
+                del self.unmatched_recvs[key]
             self._start(msg)
         else:
-            sends.append(msg)
+            sends = self.unmatched_sends.get(key)
+            if sends is None:
+                self.unmatched_sends[key] = deque((msg,))
+            else:
+                sends.append(msg)
             if msg.nbytes <= self.eager:
                 self._start(msg)
 
     def _post_recv(self, src, dst, tag, h, late: bool = False):
         if late:
             h.post_s = self.env.now
-        sends, recvs = self._channel((src, dst, tag))
-        if sends:
+        key = (src, dst, tag)
+        sends = self.unmatched_sends.get(key)
+        if sends is not None:
             msg = sends.popleft()
+            if not sends:
+                del self.unmatched_sends[key]
             msg.recv = h
             if msg.arrived:
                 self._complete(h, msg.payload, msg.nbytes, dst)
             elif not msg.started:
                 self._start(msg)
         else:
-            recvs.append(h)
+            recvs = self.unmatched_recvs.get(key)
+            if recvs is None:
+                self.unmatched_recvs[key] = deque((h,))
+            else:
+                recvs.append(h)
 
     def _start(self, msg: _Message):
         msg.started = True
