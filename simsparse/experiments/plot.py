@@ -15,6 +15,9 @@ bytes against P.
   interleaved dashes and side-by-side markers.
 * The title names the config and what is the same in every panel (network,
   n, density, compute, ...).
+
+:func:`plot_results` (``simsparse plot``) draws any numeric column against
+any other from a results folder, one line per value of a ``hue`` column.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from .config import ConfigError  # noqa: E402
 from .store import atomic_write  # noqa: E402
 from .table import fmt_count, series_label  # noqa: E402
 
@@ -131,3 +135,115 @@ def plot_time_vs_P(df: pd.DataFrame, path: Path, title: str = "") -> Path:
     atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
     plt.close(fig)
     return path
+
+
+# -- simsparse plot ------------------------------------------------------------------------
+
+class PlotError(ConfigError):
+    """A results path, column or filter that cannot be plotted (exit status 2)."""
+
+
+def _results_file(path) -> Path:
+    p = Path(path)
+    if p.is_dir():
+        found = [p / f"results.{x}" for x in ("csv", "parquet") if (p / f"results.{x}").is_file()]
+        if not found:
+            raise PlotError(f"{p}: no results.csv or results.parquet in this folder (give a folder written by "
+                            f"`simsparse run`, `sweep` or `measure`, or a .csv / .parquet file)")
+        return found[0]
+    if p.is_file() and p.suffix in (".csv", ".parquet"):
+        return p
+    raise PlotError(f"{p}: not a results folder nor a .csv / .parquet file")
+
+
+def _column(df: pd.DataFrame, col: str, what: str, numeric: bool = False) -> None:
+    from .hints import did_you_mean
+
+    if col not in df.columns:
+        raise PlotError(f"--{what} {col}: no such column{did_you_mean(col, list(df.columns))}; the results have: "
+                        f"{', '.join(df.columns)}")
+    if numeric and pd.to_numeric(df[col], errors="coerce").isna().all():
+        nums = [c for c in df.columns if pd.to_numeric(df[c], errors="coerce").notna().any()]
+        raise PlotError(f"--{what} {col}: the column holds no numbers; numeric columns: {', '.join(nums)}")
+
+
+def _filter(df: pd.DataFrame, where: list[str]) -> pd.DataFrame:
+    for cond in where:
+        col, eq, val = cond.partition("=")
+        if not eq:
+            raise PlotError(f"--where {cond!r}: expected COL=VALUE, e.g. compute=p100")
+        _column(df, col, "where")
+        text = df[col].astype(str)
+        keep = text == val
+        if not keep.any():  # 16 and 16.0, True and true agree
+            num = pd.to_numeric(df[col], errors="coerce")
+            try:
+                keep = num == float(val)
+            except ValueError:
+                keep = text.str.lower() == val.lower()
+        if not keep.any():
+            shown = ", ".join(sorted(text.unique())[:12])
+            raise PlotError(f"--where {cond}: no row has {col} = {val}; its values: {shown}")
+        df = df[keep]
+    return df
+
+
+def _log_scale(values: pd.Series) -> bool:
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    return bool(len(v)) and (v > 0).all() and v.max() / v.min() >= 8
+
+
+def plot_results(results, x: str = "P", y: str = "time_s", hue: str = "series", where: list | None = None,
+                 out=None) -> Path:
+    """``y`` against ``x``, one line per ``hue`` value, one panel per combination of
+    the other columns that vary (FACETS); repeated rows (seeds, ...) as their median."""
+    from .store import read_results
+
+    path = _results_file(results)
+    df = read_results(path)
+    if df.empty:
+        raise PlotError(f"{path}: no rows to plot")
+    if hue == "series" and "series" not in df.columns and "algorithm" in df.columns:
+        df["series"] = [series_label(r) for r in df.to_dict("records")]
+    _column(df, x, "x")
+    _column(df, y, "y", numeric=True)
+    _column(df, hue, "hue")
+    df = _filter(df, where or [])
+    df = df.assign(**{y: pd.to_numeric(df[y], errors="coerce")})
+    facets = [c for c in _varying(df, FACETS) if c not in (x, hue)]
+    groups = list(df.groupby([df[c].astype(str) for c in facets], sort=False)) if facets else [((), df)]
+    groups = groups[:MAX_PANELS]
+    order = list(dict.fromkeys(df[hue].astype(str)))
+    styles = series_styles(order)
+    ncol = min(3, len(groups))
+    nrow = -(-len(groups) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(5.2 * ncol + 2.2, 4.0 * nrow + 0.9), squeeze=False)
+    repeated = False
+    for ax, (key, g) in zip(axes.flat, groups):
+        key = key if isinstance(key, tuple) else (key,)
+        for name, s in g.groupby(g[hue].astype(str), sort=False):
+            repeated |= bool(s[x].duplicated().any())
+            s = s.groupby(x, sort=True)[y].median()
+            ax.plot(s.index, s.values, label=name, markersize=5, linewidth=1.4, **styles[name])
+        if _log_scale(g[x]):
+            ax.set_xscale("log", base=2 if x == "P" else 10)
+        if _log_scale(g[y]):
+            ax.set_yscale("log")
+        if x == "P":
+            Ps = sorted(pd.to_numeric(g[x], errors="coerce").dropna().unique())
+            ax.set_xticks(Ps, [str(int(p)) for p in Ps])
+            ax.minorticks_off()
+        ax.set_xlabel(x)
+        ax.set_ylabel(y + (" (median of repeated rows)" if repeated else ""))
+        ax.set_title(", ".join(_label(c, v) for c, v in zip(facets, key)), fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, title=hue, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    fig.suptitle(title_for(df, path.parent.name), fontsize=11)
+    fig.tight_layout()
+    out = Path(out) if out else path.parent / f"{y}_vs_{x}.png"
+    atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
+    plt.close(fig)
+    return out
