@@ -393,8 +393,14 @@ class FlowNetwork:
             shared &= ~kept
             if not shared.any():
                 return rate
-            used = np.bincount(R[kept].ravel(), weights=np.repeat(rate[kept], R.shape[1]), minlength=len(self._cap))
-            rate[shared] = maxmin_rates(R[shared], np.maximum(self._cap - used, 0.0))
+            # on the links these flows use only (a dragonfly has ~50k links, a solve a few hundred)
+            Rs, Rk = R[shared], R[kept]
+            ids, inv = np.unique(np.concatenate((Rs.ravel(), Rk.ravel())), return_inverse=True)
+            cap = self._cap[ids]
+            if Rk.size:
+                used = np.bincount(inv[Rs.size:], weights=np.repeat(rate[kept], R.shape[1]), minlength=len(ids))
+                cap = np.maximum(cap - used, 0.0)
+            rate[shared] = maxmin_rates(inv[:Rs.size].reshape(Rs.shape), cap)
         elif shared.any():
             rate[shared] = maxmin_rates(R[shared], self._cap)
         return rate
