@@ -106,7 +106,8 @@ def pyd_errors(e: ValidationError, schema: type[BaseModel], where: str) -> list[
             if typ == "literal_error" and isinstance(err.get("input"), str):  # a misspelt choice
                 hint = did_you_mean(err["input"], re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get(
                     "expected", "")))) + hint
-            why = "must be a finite number" if _nonfinite(err.get("input")) else err["msg"].rstrip(".")
+            numeric = typ in ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number")
+            why = "must be a finite number" if numeric and _nonfinite(err.get("input")) else err["msg"].rstrip(".")
             msgs.append(f"{loc} = {limits.show(err.get('input'))} is not allowed: {why}{hint}")
     return msgs
 

@@ -18,7 +18,9 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +30,10 @@ from pathlib import Path
 
 from .metrics import PointOutcome
 from .point import Point
+
+
+#: start-up allowance of a launch (MPI, torch), on top of the first point's timeout
+STARTUP_S = 60.0
 
 
 class MeasureError(Exception):
@@ -173,34 +179,69 @@ def measure_points(points: list[Point], device: str = "auto", trace: bool = Fals
                 if on_point is not None:
                     on_point(given[i], done[-1])
 
-        limit = timeout_s * len(points)
-        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
-            t0 = time.monotonic()
-            failure = None
-            try:
-                while True:
-                    try:
-                        proc.wait(timeout=0.5)
-                        break
-                    except subprocess.TimeoutExpired:
-                        collect()
-                        if time.monotonic() - t0 > limit:
-                            proc.kill()
-                            proc.wait()
-                            failure = f"mpiexec timed out after {limit:.0f} s at P={P}"
-                            break
-            except BaseException:
-                proc.kill()
-                proc.wait()
-                raise
-            collect()
-            if failure is None and proc.returncode != 0:
-                out.seek(0)
-                err.seek(0)
-                text = err.read() or out.read()
-                failure = f"mpiexec failed (exit {proc.returncode}) at P={P}:\n" + \
-                    "\n".join(text.strip().splitlines()[-15:])
+        failure = _launch(cmd, env, P, timeout_s, collect, lambda: len(done), len(points))
     if failure or len(done) != len(points):
-        raise MeasureError(failure or "mpiexec ended without results", done)
+        failure = failure or f"mpiexec at P={P} ended without results"
+        kept = f"the {len(done)} points finished before it are kept" if done else "no point of this launch finished"
+        head, _, detail = failure.partition("\n")
+        raise MeasureError(f"{head}; {kept}, run the same command again to resume" + (f"; mpiexec said:\n{detail}"
+                                                                                      if detail else ""), done)
     return done
+
+
+def _launch(cmd, env, P: int, timeout_s: float, collect, n_done, n_points: int) -> str | None:
+    """Run one mpiexec in its own session; why it failed, or None. A launch
+    fails when a rank dies (mpiexec reports it and stops the others) or when
+    no point finishes within ``timeout_s`` (plus :data:`STARTUP_S` for the first; a hung rank: the whole session,
+    mpiexec and every rank, is stopped). Interrupts stop the session too."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env, start_new_session=True)
+        last, seen = time.monotonic(), 0
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=0.5)
+                    break
+                except subprocess.TimeoutExpired:
+                    collect()
+                if n_done() > seen:
+                    last, seen = time.monotonic(), n_done()
+                elif time.monotonic() - last > timeout_s + (STARTUP_S if seen == 0 else 0.0):
+                    _stop(proc)
+                    return (f"point {seen + 1} of {n_points} at P={P} did not finish within --timeout {timeout_s:g} s "
+                            f"(a rank hung, or the point needs longer); stopped mpiexec and its ranks")
+        finally:
+            if proc.poll() is None:  # an interrupt or an error here: leave no rank behind
+                _stop(proc)
+        collect()
+        if proc.returncode == 0:
+            return None
+        out.seek(0)
+        err.seek(0)
+        text = (err.read() + out.read()).strip()
+        died = re.search(r"EXIT STRING: (.+)|EXIT CODE: (\d+)", text)
+        pid = re.search(r"PID (\d+) RUNNING", text)
+        failed = re.search(r"^rank \d+: point .*", text, re.M)  # the worker's own line (worker._abort)
+        if failed:
+            what = f"{failed.group(0)[:400]}"
+        elif died:
+            what = (f"a rank{f' (pid {pid.group(1)})' if pid else ''} died during point {n_done() + 1} of {n_points} "
+                    f"({(died.group(1) or 'exit code ' + died.group(2)).strip()})")
+        else:
+            what = f"mpiexec failed (exit {proc.returncode})"
+        tail = "\n".join(line for line in text.splitlines()[-15:] if line.strip("= "))
+        return f"{what} at P={P}\n{tail}"
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM to mpiexec's whole session (it and every rank), SIGKILL after 5 s."""
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue

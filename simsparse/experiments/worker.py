@@ -116,14 +116,29 @@ def main(argv=None):
     with open(args.points) as f:
         points = [Point.from_dict(d) for d in json.load(f)]
     outs = []
-    for point in points:  # one launch for many points amortises start-up (torch import, MPI init)
+    for i, point in enumerate(points):  # one launch for many points amortises start-up (torch import, MPI init)
         dump = os.path.join(args.dump_results, point.point_id("mpi") + ".npz") if args.dump_results else None
-        outs.append(measure(point, args.device, args.trace, dump))
+        try:
+            outs.append(measure(point, args.device, args.trace, dump))
+        except Exception as e:  # a failing rank ends the launch at once instead of leaving the others waiting
+            _abort(f"point {i + 1} of {len(points)} ({point.algorithm}, P={point.P})", e)
         if outs[-1] is not None:  # rank 0: save progress after every point
             tmp = args.out + ".tmp"
             with open(tmp, "w") as f:
                 json.dump(outs, f, default=_json_default)
             os.replace(tmp, args.out)
+
+
+def _abort(what: str, e: Exception) -> None:
+    """One line on stderr naming the rank, the point and where it failed; then MPI_Abort."""
+    import traceback
+
+    from mpi4py import MPI
+
+    frame = traceback.extract_tb(e.__traceback__)[-1]
+    print(f"rank {MPI.COMM_WORLD.Get_rank()}: {what}: {type(e).__name__}: {e} ({os.path.basename(frame.filename)}:"
+          f"{frame.lineno})", file=sys.stderr, flush=True)
+    MPI.COMM_WORLD.Abort(1)
 
 
 def _json_default(o):

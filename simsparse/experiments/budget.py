@@ -1,0 +1,207 @@
+"""Work estimates: no unbounded run by surprise.
+
+Before anything runs, :func:`estimate` counts the points of a config and
+bounds the events and the memory of its largest point; :func:`check`
+refuses a config past the :class:`Budget` with the estimate and the key
+that drives it (``--force`` runs anyway). While points run, a
+:class:`Watchdog` stops a point that still outgrows the budget (memory, or
+wall time per point) by interrupting the main thread, so the points
+finished before it are kept.
+
+The estimates are deliberately generous upper bounds, measured on this
+project's simulator:
+
+* messages per collective call: ``2 P (P - 1) + 2 P log2 P`` (a ring
+  allreduce sends ``2 P (P - 1)``; the allgather-based algorithms fewer), per
+  bucket of a training iteration, two events per message;
+* memory: ``P n (3 w + 8)`` bytes carried at ``n = n x data_scale`` elements
+  of ``w`` bytes (gradients, residuals, results and the float64 check; about
+  ``13 P n`` measured for float32), nothing per element when only sizes travel;
+  plus 300 bytes per trace record.
+
+Limits come from :class:`Budget` (defaults below, 80% of this machine's
+memory) and may be changed with ``SIMSPARSE_BUDGET="points=100,events=1e6,memory_gb=2"``.
+"""
+from __future__ import annotations
+
+import _thread
+import json
+import math
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .point import Point
+
+#: the slowest simulator speed measured (flow-level model, events per second):
+#: a point may run max_events / this many seconds before the watchdog stops it
+MIN_EVENT_RATE = 10_000
+_BASE_B = 200e6  # the interpreter, numpy, pandas and the network model
+
+
+def physical_memory() -> float:
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 8e9
+
+
+class BudgetError(Exception):
+    """A config past the budget, or a point stopped for outgrowing it."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    max_points: int = 10_000
+    max_events: float = 2e8
+    max_memory_B: float = field(default_factory=lambda: 0.8 * physical_memory())
+
+    @classmethod
+    def from_env(cls) -> "Budget":
+        """Defaults, overridden by ``SIMSPARSE_BUDGET`` (points=, events=, memory_gb=)."""
+        text = os.environ.get("SIMSPARSE_BUDGET", "").strip()
+        if not text:
+            return cls()
+        names = {"points": "max_points", "events": "max_events", "memory_gb": "max_memory_B"}
+        kw = {}
+        for item in text.split(","):
+            key, _, val = item.partition("=")
+            try:
+                num = float(val)
+            except ValueError:
+                num = float("nan")
+            if key.strip() not in names or not (math.isfinite(num) and num > 0):
+                raise BudgetError(f"SIMSPARSE_BUDGET: {item.strip()!r} is not allowed; use points=N, events=N and "
+                                  f"memory_gb=N, positive numbers separated by commas")
+            kw[names[key.strip()]] = {"memory_gb": num * 1e9, "points": int(num)}.get(key.strip(), num)
+        return cls(**kw)
+
+    @property
+    def max_point_s(self) -> float:
+        return max(1.0, self.max_events / MIN_EVENT_RATE)
+
+
+# -- estimates ------------------------------------------------------------------------
+
+def events(point: Point) -> float:
+    P, T = point.P, point.warmup + point.iterations
+    calls = len(point.workload.get("layers") or [1]) if point.schedule else 1
+    msgs = 2 * P * (P - 1) + 2 * P * math.ceil(math.log2(max(P, 2)))
+    return 2.0 * msgs * calls * T
+
+
+def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
+    w = 8 if point.workload.get("dtype") == "float64" else 4
+    scale = point.data_scale if backend == "sim" else 1.0
+    n = point.workload["n"] * scale
+    carried = 0.0 if backend == "sim" and point.size_only else point.P * n * (3 * w + 8)
+    records = events(point) / 2 * 300 if trace else 0.0
+    return _BASE_B + carried + records
+
+
+@dataclass
+class Estimate:
+    points: int
+    events: float        # of the point with the most
+    memory_B: float      # of the point that needs the most
+    seconds: float       # of the whole grid, at MIN_EVENT_RATE
+    most_events: Point | None
+    most_memory: Point | None
+
+
+def estimate(points: list[Point], backend: str = "sim", trace: bool = False) -> Estimate:
+    if not points:
+        return Estimate(0, 0.0, 0.0, 0.0, None, None)
+    ev = [events(p) for p in points]
+    mem = [memory_B(p, backend, trace) for p in points]
+    i, j = max(range(len(ev)), key=ev.__getitem__), max(range(len(mem)), key=mem.__getitem__)
+    return Estimate(len(points), ev[i], mem[j], sum(ev) / MIN_EVENT_RATE, points[i], points[j])
+
+
+def _widest_axis(points: list[Point]) -> tuple[str, int]:
+    """The config key with the most distinct values among the points."""
+    keys = {"P": lambda p: p.P, "algorithms": lambda p: (p.algorithm, json.dumps(p.params, sort_keys=True)),
+            "network": lambda p: json.dumps(p.network, sort_keys=True, default=str),
+            "compute": lambda p: json.dumps(p.compute, sort_keys=True, default=str),
+            "workload": lambda p: json.dumps(p.workload, sort_keys=True, default=str),
+            "schedules": lambda p: (p.schedule, json.dumps(p.schedule_params, sort_keys=True))}
+    counts = {k: len({f(p) for p in points}) for k, f in keys.items()}
+    key = max(counts, key=counts.get)
+    return key, counts[key]
+
+
+def check(points: list[Point], budget: Budget, backend: str = "sim", trace: bool = False, where="config") -> Estimate:
+    """The estimate, or :class:`BudgetError` naming the limit and the key that drives it."""
+    est = estimate(points, backend, trace)
+    problems = []
+    if est.points > budget.max_points:
+        key, count = _widest_axis(points)
+        problems.append(f"the grid has {est.points:,} points, over the limit of {budget.max_points:,}; the key "
+                        f"'{key}' contributes {count} values")
+    if backend == "sim" and est.events > budget.max_events:
+        p = est.most_events
+        problems.append(f"the largest point (P = {p.P}, {p.algorithm}) needs about {est.events:.3g} simulator "
+                        f"events, over the limit of {budget.max_events:.3g}; driven by 'P' = {p.P} (messages grow "
+                        f"as P^2) and 'iterations' + 'warmup' = {p.iterations + p.warmup}")
+    if est.memory_B > budget.max_memory_B:
+        p = est.most_memory
+        scale = f" x data_scale {p.data_scale:g}" if backend == "sim" and p.data_scale < 1 else ""
+        problems.append(f"the largest point needs about {est.memory_B / 1e9:.3g} GB of memory, over the limit of "
+                        f"{budget.max_memory_B / 1e9:.3g} GB; driven by 'workload.n' = {p.workload['n']:,}{scale} "
+                        f"times 'P' = {p.P} ranks" + ("; 'data_scale' below 1 shrinks it" if backend == "sim" else ""))
+    if problems:
+        raise BudgetError(f"{where}: " + "; ".join(problems) + f". Estimated {est.seconds:.3g} s at {MIN_EVENT_RATE:,} events/s. "
+                          "Lower the key named, or pass --force to run anyway")
+    return est
+
+
+# -- while running --------------------------------------------------------------------
+
+def rss_B() -> float:
+    """This process's resident memory now."""
+    try:
+        with open("/proc/self/statm") as f:
+            return float(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):  # pragma: no cover - not Linux
+        import resource
+
+        return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+class Watchdog:
+    """Stops the running point when this process outgrows ``max_memory_B``
+    or the point runs longer than ``max_point_s``: it records why in
+    :attr:`breach` and raises KeyboardInterrupt in the main thread (the
+    caller turns it into :class:`BudgetError`). ``max_point_s=None``: no
+    time limit (``--force``)."""
+
+    def __init__(self, max_memory_B: float, max_point_s: float | None, poll_s: float = 0.2):
+        self.max_memory_B, self.max_point_s, self.poll_s = max_memory_B, max_point_s, poll_s
+        self.breach: str | None = None
+        self._started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="simsparse-watchdog", daemon=True)
+
+    def point_started(self) -> None:
+        self._started = time.monotonic()
+
+    def __enter__(self) -> "Watchdog":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            rss, ran = rss_B(), time.monotonic() - self._started
+            if rss > self.max_memory_B:
+                self.breach = f"memory reached {rss / 1e9:.3g} GB, over the limit of {self.max_memory_B / 1e9:.3g} GB"
+            elif self.max_point_s is not None and ran > self.max_point_s:
+                self.breach = f"the point ran {ran:.0f} s, over the limit of {self.max_point_s:.0f} s"
+            if self.breach:
+                _thread.interrupt_main()
+                return
+
