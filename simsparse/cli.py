@@ -81,6 +81,7 @@ def main(argv=None) -> int:
     p.add_argument("-P", type=_ranks, default=16, help="number of ranks, at least 1 (default 16)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a preset key (repeatable)")
     p.add_argument("--draw", metavar="PNG", help="draw the part of the machine that holds the ranks to this PNG")
+    _add_analysis_parsers(sub)
     args = ap.parse_args(argv)
     with _signals_as_interrupts() as received:
         return _dispatch(args, received)
@@ -126,6 +127,12 @@ def _dispatch(args, received: list) -> int:
                         pred_where=args.pred_where, meas_where=args.meas_where,
                         warn=lambda m: print(m, file=sys.stderr))
             return 0
+        if args.cmd == "sweep":
+            return _sweep(load_config(args.config), args)
+        if args.cmd == "advise":
+            return _advise(args)
+        if args.cmd == "plot":
+            return _plot(args)
         return _execute(load_config(args.config), args)
     except (ConfigError, BudgetError, OutsideError) as e:
         print(f"simsparse: error: {e}", file=sys.stderr)
@@ -135,7 +142,6 @@ def _dispatch(args, received: list) -> int:
         print(f"\nsimsparse: {signal.Signals(signum).name}: stopped; finished points are saved, run the same command "
               f"again to resume.", file=sys.stderr)
         return 128 + signum
-
     except Exception as e:  # a failure of a run: say what, without a traceback
         from .experiments.measure import MeasureError
 
@@ -147,7 +153,7 @@ def _dispatch(args, received: list) -> int:
 
 def _execute(exp: Experiment, args) -> int:
     from .experiments.progress import Progress
-    from .experiments.table import fmt_duration, results_table
+    from .experiments.table import fmt_duration
 
     from .experiments import budget
     from .experiments.paths import results_dir
@@ -210,7 +216,6 @@ def _execute(exp: Experiment, args) -> int:
                     out = runner.simulate_point(p, trace=args.trace)
                     save(out)
                     progress.finished(p, out.row)
-
         else:
             def done(p, outcome):
                 save(outcome)
@@ -225,12 +230,19 @@ def _execute(exp: Experiment, args) -> int:
         if watchdog.breach is None:
             raise
         raise budget.BudgetError(f"stopped a point of {exp.name}: {watchdog.breach}. The {progress.n_done} points "
-                                 f"finished before it are kept in {store.csv}; lower the point's size, or raise "
+                                 f"finished before it are kept in {store.file}; lower the point's size, or raise "
                                  f"SIMSPARSE_BUDGET") from None
     finally:
         progress.close()
     if pending:
         print(f"simsparse: {len(pending)} points in {fmt_duration(progress.elapsed_s())}", file=sys.stderr)
+    return _report(exp, store, out_dir, args)
+
+
+def _report(exp: Experiment, store: ResultsStore, out_dir: Path, args, written: tuple = ()) -> int:
+    """The table, the plot and the combined traces of a finished run; exit 1 when a result was wrong."""
+    from .experiments.table import results_table
+
     df = store.frame()
     traces, note = store.combine_traces(args.trace)
     if note:
@@ -241,7 +253,7 @@ def _execute(exp: Experiment, args) -> int:
     if exp.description:
         print(f"{exp.name}: {exp.description}")
     print(table)
-    written = [store.csv]
+    written = [store.file, *written]
     if not args.no_plot and not df.empty:
         from .experiments.plot import plot_time_vs_P
 
@@ -254,6 +266,89 @@ def _execute(exp: Experiment, args) -> int:
     if len(bad):
         print(f"simsparse: {len(bad)} points gave results that differ from the numpy reference", file=sys.stderr)
         return 1
+    return 0
+
+
+# -- simsparse sweep | advise | plot -------------------------------------------------------
+
+def _jobs(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of jobs") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--jobs {n}: at least 1")
+    return n
+
+
+def _add_analysis_parsers(sub) -> None:
+    from .experiments.sweep import EXECUTORS, default_jobs
+
+    p = sub.add_parser("sweep", help="simulate every point of a config in parallel (local processes, MPI or Dask); "
+                                     "resumable, with provenance")
+    p.add_argument("config", help="experiment YAML file")
+    p.add_argument("--jobs", "-j", type=_jobs, default=default_jobs(),
+                   help="worker processes (local, and a Dask LocalCluster; default: the cores here)")
+    p.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="local: a process pool; mpi: under `mpiexec -n N python -m mpi4py.futures -m simsparse.cli`; "
+                        "dask: a Dask cluster (--scheduler, else a LocalCluster)")
+    p.add_argument("--scheduler", metavar="ADDR", help="address of a Dask scheduler (tcp://host:8786)")
+    p.add_argument("--format", choices=["csv", "parquet"], default="csv", help="results.csv or results.parquet")
+    p.add_argument("--out", help="results folder (default results/<name>)")
+    p.add_argument("--trace", action="store_true", help="also record every operation (as for run)")
+    p.add_argument("--fresh", action="store_true", help="ignore results already in the folder")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
+    p.add_argument("--baseline", metavar="SERIES", help="what the table's speed-up compares with (as for run)")
+    p = sub.add_parser("advise", help="rank every algorithm and schedule for a model on a network at P ranks")
+    p.add_argument("--network", required=True, help="network preset (e.g. piz_daint_aries) or YAML file")
+    p.add_argument("--model", required=True, help="model (simsparse list shows them)")
+    p.add_argument("-P", type=_ranks, required=True, help="number of ranks")
+    p.add_argument("--density", type=float, default=0.01, help="k/n of the sparse allreduces (default 0.01)")
+    p.add_argument("--compute", default="p100", help="device profile (default p100)")
+    p.add_argument("--batch-size", type=int, help="samples per rank (default: the model's)")
+    p.add_argument("--sweep-P", action="store_true", help="also rank at P = 4, 8, ... up to -P: where the winner changes")
+    p.add_argument("--flow", action="store_true",
+                   help="simulate the collectives on the flow-level network (slower) instead of its alpha-beta fit")
+    p.add_argument("--top", type=_jobs, default=5, help="choices explained (default 5)")
+    p.add_argument("--jobs", "-j", type=_jobs, default=default_jobs(), help="worker processes (default: the cores)")
+    p.add_argument("--out", help="folder for the tables (default results/advise_<network>_<model>_P<N>)")
+    p = sub.add_parser("plot", help="PNG plots of any results folder")
+    p.add_argument("results", metavar="RESULTS", help="results folder (or its results.csv / results.parquet)")
+    p.add_argument("--x", default="P", help="column on the x axis (default P)")
+    p.add_argument("--y", default="time_s", help="column on the y axis (default time_s)")
+    p.add_argument("--hue", default="series", help="column that tells lines apart (default: schedule / algorithm "
+                                                   "and parameters)")
+    p.add_argument("--where", action="append", default=[], metavar="COL=VALUE", help="keep only these rows (repeatable)")
+    p.add_argument("--out", help="PNG path (default <RESULTS>/<y>_vs_<x>.png)")
+
+
+def _sweep(exp: Experiment, args) -> int:
+    from .experiments.sweep import sweep
+    from .experiments.table import fmt_duration
+
+    out_dir = Path(args.out) if args.out else Path("results") / exp.name
+    res = sweep(exp, out_dir, executor=args.executor, jobs=args.jobs, scheduler=args.scheduler, fmt=args.format,
+                fresh=args.fresh, trace=args.trace, command=["simsparse", *sys.argv[1:]])
+    if res.ran or res.failed:
+        print(f"simsparse: {res.ran} points in {fmt_duration(res.elapsed_s)}", file=sys.stderr)
+    status = _report(exp, res.store, out_dir, args, written=tuple(res.written))
+    if res.failed:
+        print(f"simsparse: {len(res.failed)} points failed (listed above); run the same command again to retry them",
+              file=sys.stderr)
+        return 1
+    return status
+
+
+def _advise(args) -> int:
+    from .experiments.advise import advise
+
+    return advise(args)
+
+
+def _plot(args) -> int:
+    from .experiments.plot import plot_results
+
+    print(f"wrote {plot_results(args.results, args.x, args.y, args.hue, args.where, args.out)}")
     return 0
 
 
