@@ -297,6 +297,8 @@ def _add_analysis_parsers(sub) -> None:
     p.add_argument("--out", help="results folder (default results/<name>)")
     p.add_argument("--trace", action="store_true", help="also record every operation (as for run)")
     p.add_argument("--fresh", action="store_true", help="ignore results already in the folder")
+    p.add_argument("--force", action="store_true",
+                   help="run even when the estimated work is past the budget (SIMSPARSE_BUDGET)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
     p.add_argument("--baseline", metavar="SERIES", help="what the table's speed-up compares with (as for run)")
     p = sub.add_parser("advise", help="rank every algorithm and schedule for a model on a network at P ranks")
@@ -326,7 +328,12 @@ def _sweep(exp: Experiment, args) -> int:
     from .experiments.sweep import sweep
     from .experiments.table import fmt_duration
 
-    out_dir = Path(args.out) if args.out else Path("results") / exp.name
+    from .experiments import budget
+    from .experiments.paths import results_dir
+
+    out_dir = results_dir(exp.name, args.out)
+    if not args.force:
+        budget.check(exp.points, budget.Budget.from_env(), "sim", args.trace, where=exp.path)
     res = sweep(exp, out_dir, executor=args.executor, jobs=args.jobs, scheduler=args.scheduler, fmt=args.format,
                 fresh=args.fresh, trace=args.trace, command=["simsparse", *sys.argv[1:]])
     if res.ran or res.failed:
