@@ -54,7 +54,7 @@ class GTopk(Algorithm):
         P, r, k = ctx.size, ctx.rank, self.k
         with ctx.phase("select"):
             local = yield ctx.compute("topk", x, k)
-        self.selected = local.indices
+        self.selected, self.merges = local.indices, []
         f = Fold(P)
         cur = local
         with ctx.phase("reduce_tree"):
@@ -79,12 +79,15 @@ class GTopk(Algorithm):
         return final
 
     def check_state(self) -> dict:
-        return {"selected": host_indices(getattr(self, "selected", None))}
+        return {"selected": host_indices(getattr(self, "selected", None)),
+                "merges": [host_indices(m) for m in getattr(self, "merges", [])]}
 
     def _merge(self, ctx, mine, theirs):
         """Sum two sparse vectors on their common indices, keep the top-k."""
         both = yield ctx.compute("coo_add", [mine, theirs])
-        return (yield ctx.compute("coo_topk", both, self.k))
+        kept = yield ctx.compute("coo_topk", both, self.k)
+        self.merges.append(kept.indices)  # its choice among ties, for the reference
+        return kept
 
     @classmethod
     def reference(cls, inputs, setup, params, states):
@@ -94,22 +97,38 @@ class GTopk(Algorithm):
             sel = np.sort(topk_choice(g, k, st.get("selected")))  # a rank's own choice among ties
             nodes[r] = (sel, g[sel])
         f = Fold(P)
+
+        def merge(r, a, b, j):  # rank r's j-th merge, with r's own choice among ties
+            merges = states[r].get("merges") or []
+            return _top_k_of_sum(a, b, k, merges[j] if j < len(merges) else None)
+
         for r in range(0, 2 * f.rem, 2):
-            nodes[r + 1] = _top_k_of_sum(nodes.pop(r), nodes[r + 1], k)
+            nodes[r + 1] = merge(r + 1, nodes.pop(r), nodes[r + 1], 0)
         level = [nodes[f.real(i)] for i in range(f.pof2)]
-        while len(level) > 1:
-            level = [_top_k_of_sum(level[i], level[i + 1], k) for i in range(0, len(level), 2)]
+        step = 0
+        while len(level) > 1:  # at tree step s, newrank 2 i 2^s merges; its merges so far: a fold, then s
+            nxt = []
+            for i in range(0, len(level), 2):
+                r = f.real(i << step)
+                nxt.append(merge(r, level[i], level[i + 1], step + (r < 2 * f.rem)))
+            level, step = nxt, step + 1
         idx, val = level[0]
         out = np.zeros(n)
         out[idx] = val
         return out
 
 
-def _top_k_of_sum(a, b, k):
-    """Top_k(S_a + S_b) of two sparse vectors (index, value), summed in their dtype."""
+def _top_k_of_sum(a, b, k, chosen=None):
+    """Top_k(S_a + S_b) of two sparse vectors (index, value), summed in their
+    dtype; ``chosen`` (the merging rank's indices) when it is a valid top-k."""
     idx = np.union1d(a[0], b[0])
     val = np.zeros(len(idx), dtype=a[1].dtype)
     val[np.searchsorted(idx, a[0])] += a[1]
     val[np.searchsorted(idx, b[0])] += b[1]
-    keep = np.sort(np.argsort(-np.abs(val), kind="stable")[:k])
+    if k >= len(idx):
+        return idx, val
+    pos = None
+    if chosen is not None and np.isin(chosen, idx).all():
+        pos = np.searchsorted(idx, chosen)
+    keep = np.sort(topk_choice(val, k, pos))
     return idx[keep], val[keep]
