@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compute.devices import Device, IdealDevice
-from ..compute.kernels import Work, get_kernel
+from ..compute.kernels import KERNELS, Work, get_kernel
 from ..engine import make_engine
 from ..ops import Bundle, ContextBase, Dense, Handle, Payload, TraceRecord, scoped_tag
 from .driver import BLOCKED, Driver, IterationStats, post
@@ -115,14 +115,25 @@ class _Wait:
 
 
 class _Message:
-    __slots__ = ("src", "dst", "tag", "payload", "nbytes", "send", "recv", "started", "arrived")
+    """A message between posting and arrival. Calling it is its arrival (the
+    network model's ``done``): no closure per message."""
 
-    def __init__(self, src, dst, tag, payload, nbytes, send):
+    __slots__ = ("sim", "src", "dst", "tag", "payload", "nbytes", "send", "recv", "started", "arrived")
+
+    def __init__(self, sim, src, dst, tag, payload, nbytes, send):
+        self.sim = sim
         self.src, self.dst, self.tag = src, dst, tag
         self.payload, self.nbytes, self.send = payload, nbytes, send
         self.recv = None
         self.started = False
         self.arrived = False
+
+    def __call__(self) -> None:
+        self.arrived = True
+        sim = self.sim
+        sim._complete(self.send, None, self.nbytes, self.src)
+        if self.recv is not None:
+            sim._complete(self.recv, self.payload, self.nbytes, self.dst)
 
 
 @dataclass(frozen=True)
@@ -184,7 +195,7 @@ class SimContext(ContextBase):
                 payload = Dense(_freeze(payload.values))
         else:
             payload = payload.map(_freeze)
-        msg = _Message(self.rank, dst, tag if self.sid == 0 else scoped_tag(tag, self.sid), payload, nb, h)
+        msg = _Message(sim, self.rank, dst, tag if self.sid == 0 else scoped_tag(tag, self.sid), payload, nb, h)
         if self.program.stream is None:
             sim._post_send(msg)
         else:
@@ -309,9 +320,11 @@ class Simulator(Driver):
         return BLOCKED
 
     def on_compute(self, prog, req):
-        k = get_kernel(req.kernel)
+        k = KERNELS.get(req.kernel) or get_kernel(req.kernel)
         value = self._memo_call(k, req) if k.memo else k.numpy(*req.args, **req.kwargs)
         if self.ideal:
+            if not self.trace_on and prog.ctx.r.device_free <= self.env.now:
+                return value   # no time, nothing queued before it, nothing to record
             dt = 0.0
         else:
             w = k.work(value, *req.args, **req.kwargs)
@@ -350,7 +363,7 @@ class Simulator(Driver):
         self.step(*prog_value)
 
     def _transfer(self, msg: _Message) -> None:
-        self.network.transfer(msg.src, msg.dst, msg.nbytes, lambda: self._arrive(msg))
+        self.network.transfer(msg.src, msg.dst, msg.nbytes, msg)
 
     def _model(self, what) -> TrainingModel:
         if self.model is None:
@@ -465,17 +478,10 @@ class Simulator(Driver):
 
     def _start(self, msg: _Message):
         msg.started = True
-        rendezvous = msg.nbytes > self.eager
-        if rendezvous and self.rdv_rtt > 0:
+        if self.rdv_rtt > 0 and msg.nbytes > self.eager:   # rendezvous: RTS/CTS first
             self.env.at(self.rdv_rtt, self._transfer, msg)
         else:
-            self._transfer(msg)
-
-    def _arrive(self, msg: _Message):
-        msg.arrived = True
-        self._complete(msg.send, None, msg.nbytes, msg.src)
-        if msg.recv is not None:
-            self._complete(msg.recv, msg.payload, msg.nbytes, msg.dst)
+            self.network.transfer(msg.src, msg.dst, msg.nbytes, msg)
 
     def _complete(self, h: Handle, value, nbytes, owner):
         h.done = True

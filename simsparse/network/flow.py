@@ -410,6 +410,8 @@ class FlowNetwork:
         o_r. Returns the lowest rate of those that shared a link (inf if none
         did: then no other rate changes)."""
         idx = np.flatnonzero(fin)
+        if len(idx) == 1:
+            return self._retire_one(int(idx[0]), fin)
         rids = self._rid[idx]
         rt, cnt = self._routes, self._cnt
         Rf = rt.R[rids]
@@ -433,6 +435,29 @@ class FlowNetwork:
                 self._fire(fs)
             else:
                 self.env.at(delay, self._fire, fs)
+        return floor
+
+    def _retire_one(self, i: int, fin: np.ndarray) -> float:
+        """:meth:`_retire` of the one shared flow ``i`` (most ticks end one
+        flow), in plain Python over its route's links."""
+        rt, cnt, own = self._routes, self._cnt, self._own
+        rid = int(self._rid[i])
+        links = rt.links[rid]
+        floor = float(self._rate[i]) if any(cnt[x] > 1.0 for x in links) else np.inf
+        for x in links:
+            cnt[x] -= 1.0
+        for x in links:
+            if cnt[x] == 0.0 and own[x] is BUSY:
+                own[x] = None
+        fired = [(rid, self._dones[i])]
+        keep = ~fin
+        self._rid, self._rate, self._end, self._dones = \
+            self._rid[keep], self._rate[keep], self._end[keep], self._dones[keep]
+        delay = rt.tail[rid] + self.o_r
+        if delay <= 0.0:
+            self._fire(fired)
+        else:
+            self.env.at(delay, self._fire, fired)
         return floor
 
     def _fire(self, flows: list) -> None:
