@@ -49,6 +49,7 @@ from .point import Point
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOPOLOGY_DIRS = [REPO_ROOT / "topologies"]
 MAX_YAML_BYTES = 1_000_000
+MAX_DEPTH = 200
 
 
 class ConfigError(Exception):
@@ -543,10 +544,25 @@ def _read_yaml(path: Path, what: str):
         if len(data) > MAX_YAML_BYTES:
             raise ConfigError(f"{path}: the {what} file is larger than {MAX_YAML_BYTES // 1000} kB; allowed: a "
                               f"hand-written YAML file")
-        return yaml.safe_load(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        if _flow_depth(text) > MAX_DEPTH:  # the parser takes seconds per thousand levels before it gives up
+            raise RecursionError
+        return yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML{yaml_where(e, path)}.") from None
     except RecursionError:
         raise ConfigError(f"{path}: the {what} is nested too deeply to read.") from None
     except (OSError, UnicodeDecodeError, ValueError) as e:  # ValueError: e.g. an integer of 5000 digits
         raise ConfigError(f"{path}: cannot read {what} file: {limits.show(str(e), 200)}.") from None
+
+
+def _flow_depth(text: str) -> int:
+    """The deepest nesting of [ and { in a YAML text (brackets in strings counted too: an upper bound)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    return deepest
