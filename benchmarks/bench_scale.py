@@ -17,15 +17,17 @@ Cases (one iteration, no warm-up, no check; ``values: auto``):
 
 Every point runs in a fresh process that writes the case as a YAML config,
 loads it with the config loader and simulates it with ``simulate_point``
-(what ``simsparse run`` does per point); the wall time is that call's, the
-peak RSS the process's own (``ru_maxrss``). A point is killed at ``--cap``
-seconds, and a larger P is skipped when the last one, scaled by the growth
-seen so far (P^2 before two points exist), would pass the cap, or when its
-peak RSS scaled linearly in P would pass ``--max-rss-gb`` (the machine is
-shared: a run must not push others out of memory). The growth
-exponent is the slope of log(wall) against log(P) over the points that ran.
-Timings on a shared machine are noisy: the load average is printed with
-every point, and ``--engine both`` runs the two engines back to back.
+(what ``simsparse run`` does per point). Wall and CPU times are that call's;
+on a shared machine CPU time is the steadier figure, so events/s, the
+``simpy/lean`` ratio (with ``--engine both``, the two engines back to back,
+``same`` when their simulated times are equal) and the growth exponents
+(least-squares slopes of log time against log P) are also given in CPU
+time. Peak RSS is the process's own (``ru_maxrss``). A point is killed at
+``--cap`` seconds; a larger P is skipped when the last one, scaled by the
+growth seen so far (P^2 before two points exist), would pass the cap, or
+when its peak RSS scaled linearly in P would pass ``--max-rss-gb`` (the
+machine is shared: a run must not push others out of memory). The load
+average is printed with every point.
 """
 from __future__ import annotations
 
@@ -65,10 +67,10 @@ def child(case: str, P: int, engine: str) -> dict:
         path = Path(d) / "scale.yaml"
         path.write_text(yaml.safe_dump(cfg))
         (point,) = load_config(path).points
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     row = simulate_point(point).row
-    wall = time.perf_counter() - t0
-    return {"wall_s": wall, "rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"wall_s": wall, "cpu_s": cpu, "rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "events": row["sim_events"], "msgs": row["msgs_total"], "time_s": row["time_s"]}
 
 
@@ -125,16 +127,17 @@ def main():
     engines = ["lean", "simpy"] if a.engine == "both" else [a.engine]
     print(f"bench_scale: {os.cpu_count()} cores, cap {a.cap:.0f} s and {a.max_rss_gb:g} GB per point, "
           f"python {sys.version.split()[0]}, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    head = f"{'case':<12} {'P':>5} {'engine':<6} {'wall s':>8} {'RSS MB':>7} {'events':>10} {'events/s':>9} " \
+    head = f"{'case':<12} {'P':>5} {'engine':<6} {'wall s':>8} {'cpu s':>8} {'RSS MB':>7} {'events':>10} {'events/s':>9} " \
            f"{'msgs':>10} {'sim time s':>12} {'load':>5}"
     if len(engines) == 2:
-        head += f" {'simpy/lean':>10} {'same':>5}"
+        head += f" {'simpy/lean':>10} {'same':>5}"   # CPU time ratio; same simulated time
     print(head)
     summary = []
     for case in a.case:
         seen = {e: [] for e in engines}
         stop = {e: None for e in engines}
-        rss = {e: None for e in engines}   # (P, MB) of the last point
+        rss = {e: None for e in engines}
+        cpu = {e: [] for e in engines}   # (P, MB) of the last point
         for P in a.P:
             got = {}
             for e in engines:
@@ -153,16 +156,18 @@ def main():
                     continue
                 got[e] = r
                 seen[e].append((P, r["wall_s"]))
+                cpu[e].append((P, r["cpu_s"]))
                 rss[e] = (P, r["rss_MB"])
-                line = f"{case:<12} {P:>5} {e:<6} {r['wall_s']:8.2f} {r['rss_MB']:7.0f} {r['events']:>10} " \
-                       f"{r['events'] / r['wall_s']:9.0f} {r['msgs']:>10} {r['time_s']:12.9g} {load:5.1f}"
+                line = f"{case:<12} {P:>5} {e:<6} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} {r['rss_MB']:7.0f} " \
+                       f"{r['events']:>10} {r['events'] / max(r['cpu_s'], 1e-9):9.0f} {r['msgs']:>10} {r['time_s']:12.9g} {load:5.1f}"
                 if len(got) == 2:
                     same = got["lean"]["time_s"] == got["simpy"]["time_s"]
-                    line += f" {got['simpy']['wall_s'] / got['lean']['wall_s']:10.2f} {'yes' if same else 'NO':>5}"
+                    line += f" {got['simpy']['cpu_s'] / got['lean']['cpu_s']:10.2f} {'yes' if same else 'NO':>5}"
                 print(line, flush=True)
         for e in engines:
-            k = exponent(seen[e])
-            summary.append(f"{case:<12} {e:<6} wall ~ P^{k:.2f} over P = {', '.join(str(p) for p, _ in seen[e])}"
+            k, kc = exponent(seen[e]), exponent(cpu[e])
+            summary.append(f"{case:<12} {e:<6} wall ~ P^{k:.2f}, cpu ~ P^{kc:.2f} over P = "
+                           f"{', '.join(str(p) for p, _ in seen[e])}"
                            if k is not None else f"{case:<12} {e:<6} (fewer than two points: no exponent)")
     print("\ngrowth of wall time in P (log-log least squares):")
     print("\n".join(summary))

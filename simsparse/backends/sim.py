@@ -114,16 +114,19 @@ class _Wait:
         self.prog, self.handles, self.need, self.any = prog, handles, need, any_
 
 
-class _Message:
-    """A message between posting and arrival. Calling it is its arrival (the
-    network model's ``done``): no closure per message."""
+class _Message(Handle):
+    """A message from posting to arrival; it is also the send's handle (one
+    object per message) and, called, its arrival (the network model's
+    ``done``: no closure per message). ``peer`` is the destination, ``wtag``
+    the tag on the wire (scoped)."""
 
-    __slots__ = ("sim", "src", "dst", "tag", "payload", "nbytes", "send", "recv", "started", "arrived")
+    __slots__ = ("sim", "src", "wtag", "payload", "recv", "started", "arrived")
 
-    def __init__(self, sim, src, dst, tag, payload, nbytes, send):
-        self.sim = sim
-        self.src, self.dst, self.tag = src, dst, tag
-        self.payload, self.nbytes, self.send = payload, nbytes, send
+    def __init__(self, sim, src, dst, tag, wtag, payload, nbytes, post_s, phase, lane):
+        self.kind, self.peer, self.tag, self.nbytes = "send", dst, tag, nbytes
+        self.done, self.value, self._waiters = False, None, None
+        self.post_s, self.phase, self.lane = post_s, phase, lane
+        self.sim, self.src, self.wtag, self.payload = sim, src, wtag, payload
         self.recv = None
         self.started = False
         self.arrived = False
@@ -131,9 +134,9 @@ class _Message:
     def __call__(self) -> None:
         self.arrived = True
         sim = self.sim
-        sim._complete(self.send, None, self.nbytes, self.src)
+        sim._complete(self, None, self.nbytes, self.src)
         if self.recv is not None:
-            sim._complete(self.recv, self.payload, self.nbytes, self.dst)
+            sim._complete(self.recv, self.payload, self.nbytes, self.peer)
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,6 @@ class SimContext(ContextBase):
             self._check_peer(dst)
         sim, rs = self.sim, self.r
         nb = payload.nbytes if sim.byte_scale == 1.0 else _scaled_nbytes(payload, sim.byte_scale)
-        h = Handle("send", dst, tag, nb, sim.env.now, self._phase, self.lane)
         rs.bytes_sent += nb
         rs.msgs_sent += 1
         if type(payload) is Dense:   # the common case: no new payload if already read-only
@@ -195,12 +197,13 @@ class SimContext(ContextBase):
                 payload = Dense(_freeze(payload.values))
         else:
             payload = payload.map(_freeze)
-        msg = _Message(sim, self.rank, dst, tag if self.sid == 0 else scoped_tag(tag, self.sid), payload, nb, h)
+        msg = _Message(sim, self.rank, dst, tag, tag if self.sid == 0 else scoped_tag(tag, self.sid), payload, nb,
+                       sim.env.now, self._phase, self.lane)
         if self.program.stream is None:
             sim._post_send(msg)
         else:
             post(self, lambda: sim._post_send(msg, late=True))
-        return h
+        return msg
 
     def irecv(self, src, tag=0):
         if not 0 <= src < self.size or src == self.rank:
@@ -363,7 +366,7 @@ class Simulator(Driver):
         self.step(*prog_value)
 
     def _transfer(self, msg: _Message) -> None:
-        self.network.transfer(msg.src, msg.dst, msg.nbytes, msg)
+        self.network.transfer(msg.src, msg.peer, msg.nbytes, msg)
 
     def _model(self, what) -> TrainingModel:
         if self.model is None:
@@ -438,8 +441,8 @@ class Simulator(Driver):
 
     def _post_send(self, msg: _Message, late: bool = False):
         if late:
-            msg.send.post_s = self.env.now
-        key = (msg.src, msg.dst, msg.tag)
+            msg.post_s = self.env.now
+        key = (msg.src, msg.peer, msg.wtag)
         recvs = self.unmatched_recvs.get(key)
         if recvs is not None:
             msg.recv = recvs.popleft()
@@ -481,7 +484,7 @@ class Simulator(Driver):
         if self.rdv_rtt > 0 and msg.nbytes > self.eager:   # rendezvous: RTS/CTS first
             self.env.at(self.rdv_rtt, self._transfer, msg)
         else:
-            self.network.transfer(msg.src, msg.dst, msg.nbytes, msg)
+            self.network.transfer(msg.src, msg.peer, msg.nbytes, msg)
 
     def _complete(self, h: Handle, value, nbytes, owner):
         h.done = True
