@@ -199,6 +199,10 @@ class FlowNetwork:
         n = len(self._cap)
         self._own: list = [None] * n            # per link: its solo flow (maybe finished), BUSY or None
         self._cnt = np.zeros(n)                 # per link: shared flows (the padding link stays 0)
+        # links that carried shared flows, numbered densely as they first do: the
+        # solver works in this small space (a few thousand of Piz Daint's 50,918)
+        self._slot = np.full(n, -1, dtype=np.intp)   # link -> its number, -1 if none yet
+        self._slot_cap = np.zeros(0)                 # number -> capacity
         self._load = [0] * n                    # flows per watched link incl. those about to start (adaptive)
         self._rng = random.Random(self.seed)
         self._nic_free: dict[int, float] = {}
@@ -391,19 +395,29 @@ class FlowNetwork:
             kept = shared & (self._rate < floor * (1.0 - REL_TOL))
             rate[kept] = self._rate[kept]
             shared &= ~kept
-            if not shared.any():
-                return rate
-            # on the links these flows use only (a dragonfly has ~50k links, a solve a few hundred)
-            Rs, Rk = R[shared], R[kept]
-            ids, inv = np.unique(np.concatenate((Rs.ravel(), Rk.ravel())), return_inverse=True)
-            cap = self._cap[ids]
-            if Rk.size:
-                used = np.bincount(inv[Rs.size:], weights=np.repeat(rate[kept], R.shape[1]), minlength=len(ids))
-                cap = np.maximum(cap - used, 0.0)
-            rate[shared] = maxmin_rates(inv[:Rs.size].reshape(Rs.shape), cap)
-        elif shared.any():
-            rate[shared] = maxmin_rates(R[shared], self._cap)
+        else:
+            kept = None
+        if not shared.any():
+            return rate
+        L = self._numbered(R)
+        cap = self._slot_cap
+        if kept is not None and kept.any():
+            used = np.bincount(L[kept].ravel(), weights=np.repeat(rate[kept], R.shape[1]), minlength=len(cap))
+            cap = np.maximum(cap - used, 0.0)
+        rate[shared] = maxmin_rates(L[shared], cap)
         return rate
+
+    def _numbered(self, R: np.ndarray) -> np.ndarray:
+        """``R`` (link ids) in the solver's dense link numbering, numbering
+        the links seen for the first time in increasing id order."""
+        L = self._slot[R]
+        if (L < 0).any():
+            new = np.unique(R[L < 0])
+            n0 = len(self._slot_cap)
+            self._slot[new] = np.arange(n0, n0 + len(new))
+            self._slot_cap = np.concatenate((self._slot_cap, self._cap[new]))
+            L = self._slot[R]
+        return L
 
     def _retire(self, fin: np.ndarray, now: float) -> float:
         """Drop finished shared flows and call their ``done`` after latency +
