@@ -3,6 +3,7 @@ outgrows its budget; results confined to their folder; a rank that dies or
 hangs under ``mpiexec -n 3``. Each ends cleanly, in bounded time, with every
 finished point kept."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -207,7 +208,9 @@ def test_a_rank_that_dies_or_hangs_ends_measure_with_a_clear_error(tmp_path, fau
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 2 and "Traceback" not in err
     if fault == "kill":
-        assert "a rank (pid" in err and "died during point" in err and took < 30, err
+        # mpiexec reports the death, or a surviving rank's broken connection is reported first (its own line)
+        clear = ("a rank (pid" in err and "died during point" in err) or re.search(r"rank \d+: point", err)
+        assert clear and took < 30, err
     else:
         assert "did not finish within --timeout 10 s" in err and took < 30, err
     assert "finished before it are kept" in err and _rows(out) >= 1
