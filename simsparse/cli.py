@@ -19,14 +19,20 @@ def entry() -> int:
     return main()
 
 
-def _ranks(text: str) -> int:
-    try:
-        P = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of ranks") from None
-    if P < 1:
-        raise argparse.ArgumentTypeError(f"P = {P}: a machine needs at least 1 rank")
-    return P
+def _count(noun: str):
+    """An argparse type: a whole number of ``noun``, at least 1."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {noun}") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{n} {noun}: at least 1 is needed")
+        return n
+    return parse
+
+
+_ranks = _count("ranks")
 
 
 def main(argv=None) -> int:
@@ -271,23 +277,13 @@ def _report(exp: Experiment, store: ResultsStore, out_dir: Path, args, written: 
 
 # -- simsparse sweep | advise | plot -------------------------------------------------------
 
-def _jobs(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of jobs") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"--jobs {n}: at least 1")
-    return n
-
-
 def _add_analysis_parsers(sub) -> None:
     from .experiments.sweep import EXECUTORS, default_jobs
 
     p = sub.add_parser("sweep", help="simulate every point of a config in parallel (local processes, MPI or Dask); "
                                      "resumable, with provenance")
     p.add_argument("config", help="experiment YAML file")
-    p.add_argument("--jobs", "-j", type=_jobs, default=default_jobs(),
+    p.add_argument("--jobs", "-j", type=_count("jobs"), default=default_jobs(),
                    help="worker processes (local, and a Dask LocalCluster; default: the cores here)")
     p.add_argument("--executor", choices=EXECUTORS, default="local",
                    help="local: a process pool; mpi: under `mpiexec -n N python -m mpi4py.futures -m simsparse.cli`; "
@@ -311,8 +307,8 @@ def _add_analysis_parsers(sub) -> None:
     p.add_argument("--sweep-P", action="store_true", help="also rank at P = 4, 8, ... up to -P: where the winner changes")
     p.add_argument("--flow", action="store_true",
                    help="simulate the collectives on the flow-level network (slower) instead of its alpha-beta fit")
-    p.add_argument("--top", type=_jobs, default=5, help="choices explained (default 5)")
-    p.add_argument("--jobs", "-j", type=_jobs, default=default_jobs(), help="worker processes (default: the cores)")
+    p.add_argument("--top", type=_count("choices"), default=5, help="choices explained (default 5)")
+    p.add_argument("--jobs", "-j", type=_count("jobs"), default=default_jobs(), help="worker processes (default: the cores)")
     p.add_argument("--out", help="folder for the tables (default results/advise_<network>_<model>_P<N>)")
     p = sub.add_parser("plot", help="PNG plots of any results folder")
     p.add_argument("results", metavar="RESULTS", help="results folder (or its results.csv / results.parquet)")

@@ -19,13 +19,19 @@ DEFAULT_BASELINES = ("rabenseifner", "ring", "recursive_doubling")
 BLOCK_COLUMNS = ["model", "batch_size", "network", "compute", "n", "density", "dtype", "data_scale"]
 
 
+def _finite(x) -> float | None:
+    """``x`` as a finite float, or None (missing, text, nan, inf)."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
 def fmt_time(s) -> str:
     """Seconds with a unit and 3 significant digits: ``464 us``, ``12.8 ms``, ``1.20 s``."""
-    try:
-        s = float(s)
-    except (TypeError, ValueError):
-        return "-"
-    if not math.isfinite(s):
+    s = _finite(s)
+    if s is None:
         return "-"
     if s == 0:
         return "0"
@@ -37,11 +43,8 @@ def fmt_time(s) -> str:
 
 def fmt_bytes(b) -> str:
     """Bytes in decimal units, 3 significant digits: ``83.9 kB``, ``4.19 MB``."""
-    try:
-        b = float(b)
-    except (TypeError, ValueError):
-        return "-"
-    if not math.isfinite(b):
+    b = _finite(b)
+    if b is None:
         return "-"
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(b) >= scale * (1 - 5e-4):
