@@ -3,7 +3,8 @@ two engines.
 
 An engine has a current time ``now``, schedules ``fn(arg)`` to be called
 ``delay`` seconds from now with :meth:`at` (``priority`` orders calls at the
-same time: lower first; among equals, first scheduled first), runs until no
+same time: lower first; among equals, first scheduled first; :meth:`soon`
+is ``at(0.0, fn, arg)``), runs until no
 call is left with :meth:`run`, and counts the calls it scheduled in
 ``events``. Nothing else of an engine is used by the simulator, the rank
 programs' driver or the networks.
@@ -51,6 +52,11 @@ class HeapEngine:
             self._soon.append((self._seq, fn, arg))
         else:
             heapq.heappush(self._heap, (self.now + delay, priority, self._seq, fn, arg))
+
+    def soon(self, fn: Callable, arg=None) -> None:
+        """``at(0.0, fn, arg)``: last among the ordinary calls due now."""
+        self._seq += 1
+        self._soon.append((self._seq, fn, arg))
 
     @property
     def events(self) -> int:
@@ -105,6 +111,9 @@ class SimPyEngine:
         ev.callbacks.append(lambda e: fn(e._value))
         self.env.schedule(ev, priority, delay)
         self._calls += 1
+
+    def soon(self, fn: Callable, arg=None) -> None:
+        self.at(0.0, fn, arg)
 
     @property
     def events(self) -> int:

@@ -60,7 +60,7 @@ def test_matching_queues_are_freed():
     p = make_point("oktopk", 16, n=20000, density=0.01)
     be = SimBackend(p)
     run_point(p, be, False)
-    assert be.sim.unmatched_sends == {} and be.sim.unmatched_recvs == {}
+    assert be.sim.pending == {}
 
 
 # results of these points before the issue-11 fast paths (engine FIFO,

@@ -68,6 +68,25 @@ def test_messages_on_one_channel_do_not_overtake():
     assert st.results[1] == [0.0, 1.0, 2.0]
 
 
+@pytest.mark.parametrize("early", [0, 1, 2, 3])
+def test_receives_posted_before_the_sends_match_in_posting_order(early):
+    """``early`` receives wait before any send (one alone, or a queue), the
+    rest are posted after the sends: every receive gets its send in order."""
+    def receiver(ctx):
+        hs = [ctx.irecv(1) for _ in range(early)]
+        yield from _sleep(ctx, 1.0)
+        hs += [ctx.irecv(1) for _ in range(3 - early)]
+        got = yield ctx.waitall(hs)
+        return [float(g.values[0]) for g in got]
+
+    def sender(ctx):
+        yield from _sleep(ctx, 0.5)
+        yield ctx.waitall([ctx.isend(0, vec(4000 if i == 1 else 4, float(i))) for i in range(3)])
+
+    st = sim(eager_threshold_B=100).run([receiver, sender])
+    assert st.results[0] == [0.0, 1.0, 2.0]
+
+
 def test_tags_separate_channels():
     def sender(ctx):
         yield ctx.waitall([ctx.isend(1, vec(4, 1.0), tag=1), ctx.isend(1, vec(4, 2.0), tag=2)])

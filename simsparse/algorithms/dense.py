@@ -56,20 +56,18 @@ def ring_allreduce(ctx, buf, tag=0):
     P, r = ctx.size, ctx.rank
     if P == 1:
         return buf
-    b = _bounds(len(buf), P)
-
-    def seg(i):
-        return buf[b[i]:b[i + 1]]
-
+    b = _bounds(len(buf), P)   # block i is buf[b[i]:b[i + 1]] (sliced inline: this loop is hot)
     right, left = (r + 1) % P, (r - 1) % P
     with ctx.phase("reduce_scatter"):
         for s in range(P - 1):
-            got = yield from sendrecv(ctx, right, Dense(seg((r - s) % P)), left, tag)
-            yield ctx.compute("add_into", seg((r - s - 1) % P), got.values)
+            i, j = (r - s) % P, (r - s - 1) % P
+            got = yield from sendrecv(ctx, right, Dense(buf[b[i]:b[i + 1]]), left, tag)
+            yield ctx.compute("add_into", buf[b[j]:b[j + 1]], got.values)
     with ctx.phase("allgather"):
         for s in range(P - 1):
-            got = yield from sendrecv(ctx, right, Dense(seg((r + 1 - s) % P)), left, tag)
-            yield ctx.compute("copy_into", seg((r - s) % P), got.values)
+            i, j = (r + 1 - s) % P, (r - s) % P
+            got = yield from sendrecv(ctx, right, Dense(buf[b[i]:b[i + 1]]), left, tag)
+            yield ctx.compute("copy_into", buf[b[j]:b[j + 1]], got.values)
     return buf
 
 

@@ -134,9 +134,31 @@ class _Message(Handle):
     def __call__(self) -> None:
         self.arrived = True
         sim = self.sim
-        sim._complete(self, None, self.nbytes, self.src)
-        if self.recv is not None:
-            sim._complete(self.recv, self.payload, self.nbytes, self.peer)
+        if sim.trace_on:
+            sim._complete(self, None, self.nbytes, self.src)
+            if self.recv is not None:
+                sim._complete(self.recv, self.payload, self.nbytes, self.peer)
+            return
+        # _complete and _notify inlined (the hot path of every message)
+        self.done = True
+        ws = self._waiters
+        if ws:
+            self._waiters = None
+            for w in ws:
+                w.need -= 1
+                if not w.need:
+                    sim.env.soon(sim._resume_wait, w)
+        h = self.recv
+        if h is not None:
+            h.done = True
+            h.value = self.payload
+            ws = h._waiters
+            if ws:
+                h._waiters = None
+                for w in ws:
+                    w.need -= 1
+                    if not w.need:
+                        sim.env.soon(sim._resume_wait, w)
 
 
 @dataclass(frozen=True)
@@ -189,14 +211,16 @@ class SimContext(ContextBase):
         if not 0 <= dst < self.size or dst == self.rank:
             self._check_peer(dst)
         sim, rs = self.sim, self.r
-        nb = payload.nbytes if sim.byte_scale == 1.0 else _scaled_nbytes(payload, sim.byte_scale)
+        if type(payload) is Dense:   # the common case: no new payload if already read-only
+            v = payload.values
+            nb = v.nbytes if sim.byte_scale == 1.0 else int(round(v.nbytes * sim.byte_scale))
+            if v.flags.writeable:
+                payload = Dense(_freeze(v))
+        else:
+            nb = payload.nbytes if sim.byte_scale == 1.0 else _scaled_nbytes(payload, sim.byte_scale)
+            payload = payload.map(_freeze)
         rs.bytes_sent += nb
         rs.msgs_sent += 1
-        if type(payload) is Dense:   # the common case: no new payload if already read-only
-            if payload.values.flags.writeable:
-                payload = Dense(_freeze(payload.values))
-        else:
-            payload = payload.map(_freeze)
         msg = _Message(sim, self.rank, dst, tag, tag if self.sid == 0 else scoped_tag(tag, self.sid), payload, nb,
                        sim.env.now, self._phase, self.lane)
         if self.program.stream is None:
@@ -254,8 +278,7 @@ class Simulator(Driver):
             self._bwd_cum = np.concatenate([[0.0], np.cumsum(model.t_backward[::-1])]).tolist()
             self._views = [(offs[i], offs[i] + model.sizes[i]) for i in range(L)]
         self.ranks = [_Rank(r, len(model.sizes) if model else 0) for r in range(P)]
-        self.unmatched_sends: dict = {}   # (src, dst, tag) -> deque of _Message
-        self.unmatched_recvs: dict = {}   # (src, dst, tag) -> deque of receive Handles
+        self.pending: dict = {}   # (src, dst, tag) -> unmatched sends or receives (see _post_send)
         self.memo = {}     # memo kernels' results by content key
         self.digests = {}  # id -> (read-only array, digest)
         self.trace = []
@@ -309,7 +332,13 @@ class Simulator(Driver):
                 need += 1
         if not need:
             return [h.value for h in hs]
-        self._wait(_Wait(prog, hs, need, False))
+        w = _Wait(prog, hs, need, False)
+        for h in hs:   # _wait, inlined
+            if not h.done:
+                if h._waiters is None:
+                    h._waiters = [w]
+                else:
+                    h._waiters.append(w)
         return BLOCKED
 
     def on_waitany(self, prog, req):
@@ -423,8 +452,8 @@ class Simulator(Driver):
             h._waiters = None
             for w in ws:
                 w.need -= 1
-                if w.need == 0:
-                    self.env.at(0.0, self._resume_wait, w)
+                if not w.need:
+                    self.env.soon(self._resume_wait, w)
 
     def _resume_wait(self, w: _Wait) -> None:
         hs = w.handles
@@ -435,49 +464,64 @@ class Simulator(Driver):
             self.step(w.prog, [h.value for h in hs])
 
     # -- point-to-point -----------------------------------------------------
-    # Unmatched sends and receives wait in a queue per (src, dst, tag), kept
-    # only while it is not empty: memory follows the messages in flight, not
-    # the pairs that ever communicated (P^2 in an all-to-all).
+    # What is posted and not yet matched waits in ``pending`` under its
+    # (src, dst, tag), only while there is something: memory follows the
+    # messages in flight, not the pairs that ever communicated (P^2 in an
+    # all-to-all). A key holds only sends or only receives (a send and a
+    # receive of one key match at once): one item as itself (the common
+    # case), more in a deque in posting order. A receive is a plain Handle.
 
     def _post_send(self, msg: _Message, late: bool = False):
         if late:
             msg.post_s = self.env.now
         key = (msg.src, msg.peer, msg.wtag)
-        recvs = self.unmatched_recvs.get(key)
-        if recvs is not None:
-            msg.recv = recvs.popleft()
-            if not recvs:
-                del self.unmatched_recvs[key]
-            self._start(msg)
+        pending = self.pending
+        q = pending.get(key)
+        if q is None:
+            pending[key] = msg
+        elif type(q) is Handle:          # one receive was waiting
+            del pending[key]
+            msg.recv = q
+            return self._start(msg)
+        elif type(q) is _Message:
+            pending[key] = deque((q, msg))
+        elif type(q[0]) is Handle:       # several receives were waiting
+            msg.recv = q.popleft()
+            if len(q) == 1:
+                pending[key] = q[0]
+            return self._start(msg)
         else:
-            sends = self.unmatched_sends.get(key)
-            if sends is None:
-                self.unmatched_sends[key] = deque((msg,))
-            else:
-                sends.append(msg)
-            if msg.nbytes <= self.eager:
-                self._start(msg)
+            q.append(msg)
+        if msg.nbytes <= self.eager:
+            self._start(msg)
 
     def _post_recv(self, src, dst, tag, h, late: bool = False):
         if late:
             h.post_s = self.env.now
         key = (src, dst, tag)
-        sends = self.unmatched_sends.get(key)
-        if sends is not None:
-            msg = sends.popleft()
-            if not sends:
-                del self.unmatched_sends[key]
-            msg.recv = h
-            if msg.arrived:
-                self._complete(h, msg.payload, msg.nbytes, dst)
-            elif not msg.started:
-                self._start(msg)
+        pending = self.pending
+        q = pending.get(key)
+        if q is None:
+            pending[key] = h
+            return
+        if type(q) is _Message:          # one send was waiting
+            msg = q
+            del pending[key]
+        elif type(q) is Handle:
+            pending[key] = deque((q, h))
+            return
+        elif type(q[0]) is Handle:
+            q.append(h)
+            return
         else:
-            recvs = self.unmatched_recvs.get(key)
-            if recvs is None:
-                self.unmatched_recvs[key] = deque((h,))
-            else:
-                recvs.append(h)
+            msg = q.popleft()
+            if len(q) == 1:
+                pending[key] = q[0]
+        msg.recv = h
+        if msg.arrived:
+            self._complete(h, msg.payload, msg.nbytes, dst)
+        elif not msg.started:
+            self._start(msg)
 
     def _start(self, msg: _Message):
         msg.started = True

@@ -243,7 +243,7 @@ def _scatter_add_torch(parts, n, like):
 @kernel("add_into", work=streaming(2, 1))
 def add_into(dst, src):
     """In place: dst += src (dst is a view into a working buffer); returns dst."""
-    if _any_phantom(dst, src):
+    if type(dst) is Phantom or type(src) is Phantom:   # (the hot path of dense collectives)
         return dst
     dst += src
     return dst
@@ -252,7 +252,7 @@ def add_into(dst, src):
 @kernel("copy_into", work=streaming(1, 1))
 def copy_into(dst, src):
     """In place: dst[:] = src; returns dst."""
-    if _any_phantom(dst, src):
+    if type(dst) is Phantom or type(src) is Phantom:   # (the hot path of dense collectives)
         return dst
     dst[:] = src
     return dst

@@ -89,6 +89,15 @@ class AlphaBetaNetwork:
         now = self.env.now
         d = self.alpha + nbytes * self.beta
         a, b = self._send[src], self._recv[dst]
+        if a.last <= now and b.last <= now:
+            # both ports idle from now on: what they booked before is past
+            # and can never delay a later message (every fit starts at now)
+            if d > 0:
+                e = now + d
+                a.starts, a.ends, a.last = [now], [e], e
+                b.starts, b.ends, b.last = [now], [e], e
+            self.env.at(now + d - now, _call, done)
+            return
         t = now
         while True:  # alternate until both ports agree on a start
             t1 = a.fit(t, d)
