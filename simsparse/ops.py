@@ -147,6 +147,9 @@ class Quantized(Payload):
     def __len__(self) -> int:
         return self.n
 
+    def map(self, fn) -> "Quantized":
+        return Quantized(fn(self.codes), fn(self.scales), self.n, self.bits, self.bucket)
+
 
 @dataclass(frozen=True, slots=True)
 class Scalars(Payload):
@@ -166,6 +169,13 @@ class Scalars(Payload):
 
     def tolist(self) -> list:
         return self.values.tolist()
+
+    @property
+    def nbytes(self) -> int:
+        return nbytes_of(self.values)
+
+    def map(self, fn) -> "Scalars":
+        return Scalars(fn(self.values))
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ hand the result back (:class:`Fold`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..ops import Bundle
 from .base import pof2_floor
@@ -45,14 +45,12 @@ class Fold:
     """MPICH's reduction of P ranks to the largest power of two ``pof2``."""
 
     P: int
+    pof2: int = field(init=False)
+    rem: int = field(init=False)
 
-    @property
-    def pof2(self) -> int:
-        return pof2_floor(self.P)
-
-    @property
-    def rem(self) -> int:
-        return self.P - self.pof2
+    def __post_init__(self):   # computed once: folding steps ask for them per message
+        object.__setattr__(self, "pof2", pof2_floor(self.P))
+        object.__setattr__(self, "rem", self.P - self.pof2)
 
     def newrank(self, rank: int) -> int:
         """Rank among the pof2 participants, or -1 for a folded-away even rank."""
