@@ -61,12 +61,13 @@ def ring_allreduce(ctx, buf, tag=0):
     with ctx.phase("reduce_scatter"):
         for s in range(P - 1):
             i, j = (r - s) % P, (r - s - 1) % P
-            got = yield from sendrecv(ctx, right, Dense(buf[b[i]:b[i + 1]]), left, tag)
+            # sendrecv, inlined (no generator per step)
+            got, _ = yield ctx.waitall([ctx.irecv(left, tag), ctx.isend(right, Dense(buf[b[i]:b[i + 1]]), tag)])
             yield ctx.compute("add_into", buf[b[j]:b[j + 1]], got.values)
     with ctx.phase("allgather"):
         for s in range(P - 1):
             i, j = (r + 1 - s) % P, (r - s) % P
-            got = yield from sendrecv(ctx, right, Dense(buf[b[i]:b[i + 1]]), left, tag)
+            got, _ = yield ctx.waitall([ctx.irecv(left, tag), ctx.isend(right, Dense(buf[b[i]:b[i + 1]]), tag)])
             yield ctx.compute("copy_into", buf[b[j]:b[j + 1]], got.values)
     return buf
 
