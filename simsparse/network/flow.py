@@ -65,9 +65,12 @@ def maxmin_rates(routes: np.ndarray, cap: np.ndarray) -> np.ndarray:
     rate = np.empty(F)
     if F == 0:
         return rate
-    if len(cap) > 2 * routes.size:
-        ids, inv = np.unique(routes, return_inverse=True)
-        routes, cap = inv.reshape(F, H), cap[ids]
+    if len(cap) > 2 * routes.size:   # np.unique(return_inverse), without its sort
+        used = np.zeros(len(cap), dtype=bool)
+        used[routes] = True
+        ids = np.flatnonzero(used)
+        number = np.cumsum(used) - 1
+        routes, cap = number[routes], cap[ids]
     nl = len(cap)
     cnt = np.bincount(routes.ravel(), minlength=nl).astype(np.float64)
     avail = cap.astype(np.float64)            # the padding link keeps inf: never a bottleneck
