@@ -56,19 +56,21 @@ def ring_allreduce(ctx, buf, tag=0):
     P, r = ctx.size, ctx.rank
     if P == 1:
         return buf
-    b = _bounds(len(buf), P)   # block i is buf[b[i]:b[i + 1]] (sliced inline: this loop is hot)
+    n = len(buf)   # block i is buf[i n // P:(i + 1) n // P] (_bounds, computed inline: no list per rank)
     right, left = (r + 1) % P, (r - 1) % P
     with ctx.phase("reduce_scatter"):
         for s in range(P - 1):
             i, j = (r - s) % P, (r - s - 1) % P
             # sendrecv, inlined (no generator per step)
-            got, _ = yield ctx.waitall([ctx.irecv(left, tag), ctx.isend(right, Dense(buf[b[i]:b[i + 1]]), tag)])
-            yield ctx.compute("add_into", buf[b[j]:b[j + 1]], got.values)
+            got, _ = yield ctx.waitall([ctx.irecv(left, tag),
+                                        ctx.isend(right, Dense(buf[i * n // P:(i + 1) * n // P]), tag)])
+            yield ctx.compute("add_into", buf[j * n // P:(j + 1) * n // P], got.values)
     with ctx.phase("allgather"):
         for s in range(P - 1):
             i, j = (r + 1 - s) % P, (r - s) % P
-            got, _ = yield ctx.waitall([ctx.irecv(left, tag), ctx.isend(right, Dense(buf[b[i]:b[i + 1]]), tag)])
-            yield ctx.compute("copy_into", buf[b[j]:b[j + 1]], got.values)
+            got, _ = yield ctx.waitall([ctx.irecv(left, tag),
+                                        ctx.isend(right, Dense(buf[i * n // P:(i + 1) * n // P]), tag)])
+            yield ctx.compute("copy_into", buf[j * n // P:(j + 1) * n // P], got.values)
     return buf
 
 
