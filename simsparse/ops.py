@@ -321,6 +321,7 @@ class ContextBase:
     program gets a context of its own (same rank, its own tag scope and lane).
     """
 
+    __slots__ = ()   # a backend's context may keep its fields in slots
     rank: int
     size: int
     #: nominal bytes per carried byte: the simulator may carry data at a

@@ -195,6 +195,11 @@ class _Rank:
 class SimContext(ContextBase):
     """The per-rank handle a rank program sees in the simulator."""
 
+    # slots, not a dict: a large run touches every rank's context each step,
+    # and the smaller it is the more of them stay in cache
+    __slots__ = ("rank", "size", "_phase", "sim", "r", "byte_scale", "scope", "sid", "lane", "spawned", "streams",
+                 "program", "parent_program")
+
     def __init__(self, sim: "Simulator", rs: _Rank, size: int, scope: tuple = (), sid: int = 0, lane: str = "main"):
         super().__init__(rs.rank, size)
         self.sim, self.r = sim, rs
