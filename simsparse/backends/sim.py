@@ -141,24 +141,28 @@ class _Message(Handle):
             return
         # _complete and _notify inlined (the hot path of every message)
         self.done = True
-        ws = self._waiters
-        if ws:
+        w = self._waiters
+        if w is not None:
             self._waiters = None
-            for w in ws:
+            if type(w) is _Wait:
                 w.need -= 1
                 if not w.need:
                     sim.env.soon(sim._resume_wait, w)
+            else:
+                sim._wake_all(w)
         h = self.recv
         if h is not None:
             h.done = True
             h.value = self.payload
-            ws = h._waiters
-            if ws:
+            w = h._waiters
+            if w is not None:
                 h._waiters = None
-                for w in ws:
+                if type(w) is _Wait:
                     w.need -= 1
                     if not w.need:
                         sim.env.soon(sim._resume_wait, w)
+                else:
+                    sim._wake_all(w)
 
 
 @dataclass(frozen=True)
@@ -341,9 +345,9 @@ class Simulator(Driver):
         for h in hs:   # _wait, inlined
             if not h.done:
                 if h._waiters is None:
-                    h._waiters = [w]
+                    h._waiters = w
                 else:
-                    h._waiters.append(w)
+                    self._add_waiter(h, w)
         return BLOCKED
 
     def on_waitany(self, prog, req):
@@ -440,25 +444,37 @@ class Simulator(Driver):
             self.memo[key] = out
         return out
 
+    # A handle's waiters: None, the one _Wait (the common case: no list), or
+    # a list of them in the order they began to wait.
+
     @staticmethod
-    def _wait(w: _Wait) -> None:
+    def _add_waiter(h: Handle, w: _Wait) -> None:
+        ws = h._waiters
+        if ws is None:
+            h._waiters = w
+        elif type(ws) is list:
+            ws.append(w)
+        else:
+            h._waiters = [ws, w]
+
+    def _wait(self, w: _Wait) -> None:
         for h in w.handles:
             if not h.done:
-                if h._waiters is None:
-                    h._waiters = [w]
-                else:
-                    h._waiters.append(w)
+                self._add_waiter(h, w)
 
     def _notify(self, h: Handle) -> None:
         """``h`` completed: a wait it completes resumes its program through a
         zero-delay call (never from inside the network model's callbacks)."""
         ws = h._waiters
-        if ws:
+        if ws is not None:
             h._waiters = None
-            for w in ws:
-                w.need -= 1
-                if not w.need:
-                    self.env.soon(self._resume_wait, w)
+            self._wake_all(ws if type(ws) is list else (ws,))
+
+    def _wake_all(self, ws) -> None:
+        for w in ws:
+            w.need -= 1
+            if not w.need:
+                self.env.soon(self._resume_wait, w)
 
     def _resume_wait(self, w: _Wait) -> None:
         hs = w.handles
