@@ -241,14 +241,31 @@ class Task(Handle):
         super().__init__("task", -1, -1, 0, post_s, lane, lane)
 
 
-@dataclass(slots=True)
-class Waitall:
-    handles: Sequence[Handle]
+class Waitall(list):
+    """Wait for all of these handles (the request is the list of them: made
+    in C, no Python constructor on the hottest request)."""
+
+    __slots__ = ()
+
+    @property
+    def handles(self) -> list:
+        return self
+
+    def __repr__(self) -> str:
+        return f"Waitall({list.__repr__(self)})"
 
 
-@dataclass(slots=True)
-class Waitany:
-    handles: Sequence[Handle]
+class Waitany(list):
+    """Wait for the first of these handles to complete."""
+
+    __slots__ = ()
+
+    @property
+    def handles(self) -> list:
+        return self
+
+    def __repr__(self) -> str:
+        return f"Waitany({list.__repr__(self)})"
 
 
 @dataclass(slots=True)
@@ -351,11 +368,11 @@ class ContextBase:
     # -- requests (yield these) --------------------------------------------
     @staticmethod
     def waitall(handles: Sequence[Handle]) -> Waitall:
-        return Waitall(list(handles))
+        return Waitall(handles)
 
     @staticmethod
     def waitany(handles: Sequence[Handle]) -> Waitany:
-        return Waitany(list(handles))
+        return Waitany(handles)
 
     @staticmethod
     def compute(kernel: str, *args, **kwargs) -> Compute:

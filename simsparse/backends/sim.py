@@ -334,7 +334,7 @@ class Simulator(Driver):
 
     # -- request handlers (the table in .driver) ------------------------------------
     def on_waitall(self, prog, req):
-        hs = req.handles
+        hs = req   # the request is the list of handles
         need = 0
         for h in hs:
             if not h.done:
