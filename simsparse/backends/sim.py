@@ -513,8 +513,9 @@ class Simulator(Driver):
             return self._start(msg)
         else:
             q.append(msg)
-        if msg.nbytes <= self.eager:
-            self._start(msg)
+        if msg.nbytes <= self.eager:   # eager: it moves now (_start without the rendezvous case)
+            msg.started = True
+            self.network.transfer(msg.src, msg.peer, msg.nbytes, msg)
 
     def _post_recv(self, src, dst, tag, h, late: bool = False):
         if late:
