@@ -280,8 +280,12 @@ class FlowNetwork:
         return True
 
     def _solo_arrive(self, f) -> None:
-        if not f.moved:
-            self._arrive(f.rid, f.done)
+        if not f.moved:   # _arrive, inlined (once per message)
+            if self._adaptive:
+                load = self._load
+                for x in self._routes.watch[f.rid]:
+                    load[x] -= 1
+            f.done()
 
     def _unsolo(self, links: list[int], now: float, into: list) -> None:
         """Turn the running solo flows on ``links`` into shared flows: those
