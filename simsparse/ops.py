@@ -241,9 +241,9 @@ class Task(Handle):
         super().__init__("task", -1, -1, 0, post_s, lane, lane)
 
 
-class Waitall(list):
-    """Wait for all of these handles (the request is the list of them: made
-    in C, no Python constructor on the hottest request)."""
+class _HandleList(list):
+    """A wait request is the list of its handles (built in C: no Python
+    constructor on the hottest request); its type says which wait."""
 
     __slots__ = ()
 
@@ -252,20 +252,19 @@ class Waitall(list):
         return self
 
     def __repr__(self) -> str:
-        return f"Waitall({list.__repr__(self)})"
+        return f"{type(self).__name__}({list.__repr__(self)})"
 
 
-class Waitany(list):
+class Waitall(_HandleList):
+    """Wait for all of these handles."""
+
+    __slots__ = ()
+
+
+class Waitany(_HandleList):
     """Wait for the first of these handles to complete."""
 
     __slots__ = ()
-
-    @property
-    def handles(self) -> list:
-        return self
-
-    def __repr__(self) -> str:
-        return f"Waitany({list.__repr__(self)})"
 
 
 @dataclass(slots=True)

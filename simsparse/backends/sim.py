@@ -133,36 +133,18 @@ class _Message(Handle):
 
     def __call__(self) -> None:
         self.arrived = True
-        sim = self.sim
+        sim, h = self.sim, self.recv
         if sim.trace_on:
             sim._complete(self, None, self.nbytes, self.src)
-            if self.recv is not None:
-                sim._complete(self.recv, self.payload, self.nbytes, self.peer)
+            if h is not None:
+                sim._complete(h, self.payload, self.nbytes, self.peer)
             return
-        # _complete and _notify inlined (the hot path of every message)
-        self.done = True
-        w = self._waiters
-        if w is not None:
-            self._waiters = None
-            if type(w) is _Wait:
-                w.need -= 1
-                if not w.need:
-                    sim.env.soon(sim._resume_wait, w)
-            else:
-                sim._wake_all(w)
-        h = self.recv
+        self.done = True   # _complete without the trace (every message passes here)
+        sim._notify(self)
         if h is not None:
             h.done = True
             h.value = self.payload
-            w = h._waiters
-            if w is not None:
-                h._waiters = None
-                if type(w) is _Wait:
-                    w.need -= 1
-                    if not w.need:
-                        sim.env.soon(sim._resume_wait, w)
-                else:
-                    sim._wake_all(w)
+            sim._notify(h)
 
 
 @dataclass(frozen=True)
@@ -466,12 +448,10 @@ class Simulator(Driver):
         """``h`` completed: a wait it completes resumes its program through a
         zero-delay call (never from inside the network model's callbacks)."""
         ws = h._waiters
-        if ws is not None:
-            h._waiters = None
-            self._wake_all(ws if type(ws) is list else (ws,))
-
-    def _wake_all(self, ws) -> None:
-        for w in ws:
+        if ws is None:
+            return
+        h._waiters = None
+        for w in (ws if type(ws) is list else (ws,)):
             w.need -= 1
             if not w.need:
                 self.env.soon(self._resume_wait, w)
