@@ -323,13 +323,7 @@ class Simulator(Driver):
                 need += 1
         if not need:
             return [h.value for h in hs]
-        w = _Wait(prog, hs, need, False)
-        for h in hs:   # _wait, inlined
-            if not h.done:
-                if h._waiters is None:
-                    h._waiters = w
-                else:
-                    self._add_waiter(h, w)
+        self._wait(_Wait(prog, hs, need, False))
         return BLOCKED
 
     def on_waitany(self, prog, req):
@@ -430,19 +424,16 @@ class Simulator(Driver):
     # a list of them in the order they began to wait.
 
     @staticmethod
-    def _add_waiter(h: Handle, w: _Wait) -> None:
-        ws = h._waiters
-        if ws is None:
-            h._waiters = w
-        elif type(ws) is list:
-            ws.append(w)
-        else:
-            h._waiters = [ws, w]
-
-    def _wait(self, w: _Wait) -> None:
+    def _wait(w: _Wait) -> None:
         for h in w.handles:
             if not h.done:
-                self._add_waiter(h, w)
+                ws = h._waiters
+                if ws is None:
+                    h._waiters = w
+                elif type(ws) is list:
+                    ws.append(w)
+                else:
+                    h._waiters = [ws, w]
 
     def _notify(self, h: Handle) -> None:
         """``h`` completed: a wait it completes resumes its program through a
