@@ -49,6 +49,17 @@ def _fold_out(ctx, f: Fold, buf, tag):
                 yield ctx.compute("copy_into", buf, got.values)
 
 
+def _ring_step(P, r, s):
+    """Step ``s`` (0 .. 2P-3) of the ring for rank ``r`` (an int, or an array
+    of ranks): (block sent to r+1, block received from r-1, kernel applied to
+    the received block). Steps 0 .. P-2 reduce-scatter, the rest allgather;
+    block i is ``buf[i n // P:(i + 1) n // P]``."""
+    if s < P - 1:
+        return (r - s) % P, (r - s - 1) % P, "add_into"
+    s -= P - 1
+    return (r + 1 - s) % P, (r - s) % P, "copy_into"
+
+
 def ring_allreduce(ctx, buf, tag=0):
     """In-place ring allreduce of ``buf`` (any P): reduce-scatter then allgather
     over P blocks, each step sending to r+1 and receiving from r-1.
@@ -56,22 +67,27 @@ def ring_allreduce(ctx, buf, tag=0):
     P, r = ctx.size, ctx.rank
     if P == 1:
         return buf
-    n = len(buf)   # block i is buf[i n // P:(i + 1) n // P] (_bounds, computed inline: no list per rank)
+    n = len(buf)   # block bounds computed inline: no list of P + 1 per rank
     right, left = (r + 1) % P, (r - 1) % P
-    with ctx.phase("reduce_scatter"):
-        for s in range(P - 1):
-            i, j = (r - s) % P, (r - s - 1) % P
-            # sendrecv, inlined (no generator per step)
-            got, _ = yield ctx.waitall([ctx.irecv(left, tag),
-                                        ctx.isend(right, Dense(buf[i * n // P:(i + 1) * n // P]), tag)])
-            yield ctx.compute("add_into", buf[j * n // P:(j + 1) * n // P], got.values)
-    with ctx.phase("allgather"):
-        for s in range(P - 1):
-            i, j = (r + 1 - s) % P, (r - s) % P
-            got, _ = yield ctx.waitall([ctx.irecv(left, tag),
-                                        ctx.isend(right, Dense(buf[i * n // P:(i + 1) * n // P]), tag)])
-            yield ctx.compute("copy_into", buf[j * n // P:(j + 1) * n // P], got.values)
+    for name, steps in (("reduce_scatter", range(P - 1)), ("allgather", range(P - 1, 2 * (P - 1)))):
+        with ctx.phase(name):
+            for s in steps:
+                i, j, kernel = _ring_step(P, r, s)
+                # sendrecv, inlined (no generator per step)
+                got, _ = yield ctx.waitall([ctx.irecv(left, tag),
+                                            ctx.isend(right, Dense(buf[i * n // P:(i + 1) * n // P]), tag)])
+                yield ctx.compute(kernel, buf[j * n // P:(j + 1) * n // P], got.values)
     return buf
+
+
+def ring_rounds(P, n):
+    """:func:`ring_allreduce` as lockstep rounds (:mod:`simsparse.backends.rounds`):
+    for each step, every rank's destination and the elements it sends."""
+    ranks = np.arange(P)
+    dst = (ranks + 1) % P
+    for s in range(2 * (P - 1)):
+        i = _ring_step(P, ranks, s)[0]
+        yield dst, (i + 1) * n // P - i * n // P
 
 
 def _recursive_doubling(ctx, value, wrap, unwrap, combine, tag):
@@ -237,6 +253,7 @@ class RingAllreduce(_DenseAllreduce):
     __doc__ = "Dense ring allreduce (reduce-scatter + allgather around a ring).\n\n    " + \
         ring_allreduce.__doc__ + _SOURCE
     collective = staticmethod(ring_allreduce)
+    rounds = staticmethod(ring_rounds)
 
 
 @register("recursive_doubling")

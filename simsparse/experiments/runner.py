@@ -1,6 +1,7 @@
 """Run experiment points on the simulator backend."""
 from __future__ import annotations
 
+from ..backends.rounds import run_rounds
 from ..backends.sim import Simulator, TrainingModel
 from ..compute.kernels import phantom
 from .loop import run_point
@@ -27,6 +28,11 @@ class SimBackend:
         self.size_only = point.size_only
         self.values = "sizes" if self.size_only else "full"
         self.model = None
+        #: lockstep rounds in bulk (simsparse.backends.rounds) where they apply: the
+        #: lean engine, sizes only, no trace, no device time; SimPy stays the reference
+        cls = point.algorithm_cls
+        self.rounds = cls.rounds if (cls.rounds is not None and self.size_only and not trace and not point.schedule
+                                     and point.engine == "lean" and self.sim.ideal) else None
         if point.schedule:
             from .plan import model_profile_of
 
@@ -40,6 +46,14 @@ class SimBackend:
     def iteration(self, jobs, it):
         if self.size_only:
             grads = [phantom(self.workload.n, self.workload.dtype)] * self.point.P
+            if self.rounds is not None:
+                sim, P = self.sim, self.point.P
+                stats = run_rounds(sim.network, P, self.rounds(P, self.workload.n), grads[0].itemsize, sim.eager,
+                                   sim.rdv_rtt, sim.byte_scale)
+                if stats is not None:
+                    stats.results = grads
+                    return stats
+                self.rounds = None   # a message would wait: the same happens every iteration
         else:
             grads = self.workload.grads(self.point.P, it)
         if self.model is not None:

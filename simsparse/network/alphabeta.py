@@ -21,6 +21,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Callable
 
+import numpy as np
+
 
 class _Port:
     """Busy intervals of one port, sorted and disjoint."""
@@ -104,3 +106,22 @@ class AlphaBetaNetwork:
         a.book(t1, d, now)
         b.book(t1, d, now)
         self.env.at(t1 + d - now, type(done).__call__, done)
+
+    # -- lockstep rounds (simsparse.backends.rounds) --------------------------------------
+    def batch_start(self, P: int) -> bool:
+        """Begin a bulk evaluation on an idle network of P ranks."""
+        self._send_last, self._recv_last = np.zeros(P), np.zeros(P)
+        return True
+
+    def batch(self, now, src, dst, nbytes):
+        """Arrivals of messages starting at ``now`` (arrays; one per port at
+        most), as :meth:`transfer` would give them, or None if a port is
+        still busy (then ``transfer`` would queue or backfill)."""
+        if (self._send_last[src] > now).any() or (self._recv_last[dst] > now).any():
+            return None
+        d = self.alpha + nbytes * self.beta
+        e = now + d
+        held = d > 0   # as in transfer: only a message that takes time books its ports
+        self._send_last[src[held]] = e[held]
+        self._recv_last[dst[held]] = e[held]
+        return now + (e - now)

@@ -318,6 +318,81 @@ class FlowNetwork:
                 self._load[x] -= 1
         done()
 
+    # -- lockstep rounds (simsparse.backends.rounds) --------------------------------------
+    def batch_start(self, P: int) -> bool:
+        """Begin a bulk evaluation on an idle network of P ranks. Not with
+        adaptive routing (a route depends on the load when the message starts)
+        or a LogGP gap (an endpoint's messages queue in posting order)."""
+        self.reset(None, P)
+        if self._adaptive or self.gap > 0.0:
+            return False
+        n = len(self._cap)
+        self._link_end = np.full(n, -np.inf)   # per link: end of the last flow that held it
+        self._link_now = np.full(n, -np.inf)   # ... and when that flow was posted
+        self._ep_arr = np.asarray(self._ep, dtype=np.int64)
+        self._pair_keys = np.zeros(0, dtype=np.int64)   # sorted es * endpoints + ed
+        self._pair_rids = np.zeros(0, dtype=np.intp)
+        return True
+
+    def _rids(self, src, dst) -> np.ndarray:
+        """Route ids of the messages src[i] -> dst[i] (the default routes)."""
+        ne = self._n_ep
+        key = self._ep_arr[src] * ne + self._ep_arr[dst]
+        keys = self._pair_keys
+        pos = np.searchsorted(keys, key)
+        found = pos < len(keys)
+        found[found] = keys[pos[found]] == key[found]
+        if not found.all():
+            new = np.unique(key[~found])
+            rids = [self.route_id(int(k) // ne, int(k) % ne) for k in new]
+            keys = np.concatenate((keys, new))
+            order = np.argsort(keys, kind="stable")
+            self._pair_keys = keys = keys[order]
+            self._pair_rids = np.concatenate((self._pair_rids, np.asarray(rids, dtype=np.intp)))[order]
+            pos = np.searchsorted(keys, key)
+        return self._pair_rids[pos]
+
+    def batch(self, now, src, dst, nbytes):
+        """Arrivals of messages posted at ``now`` (arrays), as :meth:`transfer`
+        would give them if every flow is solo; None if one would find a link
+        held by another flow, or be posted on a link at the same time as
+        another (their order would decide which is solo)."""
+        rt = self._routes
+        rid = self._rids(src, dst)
+        t0 = now + self.o_s
+        tail = rt.lat[rid]
+        out = np.empty(len(now))
+        empty = nbytes <= 0    # no bytes: no link held, latency only
+        if empty.any():
+            e = empty
+            out[e] = now[e] + (((t0[e] - now[e]) + tail[e]) + self.o_r)
+        f = ~empty
+        nf = now[f]
+        end = t0[f] + nbytes[f] / rt.bneck[rid[f]]
+        links = rt.R[rid[f]]
+        H = links.shape[1]
+        flat = links.ravel()
+        real = flat != rt.dummy
+        flat = flat[real]
+        fnow, fend = np.repeat(nf, H)[real], np.repeat(end, H)[real]
+        order = np.lexsort((fnow, flat))
+        flat, fnow, fend = flat[order], fnow[order], fend[order]
+        horizon = fnow * (1.0 + END_TOL)
+        same = flat[1:] == flat[:-1]    # the next flow on the same link, later posted
+        if (same & ((fend[:-1] > horizon[1:]) | (fnow[:-1] >= fnow[1:]))).any():
+            return None
+        first = np.ones(len(flat), dtype=bool)
+        first[1:] = ~same
+        fl = flat[first]
+        if ((self._link_end[fl] > horizon[first]) | (self._link_now[fl] >= fnow[first])).any():
+            return None
+        last = np.ones(len(flat), dtype=bool)
+        last[:-1] = ~same
+        self._link_end[flat[last]] = fend[last]
+        self._link_now[flat[last]] = fnow[last]
+        out[f] = nf + (((end + tail[f]) + self.o_r) - nf)
+        return out
+
     # -- shared flows: event handling -----------------------------------------------------
     def _want_tick(self, t: float) -> None:
         if self._tick_at is not None and self._tick_at <= t:

@@ -1,0 +1,84 @@
+"""Lockstep rounds: a value-free schedule evaluated in bulk, giving the event
+simulation's times, bytes and event count exactly, or nothing at all.
+
+Some schedules are a sequence of *rounds*. In each round, every rank posts
+at most one receive and one send and waits for both. The ring is one: in
+step s, rank r sends block (r - s) mod P to r + 1 and receives from r - 1.
+Such a schedule is given as :attr:`Algorithm.rounds <simsparse.algorithms.base.Algorithm.rounds>`,
+``rounds(P, n)`` yielding each round's destination and element count per
+rank (destination -1: no send). It comes from the same step function as the
+algorithm's generator, so the two cannot drift apart.
+
+A round is then a few numpy operations over P ranks instead of 2P events.
+The model is :class:`~simsparse.backends.sim.Simulator`'s:
+
+* a rank enters a round at its time t_r and posts its receive and send then;
+* an eager send (at most the eager threshold) starts moving at the
+  sender's t; a rendezvous send starts at max(t_sender, t_receiver), plus
+  the handshake's round trip when that is > 0;
+* the network model's ``batch(now, src, dst, nbytes)`` gives every
+  message's arrival as its ``transfer`` would;
+* a rank leaves the round when its send and its receive are both complete;
+  kernels cost nothing (the path is taken only with the ideal device).
+
+The path is exact only while no message waits for another: a port or link
+still busy from an earlier message would make the event simulation queue or
+share it. So ``batch`` returns None as soon as one message of a round would
+not find its port (alpha-beta) or all its links (flow level) idle. The
+check is conservative: a resource used out of round order also counts as a
+conflict. The caller then runs the event simulation, so results never
+depend on which path ran.
+
+Events are counted as the engines count them: one per arrival, one per
+rendezvous handshake (round trip > 0), one per rank per round it waits in.
+``tests/test_rounds.py`` compares rows and event counts with both engines.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .driver import IterationStats
+
+
+def run_rounds(network, P: int, rounds, itemsize: int, eager: int, rdv_rtt: float,
+               byte_scale: float) -> IterationStats | None:
+    """Evaluate ``rounds`` (see the module docstring) on ``network`` for P
+    ranks; None if the network has no bulk path or a message would wait."""
+    if not network.batch_start(P):
+        return None
+    t = np.zeros(P)
+    sent = np.zeros(P, dtype=np.int64)
+    msgs = np.zeros(P, dtype=np.int64)
+    events = 0
+    active = np.zeros(P, dtype=bool)
+    for dst, count in rounds:
+        src = np.flatnonzero(dst >= 0)
+        if not len(src):
+            continue
+        to = dst[src]
+        if np.bincount(to, minlength=P).max() > 1:
+            raise ValueError("a round sends two messages to one rank; rounds allow one receive per rank")
+        nb = count[src].astype(np.int64) * itemsize
+        if byte_scale != 1.0:
+            nb = np.rint(nb * byte_scale).astype(np.int64)   # round half to even, as round() in isend
+        ts = t[src]
+        start = ts
+        rdv = nb > eager
+        if rdv.any():
+            start = np.where(rdv, np.maximum(ts, t[to]), ts)
+            if rdv_rtt > 0:
+                start = np.where(rdv, start + rdv_rtt, start)
+                events += int(rdv.sum())
+        arrival = network.batch(start, src, to, nb)
+        if arrival is None:
+            return None
+        t[src] = np.maximum(t[src], arrival)
+        t[to] = np.maximum(t[to], arrival)
+        sent[src] += nb
+        msgs[src] += 1
+        active[:] = False
+        active[src] = True
+        active[to] = True
+        events += len(src) + int(active.sum())
+    busy = [{"forward": 0.0, "backward": 0.0, "compute": 0.0} for _ in range(P)]
+    return IterationStats(t.tolist(), [None] * P, sent.tolist(), msgs.tolist(), events, [], busy)

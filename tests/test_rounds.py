@@ -1,0 +1,119 @@
+"""Lockstep rounds (simsparse.backends.rounds) give exactly the event
+simulation's rows and event counts, or decline; the ring's rounds are its
+generator's messages."""
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from simsparse.algorithms.dense import ring_rounds
+from simsparse.backends.rounds import run_rounds
+from simsparse.experiments import runner
+from simsparse.experiments.runner import simulate_point
+from simsparse.network.alphabeta import AlphaBetaNetwork
+
+from conftest import make_point
+from test_engine import net
+
+COLUMNS = ("time_s", "time_min_s", "time_max_s", "bytes_sent_max", "bytes_total", "msgs_total", "sim_events",
+           "t_comm_s", "t_compute_s")
+
+
+def rows_of(point):
+    """The row of the lean engine (rounds where they apply), of the lean engine
+    with rounds off, and of SimPy; and which path the first one took."""
+    took = []
+
+    def spy(*a, **kw):
+        out = run_rounds(*a, **kw)
+        took.append(out is not None)
+        return out
+
+    saved = runner.run_rounds
+    runner.run_rounds = spy
+    try:
+        fast = simulate_point(dataclasses.replace(point, engine="lean")).row
+    finally:
+        runner.run_rounds = saved
+    events = simulate_point(dataclasses.replace(point, engine="simpy")).row
+    return fast, events, took
+
+
+def assert_same(a, b):
+    for col in COLUMNS:
+        assert a[col] == b[col], (col, a[col], b[col])
+
+
+@pytest.mark.parametrize("preset,P,expect_rounds", [
+    ("aries_alphabeta", 2, True), ("aries_alphabeta", 13, True), ("aries_alphabeta", 64, True),
+    ("ib_fdr_fattree", 7, True), ("ib_fdr_fattree", 64, True), ("ib_edr_fattree", 40, True),
+    ("ethernet_1g", 9, True),
+    ("piz_daint_aries", 16, False),   # adaptive routing: no bulk path
+])
+def test_ring_rounds_equal_events(preset, P, expect_rounds):
+    p = dataclasses.replace(make_point("ring", P, n=5000, values="auto", iterations=2, warmup=1), network=net(preset))
+    fast, events, took = rows_of(p)
+    assert_same(fast, events)
+    assert took and all(took) == expect_rounds
+
+
+@pytest.mark.parametrize("preset", ["comet_fdr_4gpu", "ethernet_100g_leafspine"])
+def test_conflicts_fall_back_to_events(preset):
+    """Ranks placed at random: ring neighbours' flows cross the tree and meet
+    on its links, the bulk path declines and the events give the row."""
+    p = make_point("ring", 64, n=50000, values="auto")
+    p = dataclasses.replace(p, network={**net(preset), "placement": "random", "placement_seed": 3})
+    fast, events, took = rows_of(p)
+    assert_same(fast, events)
+    assert took == [False]
+
+
+@given(P=st.integers(2, 24), n=st.integers(1, 3000), eager=st.sampled_from([0, 64, 8192, 10**9]),
+       rtt=st.sampled_from([0.0, 3e-6]), scale=st.sampled_from([1.0, 0.37]),
+       alpha=st.sampled_from([0.0, 1e-6]), flow=st.booleans())
+def test_rounds_equal_events_random(P, n, eager, rtt, scale, alpha, flow):
+    """Any size (empty blocks included), eager or rendezvous, any data scale,
+    alpha-beta or flow level."""
+    p = make_point("ring", P, n=max(n, P) if scale < 1 else n, values="auto", eager=eager, alpha=alpha,
+                   rendezvous_rtt_s=rtt)
+    if flow:
+        p = dataclasses.replace(p, network={**net("ib_fdr_fattree"), "eager_threshold_B": eager,
+                                            "rendezvous_rtt_s": rtt})
+    p = dataclasses.replace(p, data_scale=scale)
+    fast, events, took = rows_of(p)
+    assert_same(fast, events)
+    assert took == [True]
+
+
+@pytest.mark.parametrize("P,n", [(1, 10), (2, 1), (5, 3), (8, 1000), (7, 1001)])
+def test_ring_rounds_are_the_generators_messages(P, n):
+    """Every round sends to r + 1; over the reduce-scatter rank r sends every
+    block but r + 1, over the allgather every block but r + 2."""
+    rounds = list(ring_rounds(P, n))
+    assert len(rounds) == 2 * (P - 1)
+    for dst, count in rounds:
+        assert np.array_equal(dst, (np.arange(P) + 1) % P)
+        assert count.sum() == n   # the ranks of one round send P distinct blocks: the whole vector
+    if P > 1:
+        size = np.diff([(i * n) // P for i in range(P + 1)])
+        r = np.arange(P)
+        expect = (n - size[(r + 1) % P]) + (n - size[(r + 2) % P])
+        assert np.array_equal(sum(c for _, c in rounds), expect)
+
+
+def test_alphabeta_batch_declines_busy_ports():
+    ab = AlphaBetaNetwork(1e-6, 1e9)
+    ab.batch_start(3)
+    now = np.array([0.0])
+    first = ab.batch(now, np.array([0]), np.array([1]), np.array([1000]))
+    assert first[0] == pytest.approx(2e-6)
+    # rank 2 sends to 1 while the first message still holds 1's receive port
+    assert ab.batch(np.array([1e-6]), np.array([2]), np.array([1]), np.array([1000])) is None
+
+
+def test_two_receives_in_one_round_is_an_error():
+    ab = AlphaBetaNetwork(1e-6, 1e9)
+    rounds = [(np.array([1, -1, 1]), np.array([4, 0, 4]))]
+    with pytest.raises(ValueError, match="one receive per rank"):
+        run_rounds(ab, 3, rounds, 4, 8192, 0.0, 1.0)
