@@ -45,17 +45,27 @@ def assert_same(a, b):
         assert a[col] == b[col], (col, a[col], b[col])
 
 
+DENSE = ["ring", "recursive_doubling", "rabenseifner"]
+
+
+@pytest.mark.parametrize("algorithm", DENSE)
 @pytest.mark.parametrize("preset,P,expect_rounds", [
     ("aries_alphabeta", 2, True), ("aries_alphabeta", 13, True), ("aries_alphabeta", 64, True),
     ("ib_fdr_fattree", 7, True), ("ib_fdr_fattree", 64, True), ("ib_edr_fattree", 40, True),
     ("ethernet_1g", 9, True),
     ("piz_daint_aries", 16, False),   # adaptive routing: no bulk path
 ])
-def test_ring_rounds_equal_events(preset, P, expect_rounds):
-    p = dataclasses.replace(make_point("ring", P, n=5000, values="auto", iterations=2, warmup=1), network=net(preset))
+def test_rounds_equal_events(algorithm, preset, P, expect_rounds):
+    p = dataclasses.replace(make_point(algorithm, P, n=5120, values="auto", iterations=2, warmup=1), network=net(preset))
     fast, events, took = rows_of(p)
     assert_same(fast, events)
-    assert took and all(took) == expect_rounds
+    # The ring never finds a port or link busy. The others do when folding
+    # puts ranks out of step, or their partners' flows share links: the
+    # event simulation then queues or shares, and the rounds decline.
+    if algorithm == "ring":
+        assert took and all(took) == expect_rounds
+    elif preset == "aries_alphabeta" and P & (P - 1) == 0:
+        assert took and all(took)
 
 
 @pytest.mark.parametrize("preset", ["comet_fdr_4gpu", "ethernet_100g_leafspine"])
@@ -71,11 +81,11 @@ def test_conflicts_fall_back_to_events(preset):
 
 @given(P=st.integers(2, 24), n=st.integers(1, 3000), eager=st.sampled_from([0, 64, 8192, 10**9]),
        rtt=st.sampled_from([0.0, 3e-6]), scale=st.sampled_from([1.0, 0.37]),
-       alpha=st.sampled_from([0.0, 1e-6]), flow=st.booleans())
-def test_rounds_equal_events_random(P, n, eager, rtt, scale, alpha, flow):
+       alpha=st.sampled_from([0.0, 1e-6]), flow=st.booleans(), algorithm=st.sampled_from(DENSE))
+def test_rounds_equal_events_random(P, n, eager, rtt, scale, alpha, flow, algorithm):
     """Any size (empty blocks included), eager or rendezvous, any data scale,
     alpha-beta or flow level."""
-    p = make_point("ring", P, n=max(n, P) if scale < 1 else n, values="auto", eager=eager, alpha=alpha,
+    p = make_point(algorithm, P, n=max(n, P) if scale < 1 else n, values="auto", eager=eager, alpha=alpha,
                    rendezvous_rtt_s=rtt)
     if flow:
         p = dataclasses.replace(p, network={**net("ib_fdr_fattree"), "eager_threshold_B": eager,
@@ -83,7 +93,8 @@ def test_rounds_equal_events_random(P, n, eager, rtt, scale, alpha, flow):
     p = dataclasses.replace(p, data_scale=scale)
     fast, events, took = rows_of(p)
     assert_same(fast, events)
-    assert took == [True]
+    if algorithm == "ring":   # linear placement: no port or link is ever busy when the ring posts
+        assert took == [True]
 
 
 @pytest.mark.parametrize("P,n", [(1, 10), (2, 1), (5, 3), (8, 1000), (7, 1001)])

@@ -153,6 +153,42 @@ def _values(p):
     return p.values
 
 
+def _rabenseifner_steps(pof2, nr):
+    """Participant ``nr``'s steps of recursive halving, then doubling, with
+    MPICH's index bookkeeping (``MPIR_Allreduce_intra_reduce_scatter_allgather``):
+    (phase, partner's new rank, blocks sent [s_lo, s_hi), blocks received
+    [r_lo, r_hi), kernel applied to them), blocks of ``pof2``."""
+    send_idx = recv_idx = 0
+    last_idx = pof2
+    mask = 1
+    while mask < pof2:
+        newdst = nr ^ mask
+        if nr < newdst:
+            send_idx = recv_idx + pof2 // (mask * 2)
+            yield "reduce_scatter", newdst, send_idx, last_idx, recv_idx, send_idx, "add_into"
+        else:
+            recv_idx = send_idx + pof2 // (mask * 2)
+            yield "reduce_scatter", newdst, send_idx, recv_idx, recv_idx, last_idx, "add_into"
+        send_idx = recv_idx
+        mask <<= 1
+        if mask < pof2:
+            last_idx = recv_idx + pof2 // mask
+    mask >>= 1
+    while mask > 0:
+        newdst = nr ^ mask
+        if nr < newdst:
+            if mask != pof2 // 2:
+                last_idx = last_idx + pof2 // (mask * 2)
+            recv_idx = send_idx + pof2 // (mask * 2)
+            yield "allgather", newdst, send_idx, recv_idx, recv_idx, last_idx, "copy_into"
+        else:
+            recv_idx = send_idx - pof2 // (mask * 2)
+            yield "allgather", newdst, send_idx, last_idx, recv_idx, send_idx, "copy_into"
+        if nr > newdst:
+            send_idx = recv_idx
+        mask >>= 1
+
+
 def rabenseifner_allreduce(ctx, buf, tag=0):
     """In-place Rabenseifner allreduce: reduce-scatter by recursive halving
     (first partner at distance 1 exchanging n/2) then allgather by recursive
@@ -162,51 +198,62 @@ def rabenseifner_allreduce(ctx, buf, tag=0):
     yield from _fold_in(ctx, f, buf, tag)
     nr = f.newrank(ctx.rank)
     if nr >= 0 and f.pof2 > 1:
-        pof2 = f.pof2
-        b = _bounds(len(buf), pof2)
-
-        def blocks(lo, hi):
-            return buf[b[lo]:b[hi]]
-
-        send_idx = recv_idx = 0
-        last_idx = pof2
-        mask = 1
-        with ctx.phase("reduce_scatter"):
-            while mask < pof2:
-                newdst = nr ^ mask
+        b = _bounds(len(buf), f.pof2)
+        for phase, newdst, s_lo, s_hi, r_lo, r_hi, kernel in _rabenseifner_steps(f.pof2, nr):
+            with ctx.phase(phase):
                 dst = f.real(newdst)
-                if nr < newdst:
-                    send_idx = recv_idx + pof2 // (mask * 2)
-                    s_lo, s_hi, r_lo, r_hi = send_idx, last_idx, recv_idx, send_idx
-                else:
-                    recv_idx = send_idx + pof2 // (mask * 2)
-                    s_lo, s_hi, r_lo, r_hi = send_idx, recv_idx, recv_idx, last_idx
-                got = yield from sendrecv(ctx, dst, Dense(blocks(s_lo, s_hi)), dst, tag)
-                yield ctx.compute("add_into", blocks(r_lo, r_hi), got.values)
-                send_idx = recv_idx
-                mask <<= 1
-                if mask < pof2:
-                    last_idx = recv_idx + pof2 // mask
-        with ctx.phase("allgather"):
-            mask >>= 1
-            while mask > 0:
-                newdst = nr ^ mask
-                dst = f.real(newdst)
-                if nr < newdst:
-                    if mask != pof2 // 2:
-                        last_idx = last_idx + pof2 // (mask * 2)
-                    recv_idx = send_idx + pof2 // (mask * 2)
-                    s_lo, s_hi, r_lo, r_hi = send_idx, recv_idx, recv_idx, last_idx
-                else:
-                    recv_idx = send_idx - pof2 // (mask * 2)
-                    s_lo, s_hi, r_lo, r_hi = send_idx, last_idx, recv_idx, send_idx
-                got = yield from sendrecv(ctx, dst, Dense(blocks(s_lo, s_hi)), dst, tag)
-                yield ctx.compute("copy_into", blocks(r_lo, r_hi), got.values)
-                if nr > newdst:
-                    send_idx = recv_idx
-                mask >>= 1
+                got = yield from sendrecv(ctx, dst, Dense(buf[b[s_lo]:b[s_hi]]), dst, tag)
+                yield ctx.compute(kernel, buf[b[r_lo]:b[r_hi]], got.values)
     yield from _fold_out(ctx, f, buf, tag)
     return buf
+
+
+# -- the same schedules as lockstep rounds (simsparse.backends.rounds) ------------------------
+
+def _folded(P, n, pair_steps):
+    """Rounds of a folded schedule: the fold (even ranks below 2 rem send all
+    n to r + 1), ``pair_steps`` (destination per participant, elements per
+    participant, for each round among the pof2 participants), the unfold."""
+    f, ranks = Fold(P), np.arange(P)
+    low = ranks < 2 * f.rem
+    nrs = np.arange(f.pof2)
+    real = np.where(nrs < f.rem, 2 * nrs + 1, nrs + f.rem)   # Fold.real of every participant
+    if f.rem:
+        dst = np.where(low & (ranks % 2 == 0), ranks + 1, -1)
+        yield dst, np.where(dst >= 0, n, 0)
+    for newdst, count in pair_steps(f.pof2, nrs):
+        dst = np.full(P, -1)
+        dst[real] = real[newdst]
+        full = np.zeros(P, dtype=np.int64)
+        full[real] = count
+        yield dst, full
+    if f.rem:
+        dst = np.where(low & (ranks % 2 == 1), ranks - 1, -1)
+        yield dst, np.where(dst >= 0, n, 0)
+
+
+def recursive_doubling_rounds(P, n):
+    """:func:`recursive_doubling_allreduce` as lockstep rounds."""
+    def steps(pof2, nrs):
+        mask = 1
+        while mask < pof2:
+            yield nrs ^ mask, np.full(pof2, n)
+            mask <<= 1
+    return _folded(P, n, steps)
+
+
+def rabenseifner_rounds(P, n):
+    """:func:`rabenseifner_allreduce` as lockstep rounds, from the same
+    :func:`_rabenseifner_steps` (P log P steps of plain Python, once)."""
+    def steps(pof2, nrs):
+        if pof2 == 1:
+            return
+        b = np.array(_bounds(n, pof2))
+        per = np.array([[st[1:4] for st in _rabenseifner_steps(pof2, nr)] for nr in range(pof2)])
+        for k in range(per.shape[1]):
+            newdst, s_lo, s_hi = per[:, k].T
+            yield newdst, b[s_hi] - b[s_lo]
+    return _folded(P, n, steps)
 
 
 def allreduce(ctx, buf, algorithm="auto", tag=0):
@@ -261,6 +308,7 @@ class RecursiveDoublingAllreduce(_DenseAllreduce):
     __doc__ = "Dense recursive-doubling allreduce (whole vector, log2 P steps).\n\n    " + \
         recursive_doubling_allreduce.__doc__ + _SOURCE
     collective = staticmethod(recursive_doubling_allreduce)
+    rounds = staticmethod(recursive_doubling_rounds)
 
 
 @register("rabenseifner")
@@ -268,3 +316,4 @@ class RabenseifnerAllreduce(_DenseAllreduce):
     __doc__ = "Dense Rabenseifner allreduce (recursive halving + doubling), the Dense baseline.\n\n    " + \
         rabenseifner_allreduce.__doc__ + _SOURCE
     collective = staticmethod(rabenseifner_allreduce)
+    rounds = staticmethod(rabenseifner_rounds)
