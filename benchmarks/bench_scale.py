@@ -22,8 +22,10 @@ on a shared machine CPU time is the steadier figure, so events/s, the
 ``simpy/lean`` ratio (with ``--engine both``, the two engines back to back,
 ``same`` when their simulated times are equal) and the growth exponents
 (least-squares slopes of log time against log P) are also given in CPU
-time. Peak RSS is the process's own (``ru_maxrss``). A point is killed at
-``--cap`` seconds; a larger P is skipped when the last one, scaled by the
+time. ``path`` says whether the lean engine evaluated the schedule as
+lockstep rounds (:mod:`simsparse.backends.rounds`; events then counts the
+events the engines would have run) or ran the events. Peak RSS is the
+process's own (``ru_maxrss``). A point is killed at ``--cap`` seconds; a larger P is skipped when the last one, scaled by the
 growth seen so far (P^2 before two points exist), would pass the cap, or
 when its peak RSS scaled linearly in P would pass ``--max-rss-gb`` (the
 machine is shared: a run must not push others out of memory). The load
@@ -59,8 +61,18 @@ def child(case: str, P: int, engine: str) -> dict:
     """Run one point in this process and describe it."""
     import yaml
 
+    from simsparse.experiments import runner
     from simsparse.experiments.config import load_config
     from simsparse.experiments.runner import simulate_point
+
+    took = []   # which path the lean engine took: lockstep rounds or events
+
+    def spy(*args):
+        out = bulk(*args)
+        took.append(out is not None)
+        return out
+
+    bulk, runner.run_rounds = runner.run_rounds, spy
 
     cfg = dict(name=f"scale_{case}", P=P, iterations=1, warmup=0, check=False, engine=engine, **CASES[case])
     with tempfile.TemporaryDirectory() as d:
@@ -71,7 +83,8 @@ def child(case: str, P: int, engine: str) -> dict:
     row = simulate_point(point).row
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     return {"wall_s": wall, "cpu_s": cpu, "rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "events": row["sim_events"], "msgs": row["msgs_total"], "time_s": row["time_s"]}
+            "events": row["sim_events"], "msgs": row["msgs_total"], "time_s": row["time_s"],
+            "path": "rounds" if took and all(took) else "events"}
 
 
 def run_point(case: str, P: int, engine: str, cap: float) -> dict:
@@ -128,7 +141,7 @@ def main():
     print(f"bench_scale: {os.cpu_count()} cores, cap {a.cap:.0f} s and {a.max_rss_gb:g} GB per point, "
           f"python {sys.version.split()[0]}, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     head = f"{'case':<12} {'P':>5} {'engine':<6} {'wall s':>8} {'cpu s':>8} {'RSS MB':>7} {'events':>10} {'events/s':>9} " \
-           f"{'msgs':>10} {'sim time s':>12} {'load':>5}"
+           f"{'msgs':>10} {'sim time s':>12} {'path':>6} {'load':>5}"
     if len(engines) == 2:
         head += f" {'simpy/lean':>10} {'same':>5}"   # CPU time ratio; same simulated time
     print(head)
@@ -159,7 +172,7 @@ def main():
                 cpu[e].append((P, r["cpu_s"]))
                 rss[e] = (P, r["rss_MB"])
                 line = f"{case:<12} {P:>5} {e:<6} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} {r['rss_MB']:7.0f} " \
-                       f"{r['events']:>10} {r['events'] / max(r['cpu_s'], 1e-9):9.0f} {r['msgs']:>10} {r['time_s']:12.9g} {load:5.1f}"
+                       f"{r['events']:>10} {r['events'] / max(r['cpu_s'], 1e-9):9.0f} {r['msgs']:>10} {r['time_s']:12.9g} {r['path']:>6} {load:5.1f}"
                 if len(got) == 2:
                     same = got["lean"]["time_s"] == got["simpy"]["time_s"]
                     line += f" {got['simpy']['cpu_s'] / got['lean']['cpu_s']:10.2f} {'yes' if same else 'NO':>5}"
