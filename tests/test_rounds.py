@@ -9,6 +9,8 @@ from hypothesis import given, strategies as st
 
 from simsparse.algorithms.dense import ring_rounds
 from simsparse.backends.rounds import run_rounds
+from simsparse.backends.sim import Simulator
+from simsparse.compute.devices import load_profile
 from simsparse.experiments import runner
 from simsparse.experiments.runner import simulate_point
 from simsparse.network.alphabeta import AlphaBetaNetwork
@@ -21,8 +23,8 @@ COLUMNS = ("time_s", "time_min_s", "time_max_s", "bytes_sent_max", "bytes_total"
 
 
 def rows_of(point):
-    """The row of the lean engine (rounds where they apply), of the lean engine
-    with rounds off, and of SimPy; and which path the first one took."""
+    """The rows of the lean engine (rounds where they apply) and of SimPy (the
+    events), and which path the lean engine took."""
     took = []
 
     def spy(*a, **kw):
@@ -48,6 +50,10 @@ def assert_same(a, b):
 DENSE = ["ring", "recursive_doubling", "rabenseifner"]
 
 
+P100 = load_profile("p100").model_dump()
+
+
+@pytest.mark.parametrize("compute", [None, P100], ids=["ideal", "p100"])
 @pytest.mark.parametrize("algorithm", DENSE)
 @pytest.mark.parametrize("preset,P,expect_rounds", [
     ("aries_alphabeta", 2, True), ("aries_alphabeta", 13, True), ("aries_alphabeta", 64, True),
@@ -55,8 +61,9 @@ DENSE = ["ring", "recursive_doubling", "rabenseifner"]
     ("ethernet_1g", 9, True),
     ("piz_daint_aries", 16, False),   # adaptive routing: no bulk path
 ])
-def test_rounds_equal_events(algorithm, preset, P, expect_rounds):
-    p = dataclasses.replace(make_point(algorithm, P, n=5120, values="auto", iterations=2, warmup=1), network=net(preset))
+def test_rounds_equal_events(algorithm, preset, P, expect_rounds, compute):
+    p = make_point(algorithm, P, n=5120, values="auto", iterations=2, warmup=1, compute=compute)
+    p = dataclasses.replace(p, network=net(preset))
     fast, events, took = rows_of(p)
     assert_same(fast, events)
     # The ring never finds a port or link busy. The others do when folding
@@ -81,12 +88,13 @@ def test_conflicts_fall_back_to_events(preset):
 
 @given(P=st.integers(2, 24), n=st.integers(1, 3000), eager=st.sampled_from([0, 64, 8192, 10**9]),
        rtt=st.sampled_from([0.0, 3e-6]), scale=st.sampled_from([1.0, 0.37]),
-       alpha=st.sampled_from([0.0, 1e-6]), flow=st.booleans(), algorithm=st.sampled_from(DENSE))
-def test_rounds_equal_events_random(P, n, eager, rtt, scale, alpha, flow, algorithm):
+       alpha=st.sampled_from([0.0, 1e-6]), flow=st.booleans(), algorithm=st.sampled_from(DENSE),
+       compute=st.sampled_from([None, P100]))
+def test_rounds_equal_events_random(P, n, eager, rtt, scale, alpha, flow, algorithm, compute):
     """Any size (empty blocks included), eager or rendezvous, any data scale,
     alpha-beta or flow level."""
     p = make_point(algorithm, P, n=max(n, P) if scale < 1 else n, values="auto", eager=eager, alpha=alpha,
-                   rendezvous_rtt_s=rtt)
+                   rendezvous_rtt_s=rtt, compute=compute)
     if flow:
         p = dataclasses.replace(p, network={**net("ib_fdr_fattree"), "eager_threshold_B": eager,
                                             "rendezvous_rtt_s": rtt})
@@ -103,14 +111,15 @@ def test_ring_rounds_are_the_generators_messages(P, n):
     block but r + 1, over the allgather every block but r + 2."""
     rounds = list(ring_rounds(P, n))
     assert len(rounds) == 2 * (P - 1)
-    for dst, count in rounds:
+    for dst, count, kernel in rounds:
+        assert kernel in ("add_into", "copy_into")
         assert np.array_equal(dst, (np.arange(P) + 1) % P)
         assert count.sum() == n   # the ranks of one round send P distinct blocks: the whole vector
     if P > 1:
         size = np.diff([(i * n) // P for i in range(P + 1)])
         r = np.arange(P)
         expect = (n - size[(r + 1) % P]) + (n - size[(r + 2) % P])
-        assert np.array_equal(sum(c for _, c in rounds), expect)
+        assert np.array_equal(sum(c for _, c, _ in rounds), expect)
 
 
 def test_alphabeta_batch_declines_busy_ports():
@@ -124,7 +133,7 @@ def test_alphabeta_batch_declines_busy_ports():
 
 
 def test_two_receives_in_one_round_is_an_error():
-    ab = AlphaBetaNetwork(1e-6, 1e9)
-    rounds = [(np.array([1, -1, 1]), np.array([4, 0, 4]))]
+    sim = Simulator(AlphaBetaNetwork(1e-6, 1e9))
+    rounds = [(np.array([1, -1, 1]), np.array([4, 0, 4]), None)]
     with pytest.raises(ValueError, match="one receive per rank"):
-        run_rounds(ab, 3, rounds, 4, 8192, 0.0, 1.0)
+        run_rounds(sim, 3, rounds, "float32")

@@ -76,9 +76,10 @@ class Algorithm:
     #: neither its time nor its bytes depend on the values (only on sizes), so
     #: the simulator may run it on size-only vectors (``values: auto``)
     value_free: ClassVar[bool] = False
-    #: a value-free schedule as lockstep rounds, ``rounds(P, n)`` yielding
-    #: (destination per rank, elements per rank) for each round, if it has one:
-    #: the simulator may then evaluate it in bulk (:mod:`simsparse.backends.rounds`)
+    #: ``run`` of a value-free schedule as lockstep rounds, if it has them:
+    #: ``rounds(P, n)`` yields (destination per rank, elements per rank, kernel
+    #: the receivers apply) per round; the simulator may then evaluate it in
+    #: bulk (:mod:`simsparse.backends.rounds`)
     rounds: ClassVar = None
 
     def __init__(self, setup: Setup, params: BaseModel | None = None):

@@ -86,8 +86,8 @@ def ring_rounds(P, n):
     ranks = np.arange(P)
     dst = (ranks + 1) % P
     for s in range(2 * (P - 1)):
-        i = _ring_step(P, ranks, s)[0]
-        yield dst, (i + 1) * n // P - i * n // P
+        i, _, kernel = _ring_step(P, ranks, s)
+        yield dst, (i + 1) * n // P - i * n // P, kernel
 
 
 def _recursive_doubling(ctx, value, wrap, unwrap, combine, tag):
@@ -210,26 +210,28 @@ def rabenseifner_allreduce(ctx, buf, tag=0):
 
 # -- the same schedules as lockstep rounds (simsparse.backends.rounds) ------------------------
 
-def _folded(P, n, pair_steps):
+def _folded(P, n, pair_steps, unfold_kernel):
     """Rounds of a folded schedule: the fold (even ranks below 2 rem send all
-    n to r + 1), ``pair_steps`` (destination per participant, elements per
-    participant, for each round among the pof2 participants), the unfold."""
+    n to r + 1, which adds), ``pair_steps`` (destination per participant,
+    elements per participant and kernel, for each round among the pof2
+    participants), the unfold (odd ranks return the result, which their
+    partner takes with ``unfold_kernel``, None: as it is)."""
     f, ranks = Fold(P), np.arange(P)
     low = ranks < 2 * f.rem
     nrs = np.arange(f.pof2)
     real = np.where(nrs < f.rem, 2 * nrs + 1, nrs + f.rem)   # Fold.real of every participant
     if f.rem:
         dst = np.where(low & (ranks % 2 == 0), ranks + 1, -1)
-        yield dst, np.where(dst >= 0, n, 0)
-    for newdst, count in pair_steps(f.pof2, nrs):
+        yield dst, np.where(dst >= 0, n, 0), "add_into"
+    for newdst, count, kernel in pair_steps(f.pof2, nrs):
         dst = np.full(P, -1)
         dst[real] = real[newdst]
         full = np.zeros(P, dtype=np.int64)
         full[real] = count
-        yield dst, full
+        yield dst, full, kernel
     if f.rem:
         dst = np.where(low & (ranks % 2 == 1), ranks - 1, -1)
-        yield dst, np.where(dst >= 0, n, 0)
+        yield dst, np.where(dst >= 0, n, 0), unfold_kernel
 
 
 def recursive_doubling_rounds(P, n):
@@ -237,9 +239,9 @@ def recursive_doubling_rounds(P, n):
     def steps(pof2, nrs):
         mask = 1
         while mask < pof2:
-            yield nrs ^ mask, np.full(pof2, n)
+            yield nrs ^ mask, np.full(pof2, n), "add_into"
             mask <<= 1
-    return _folded(P, n, steps)
+    return _folded(P, n, steps, None)   # the unfolded value is used as it arrives (no kernel)
 
 
 def rabenseifner_rounds(P, n):
@@ -249,11 +251,12 @@ def rabenseifner_rounds(P, n):
         if pof2 == 1:
             return
         b = np.array(_bounds(n, pof2))
+        kernels = [st[-1] for st in _rabenseifner_steps(pof2, 0)]   # the same on every participant
         per = np.array([[st[1:4] for st in _rabenseifner_steps(pof2, nr)] for nr in range(pof2)])
-        for k in range(per.shape[1]):
+        for k, kernel in enumerate(kernels):
             newdst, s_lo, s_hi = per[:, k].T
-            yield newdst, b[s_hi] - b[s_lo]
-    return _folded(P, n, steps)
+            yield newdst, b[s_hi] - b[s_lo], kernel
+    return _folded(P, n, steps, "copy_into")   # _fold_out
 
 
 def allreduce(ctx, buf, algorithm="auto", tag=0):
@@ -274,10 +277,17 @@ class _DenseAllreduce(Algorithm):
     dense = True
     value_free = True   # fixed schedules: every message and kernel size follows from n and P
     collective = staticmethod(ring_allreduce)
+    collective_rounds = staticmethod(ring_rounds)
 
     def run(self, ctx, x):
         buf = yield ctx.compute("copy", x)
         return (yield from type(self).collective(ctx, buf))
+
+    @classmethod
+    def rounds(cls, P, n):
+        """:meth:`run` as lockstep rounds: the copy, then the collective's rounds."""
+        yield None, n, "copy"
+        yield from cls.collective_rounds(P, n)
 
     @classmethod
     def reference(cls, inputs, setup, params, states):
@@ -300,7 +310,7 @@ class RingAllreduce(_DenseAllreduce):
     __doc__ = "Dense ring allreduce (reduce-scatter + allgather around a ring).\n\n    " + \
         ring_allreduce.__doc__ + _SOURCE
     collective = staticmethod(ring_allreduce)
-    rounds = staticmethod(ring_rounds)
+    collective_rounds = staticmethod(ring_rounds)
 
 
 @register("recursive_doubling")
@@ -308,7 +318,7 @@ class RecursiveDoublingAllreduce(_DenseAllreduce):
     __doc__ = "Dense recursive-doubling allreduce (whole vector, log2 P steps).\n\n    " + \
         recursive_doubling_allreduce.__doc__ + _SOURCE
     collective = staticmethod(recursive_doubling_allreduce)
-    rounds = staticmethod(recursive_doubling_rounds)
+    collective_rounds = staticmethod(recursive_doubling_rounds)
 
 
 @register("rabenseifner")
@@ -316,4 +326,4 @@ class RabenseifnerAllreduce(_DenseAllreduce):
     __doc__ = "Dense Rabenseifner allreduce (recursive halving + doubling), the Dense baseline.\n\n    " + \
         rabenseifner_allreduce.__doc__ + _SOURCE
     collective = staticmethod(rabenseifner_allreduce)
-    rounds = staticmethod(rabenseifner_rounds)
+    collective_rounds = staticmethod(rabenseifner_rounds)

@@ -37,21 +37,29 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..compute.kernels import get_kernel, phantom
 from .driver import IterationStats
 
 
-def run_rounds(network, P: int, rounds, itemsize: int, eager: int, rdv_rtt: float,
-               byte_scale: float) -> IterationStats | None:
-    """Evaluate ``rounds`` (see the module docstring) on ``network`` for P
-    ranks; None if the network has no bulk path or a message would wait."""
+def run_rounds(sim, P: int, rounds, dtype) -> IterationStats | None:
+    """Evaluate ``rounds`` (module docstring) for P ranks on the network,
+    device and protocol of ``sim`` (a :class:`~simsparse.backends.sim.Simulator`);
+    None if the network has no bulk path or a message would wait."""
+    network = sim.network
     if not network.batch_start(P):
         return None
+    itemsize = np.dtype(dtype).itemsize
+    seconds = _KernelTimes(sim, dtype)
     t = np.zeros(P)
+    busy = np.zeros(P)
     sent = np.zeros(P, dtype=np.int64)
     msgs = np.zeros(P, dtype=np.int64)
     events = 0
     active = np.zeros(P, dtype=bool)
-    for dst, count in rounds:
+    for dst, count, kernel in rounds:
+        if dst is None:   # a local step: every rank runs the kernel on count elements
+            events += _compute(t, busy, np.arange(P), seconds(kernel, np.broadcast_to(count, P), 1))
+            continue
         src = np.flatnonzero(dst >= 0)
         if not len(src):
             continue
@@ -59,15 +67,15 @@ def run_rounds(network, P: int, rounds, itemsize: int, eager: int, rdv_rtt: floa
         if np.bincount(to, minlength=P).max() > 1:
             raise ValueError("a round sends two messages to one rank; rounds allow one receive per rank")
         nb = count[src].astype(np.int64) * itemsize
-        if byte_scale != 1.0:
-            nb = np.rint(nb * byte_scale).astype(np.int64)   # round half to even, as round() in isend
+        if sim.byte_scale != 1.0:
+            nb = np.rint(nb * sim.byte_scale).astype(np.int64)   # round half to even, as round() in isend
         ts = t[src]
         start = ts
-        rdv = nb > eager
+        rdv = nb > sim.eager
         if rdv.any():
             start = np.where(rdv, np.maximum(ts, t[to]), ts)
-            if rdv_rtt > 0:
-                start = np.where(rdv, start + rdv_rtt, start)
+            if sim.rdv_rtt > 0:
+                start = np.where(rdv, start + sim.rdv_rtt, start)
                 events += int(rdv.sum())
         arrival = network.batch(start, src, to, nb)
         if arrival is None:
@@ -80,5 +88,41 @@ def run_rounds(network, P: int, rounds, itemsize: int, eager: int, rdv_rtt: floa
         active[src] = True
         active[to] = True
         events += len(src) + int(active.sum())
-    busy = [{"forward": 0.0, "backward": 0.0, "compute": 0.0} for _ in range(P)]
-    return IterationStats(t.tolist(), [None] * P, sent.tolist(), msgs.tolist(), events, [], busy)
+        if kernel is not None:   # the receivers reduce or copy what they got
+            events += _compute(t, busy, to, seconds(kernel, count[src], 2))
+    busy_of = [{"forward": 0.0, "backward": 0.0, "compute": b} for b in busy.tolist()]
+    return IterationStats(t.tolist(), [None] * P, sent.tolist(), msgs.tolist(), events, [], busy_of)
+
+
+def _compute(t, busy, ranks, dt) -> int:
+    """Ranks ``ranks`` run a kernel of ``dt`` seconds at their time, as the
+    simulator's device does (a rank's device is idle when its program asks:
+    the program waits for every kernel). Returns the events it costs."""
+    now = t[ranks]
+    end = now + dt
+    busy[ranks] += np.where(dt > 0, dt, 0.0)
+    later = end > now
+    t[ranks] = np.where(later, now + (end - now), now)
+    return int(later.sum())
+
+
+class _KernelTimes:
+    """Device seconds of a kernel on blocks of given lengths (size-only
+    vectors), asked of the simulator once per kernel and length."""
+
+    def __init__(self, sim, dtype):
+        self.sim, self.dtype, self.known = sim, dtype, {}
+
+    def __call__(self, kernel: str, lengths, arity: int):
+        if self.sim.ideal:
+            return np.zeros(len(lengths))
+        uniq, inv = np.unique(lengths, return_inverse=True)
+        out = np.empty(len(uniq))
+        for i, m in enumerate(uniq.tolist()):
+            key = (kernel, m, arity)
+            if key not in self.known:
+                k = get_kernel(kernel)
+                args = (phantom(m, self.dtype),) * arity
+                self.known[key] = self.sim.kernel_seconds(k, k.numpy(*args), args, {})
+            out[i] = self.known[key]
+        return out[inv]

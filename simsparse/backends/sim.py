@@ -344,11 +344,18 @@ class Simulator(Driver):
                 return value   # no time, nothing queued before it, nothing to record
             dt = 0.0
         else:
-            w = k.work(value, *req.args, **req.kwargs)
-            if self.byte_scale != 1.0:
-                w = Work(w.elems * self.byte_scale, w.bytes * self.byte_scale)
-            dt = self.device.cost(req.kernel, w)
+            dt = self.kernel_seconds(k, value, req.args, req.kwargs)
         return self._device(prog, dt, value, "compute:" + req.kernel, "compute")
+
+    def kernel_seconds(self, k, value, args, kwargs) -> float:
+        """Device seconds of kernel ``k`` called on ``args`` (returning
+        ``value``), its work scaled back to full size."""
+        if self.ideal:
+            return 0.0
+        w = k.work(value, *args, **kwargs)
+        if self.byte_scale != 1.0:
+            w = Work(w.elems * self.byte_scale, w.bytes * self.byte_scale)
+        return self.device.cost(k.name, w)
 
     def on_forward(self, prog, req):
         return self._device(prog, self._model("forward").t_forward, None, "forward", "forward")

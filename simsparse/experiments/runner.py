@@ -29,10 +29,10 @@ class SimBackend:
         self.values = "sizes" if self.size_only else "full"
         self.model = None
         #: lockstep rounds in bulk (simsparse.backends.rounds) where they apply: the
-        #: lean engine, sizes only, no trace, no device time; SimPy stays the reference
+        #: lean engine, sizes only, no trace; SimPy stays the reference
         cls = point.algorithm_cls
         self.rounds = cls.rounds if (cls.rounds is not None and self.size_only and not trace and not point.schedule
-                                     and point.engine == "lean" and self.sim.ideal) else None
+                                     and point.engine == "lean") else None
         if point.schedule:
             from .plan import model_profile_of
 
@@ -47,9 +47,8 @@ class SimBackend:
         if self.size_only:
             grads = [phantom(self.workload.n, self.workload.dtype)] * self.point.P
             if self.rounds is not None:
-                sim, P = self.sim, self.point.P
-                stats = run_rounds(sim.network, P, self.rounds(P, self.workload.n), grads[0].itemsize, sim.eager,
-                                   sim.rdv_rtt, sim.byte_scale)
+                P = self.point.P
+                stats = run_rounds(self.sim, P, self.rounds(P, self.workload.n), self.workload.dtype)
                 if stats is not None:
                     stats.results = grads
                     return stats
