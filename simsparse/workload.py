@@ -183,7 +183,7 @@ class Workload:
         else:
             g = self._shape(self._noise(rank, iteration), rank)
             if self.layers is not None and self.layer_spread > 0:
-                g = (g * _scale_vector(self)).astype(self.dtype)
+                g = (g * _scale_vector(self)).astype(self.dtype, copy=False)   # float32 already: no second copy
         g.setflags(write=False)  # rank programs must not modify their input
         return g
 
