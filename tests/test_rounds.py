@@ -137,3 +137,15 @@ def test_two_receives_in_one_round_is_an_error():
     rounds = [(np.array([1, -1, 1]), np.array([4, 0, 4]), None)]
     with pytest.raises(ValueError, match="one receive per rank"):
         run_rounds(sim, 3, rounds, "float32")
+
+
+def test_one_rank_and_a_network_without_bulk_path():
+    """P = 1 has only the copy; a network model without ``batch_start`` runs events."""
+    fast, events, took = rows_of(make_point("ring", 1, n=100, values="auto", compute=P100))
+    assert_same(fast, events)
+    assert took == [True] and fast["msgs_total"] == 0 and fast["time_s"] > 0
+
+    class Plain:
+        pass
+
+    assert run_rounds(Simulator(Plain()), 4, iter(()), "float32") is None

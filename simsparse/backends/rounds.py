@@ -2,26 +2,36 @@
 simulation's times, bytes and event count exactly, or nothing at all.
 
 Some schedules are a sequence of *rounds*. In each round, every rank posts
-at most one receive and one send and waits for both. The ring is one: in
-step s, rank r sends block (r - s) mod P to r + 1 and receives from r - 1.
-Such a schedule is given as :attr:`Algorithm.rounds <simsparse.algorithms.base.Algorithm.rounds>`,
-``rounds(P, n)`` yielding each round's destination and element count per
-rank (destination -1: no send). It comes from the same step function as the
-algorithm's generator, so the two cannot drift apart.
+at most one receive and one send, waits for both, and runs one kernel on
+what it received. The ring is one: in step s, rank r sends block
+(r - s) mod P to r + 1, receives block (r - s - 1) mod P from r - 1 and adds
+it. Such a schedule is given as
+:attr:`Algorithm.rounds <simsparse.algorithms.base.Algorithm.rounds>`:
+``rounds(P, n)`` yields, per round, ``(dst, count, kernel)``:
+* ``dst[r]`` is rank r's destination (-1: no send);
+* ``count[r]`` is the number of elements it sends;
+* ``kernel`` is what the receiver runs on the received block, as
+  ``kernel(own block, received block)``, or None.
+
+A *local step* ``(None, count, kernel)`` has every rank run
+``kernel(vector of count elements)``. The rounds come from the same step
+functions as the algorithm's generator, so the two cannot drift apart.
 
 A round is then a few numpy operations over P ranks instead of 2P events.
 The model is :class:`~simsparse.backends.sim.Simulator`'s:
 
 * a rank enters a round at its time t_r and posts its receive and send then;
 * an eager send (at most the eager threshold) starts moving at the
-  sender's t; a rendezvous send starts at max(t_sender, t_receiver), plus
-  the handshake's round trip when that is > 0;
+  sender's t; a rendezvous send at max(t_sender, t_receiver), plus the
+  handshake's round trip when that is > 0;
 * the network model's ``batch(now, src, dst, nbytes)`` gives every
   message's arrival as its ``transfer`` would;
-* a rank leaves the round when its send and its receive are both complete;
-  kernels cost nothing (the path is taken only with the ideal device).
+* a rank leaves the round when its send and its receive are both complete,
+  then runs the kernel for the seconds the simulator's device charges
+  (``Simulator.kernel_seconds``). Its device is idle then: the program
+  waits for every kernel it runs.
 
-The path is exact only while no message waits for another: a port or link
+The path is exact only while no message waits for another. A port or link
 still busy from an earlier message would make the event simulation queue or
 share it. So ``batch`` returns None as soon as one message of a round would
 not find its port (alpha-beta) or all its links (flow level) idle. The
@@ -29,9 +39,13 @@ check is conservative: a resource used out of round order also counts as a
 conflict. The caller then runs the event simulation, so results never
 depend on which path ran.
 
-Events are counted as the engines count them: one per arrival, one per
-rendezvous handshake (round trip > 0), one per rank per round it waits in.
-``tests/test_rounds.py`` compares rows and event counts with both engines.
+Events are counted as the engines count them:
+* one per arrival;
+* one per rendezvous handshake (round trip > 0);
+* one per rank per round it waits in;
+* one per kernel that takes time.
+
+``tests/test_rounds.py`` compares rows and event counts with SimPy.
 """
 from __future__ import annotations
 
@@ -46,7 +60,8 @@ def run_rounds(sim, P: int, rounds, dtype) -> IterationStats | None:
     device and protocol of ``sim`` (a :class:`~simsparse.backends.sim.Simulator`);
     None if the network has no bulk path or a message would wait."""
     network = sim.network
-    if not network.batch_start(P):
+    begin = getattr(network, "batch_start", None)   # a network model without a bulk path: events
+    if begin is None or not begin(P):
         return None
     itemsize = np.dtype(dtype).itemsize
     seconds = _KernelTimes(sim, dtype)
