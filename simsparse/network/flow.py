@@ -329,13 +329,20 @@ class FlowNetwork:
         n = len(self._cap)
         self._link_end = np.full(n, -np.inf)   # per link: end of the last flow that held it
         self._link_now = np.full(n, -np.inf)   # ... and when that flow was posted
+        self._stamp = np.zeros(n, dtype=np.intp)   # scratch: finds a link used twice in one batch
+        self._last_batch = self._last_rids = None
         self._ep_arr = np.asarray(self._ep, dtype=np.int64)
         self._pair_keys = np.zeros(0, dtype=np.int64)   # sorted es * endpoints + ed
         self._pair_rids = np.zeros(0, dtype=np.intp)
         return True
 
     def _rids(self, src, dst) -> np.ndarray:
-        """Route ids of the messages src[i] -> dst[i] (the default routes)."""
+        """Route ids of the messages src[i] -> dst[i] (the default routes);
+        the last answer is kept, as in :meth:`_batch_links`."""
+        last = self._last_rids
+        if last is not None and len(last[0]) == len(src) and np.array_equal(last[0], src) \
+                and np.array_equal(last[1], dst):
+            return last[2]
         ne = self._n_ep
         key = self._ep_arr[src] * ne + self._ep_arr[dst]
         keys = self._pair_keys
@@ -350,7 +357,9 @@ class FlowNetwork:
             self._pair_keys = keys = keys[order]
             self._pair_rids = np.concatenate((self._pair_rids, np.asarray(rids, dtype=np.intp)))[order]
             pos = np.searchsorted(keys, key)
-        return self._pair_rids[pos]
+        rid = self._pair_rids[pos]
+        self._last_rids = (src, dst, rid)
+        return rid
 
     def batch(self, now, src, dst, nbytes):
         """Arrivals of messages posted at ``now`` (arrays), as :meth:`transfer`
@@ -369,29 +378,59 @@ class FlowNetwork:
         f = ~empty
         nf = now[f]
         end = t0[f] + nbytes[f] / rt.bneck[rid[f]]
-        links = rt.R[rid[f]]
-        H = links.shape[1]
-        flat = links.ravel()
-        real = flat != rt.dummy
-        flat = flat[real]
-        fnow, fend = np.repeat(nf, H)[real], np.repeat(end, H)[real]
+        if not self._solo_batch(rid[f], nf, end):
+            return None
+        out[f] = nf + (((end + tail[f]) + self.o_r) - nf)
+        return out
+
+    def _batch_links(self, rids):
+        """The links of routes ``rids`` as one flat array (padding dropped),
+        the flow each belongs to, and whether no link occurs twice; the last
+        answer is kept, as a schedule often repeats its routes (the ring's
+        every round)."""
+        last = self._last_batch
+        if last is not None and len(last[0]) == len(rids) and np.array_equal(last[0], rids):
+            return last[1]
+        R = self._routes.R[rids]
+        real = R != self._routes.dummy
+        links = R[real]
+        flow = np.nonzero(real)[0]
+        stamp = self._stamp
+        stamp[links] = np.arange(len(links))
+        got = (links, flow, bool((stamp[links] == np.arange(len(links))).all()))
+        self._last_batch = (rids, got)
+        return got
+
+    def _solo_batch(self, rids, now, end) -> bool:
+        """Whether flows on routes ``rids`` posted at ``now`` ending at
+        ``end`` all start solo, as :meth:`_solo` would find them, and if so
+        claim their links. Flows of one batch that share a link must follow
+        one another, in posting order."""
+        links, flow, distinct = self._batch_links(rids)
+        horizon = now * (1.0 + END_TOL)
+        if distinct:   # no link twice: no order to check
+            if (self._link_end[links] > horizon[flow]).any() or (self._link_now[links] >= now[flow]).any():
+                return False
+            self._link_end[links] = end[flow]
+            self._link_now[links] = now[flow]
+            return True
+        flat, fnow, fend = links, now[flow], end[flow]
         order = np.lexsort((fnow, flat))
         flat, fnow, fend = flat[order], fnow[order], fend[order]
         horizon = fnow * (1.0 + END_TOL)
         same = flat[1:] == flat[:-1]    # the next flow on the same link, later posted
         if (same & ((fend[:-1] > horizon[1:]) | (fnow[:-1] >= fnow[1:]))).any():
-            return None
+            return False
         first = np.ones(len(flat), dtype=bool)
         first[1:] = ~same
         fl = flat[first]
         if ((self._link_end[fl] > horizon[first]) | (self._link_now[fl] >= fnow[first])).any():
-            return None
+            return False
         last = np.ones(len(flat), dtype=bool)
         last[:-1] = ~same
         self._link_end[flat[last]] = fend[last]
         self._link_now[flat[last]] = fnow[last]
-        out[f] = nf + (((end + tail[f]) + self.o_r) - nf)
-        return out
+        return True
 
     # -- shared flows: event handling -----------------------------------------------------
     def _want_tick(self, t: float) -> None:
