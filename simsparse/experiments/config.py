@@ -162,7 +162,9 @@ class RunSpec(BaseModel):
     data_scale: float = Field(1.0, gt=0, le=1, description="simulator only: carry gradients at this fraction of n and "
                                                            "scale bytes and compute work back up (1 = full size)")
     engine: typing.Literal["lean", "simpy"] = Field("lean", description="simulator only: the event engine (the same "
-                                                                        "results; simpy is the reference)")
+                                                                        "results; lean also evaluates dense collectives "
+                                                                        "on sizes as bulk rounds; simpy is the "
+                                                                        "reference)")
     values: typing.Literal["auto", "full"] = Field("auto", description="simulator only: auto carries sizes only for "
                                                    "dense collectives (same times and bytes, no check); full: values")
 
