@@ -149,3 +149,16 @@ def test_one_rank_and_a_network_without_bulk_path():
         pass
 
     assert run_rounds(Simulator(Plain()), 4, iter(()), "float32") is None
+
+
+def test_the_budget_says_when_rounds_may_run_a_point():
+    """A point past the event budget is still refused (the rounds may decline),
+    but the refusal says that a dense collective on sizes usually runs in bulk."""
+    from simsparse.experiments.budget import Budget, BudgetError, check
+
+    small = Budget(max_events=1e3)
+    with pytest.raises(BudgetError, match="runs as bulk lockstep rounds"):
+        check([make_point("ring", 64, n=4096, values="auto")], small)
+    with pytest.raises(BudgetError) as refused:
+        check([make_point("ring", 64, n=4096, values="full")], small)
+    assert "lockstep" not in str(refused.value)

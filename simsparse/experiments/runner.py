@@ -9,6 +9,15 @@ from .metrics import PointOutcome
 from .point import Point
 
 
+def rounds_may_apply(point: Point, trace: bool = False) -> bool:
+    """Whether the simulator tries the point as lockstep rounds in bulk
+    (:mod:`simsparse.backends.rounds`): an algorithm that has them, on sizes
+    only, the lean engine (SimPy stays the reference), no schedule, no trace.
+    The network model may still decline (a busy port or link)."""
+    return (point.algorithm_cls.rounds is not None and point.size_only and point.engine == "lean"
+            and not point.schedule and not trace)
+
+
 class SimBackend:
     """All P ranks in this process, at the point's ``data_scale`` (reduced
     data; bytes and compute work scaled back up)."""
@@ -28,11 +37,7 @@ class SimBackend:
         self.size_only = point.size_only
         self.values = "sizes" if self.size_only else "full"
         self.model = None
-        #: lockstep rounds in bulk (simsparse.backends.rounds) where they apply: the
-        #: lean engine, sizes only, no trace; SimPy stays the reference
-        cls = point.algorithm_cls
-        self.rounds = cls.rounds if (cls.rounds is not None and self.size_only and not trace and not point.schedule
-                                     and point.engine == "lean") else None
+        self.rounds = point.algorithm_cls.rounds if rounds_may_apply(point, trace) else None
         if point.schedule:
             from .plan import model_profile_of
 
