@@ -242,7 +242,7 @@ class FlowNetwork:
         else:
             rid = rt.pair.get(es * self._n_ep + ed)
             if rid is None:
-                rid = rt.pair[es * self._n_ep + ed] = self.route_id(es, ed)
+                rid = self._default_route(es, ed)
         now = self.env.now
         t0 = now + self.o_s
         if self.gap > 0.0:
@@ -319,6 +319,12 @@ class FlowNetwork:
         done()
 
     # -- lockstep rounds (simsparse.backends.rounds) --------------------------------------
+    def _default_route(self, es: int, ed: int) -> int:
+        """Row of the default (non-adaptive) route es -> ed, kept by pair."""
+        rid = self._routes.pair[es * self._n_ep + ed] = self.route_id(es, ed)
+        return rid
+
+    # -- lockstep rounds (simsparse.backends.rounds) --------------------------------------
     def batch_start(self, P: int) -> bool:
         """Begin a bulk evaluation on an idle network of P ranks. Not with
         adaptive routing (a route depends on the load when the message starts)
@@ -330,36 +336,33 @@ class FlowNetwork:
         self._link_end = np.full(n, -np.inf)   # per link: end of the last flow that held it
         self._link_now = np.full(n, -np.inf)   # ... and when that flow was posted
         self._stamp = np.zeros(n, dtype=np.intp)   # scratch: finds a link used twice in one batch
-        self._last_batch = self._last_rids = None
-        self._ep_arr = np.asarray(self._ep, dtype=np.int64)
-        self._pair_keys = np.zeros(0, dtype=np.int64)   # sorted es * endpoints + ed
-        self._pair_rids = np.zeros(0, dtype=np.intp)
+        self._last_batch = None
         return True
 
-    def _rids(self, src, dst) -> np.ndarray:
-        """Route ids of the messages src[i] -> dst[i] (the default routes);
-        the last answer is kept, as in :meth:`_batch_links`."""
-        last = self._last_rids
-        if last is not None and len(last[0]) == len(src) and np.array_equal(last[0], src) \
-                and np.array_equal(last[1], dst):
+    def _batch_routes(self, src, dst):
+        """For messages src[i] -> dst[i]: their route ids, their links as one
+        flat array (padding dropped), the message each link belongs to, and
+        whether no link occurs twice. The last answer is kept, as a schedule
+        often repeats its messages (the ring's every round)."""
+        last = self._last_batch
+        if last is not None and np.array_equal(last[0], src) and np.array_equal(last[1], dst):
             return last[2]
-        ne = self._n_ep
-        key = self._ep_arr[src] * ne + self._ep_arr[dst]
-        keys = self._pair_keys
-        pos = np.searchsorted(keys, key)
-        found = pos < len(keys)
-        found[found] = keys[pos[found]] == key[found]
-        if not found.all():
-            new = np.unique(key[~found])
-            rids = [self.route_id(int(k) // ne, int(k) % ne) for k in new]
-            keys = np.concatenate((keys, new))
-            order = np.argsort(keys, kind="stable")
-            self._pair_keys = keys = keys[order]
-            self._pair_rids = np.concatenate((self._pair_rids, np.asarray(rids, dtype=np.intp)))[order]
-            pos = np.searchsorted(keys, key)
-        rid = self._pair_rids[pos]
-        self._last_rids = (src, dst, rid)
-        return rid
+        rt, ep, ne = self._routes, self._ep, self._n_ep
+        rids = []
+        for s, d in zip(src.tolist(), dst.tolist()):
+            es, ed = ep[s], ep[d]
+            r = rt.pair.get(es * ne + ed)
+            rids.append(self._default_route(es, ed) if r is None else r)
+        rid = np.array(rids, dtype=np.intp)
+        R = rt.R[rid]
+        real = R != rt.dummy
+        links = R[real]
+        owner = np.nonzero(real)[0]
+        stamp = self._stamp
+        stamp[links] = np.arange(len(links))
+        got = (rid, links, owner, bool((stamp[links] == np.arange(len(links))).all()))
+        self._last_batch = (src, dst, got)
+        return got
 
     def batch(self, now, src, dst, nbytes):
         """Arrivals of messages posted at ``now`` (arrays), as :meth:`transfer`
@@ -367,46 +370,29 @@ class FlowNetwork:
         held by another flow, or be posted on a link at the same time as
         another (their order would decide which is solo)."""
         rt = self._routes
-        rid = self._rids(src, dst)
+        rid, links, owner, distinct = self._batch_routes(src, dst)
         t0 = now + self.o_s
         tail = rt.lat[rid]
         out = np.empty(len(now))
         empty = nbytes <= 0    # no bytes: no link held, latency only
         if empty.any():
-            e = empty
-            out[e] = now[e] + (((t0[e] - now[e]) + tail[e]) + self.o_r)
+            out[empty] = now[empty] + (((t0[empty] - now[empty]) + tail[empty]) + self.o_r)
+            keep = ~empty[owner]   # the links of messages with bytes, numbered among those
+            links, owner = links[keep], np.cumsum(~empty)[owner[keep]] - 1
         f = ~empty
         nf = now[f]
         end = t0[f] + nbytes[f] / rt.bneck[rid[f]]
-        if not self._solo_batch(rid[f], nf, end):
+        if not self._solo_batch(links, owner, distinct, nf, end):
             return None
         out[f] = nf + (((end + tail[f]) + self.o_r) - nf)
         return out
 
-    def _batch_links(self, rids):
-        """The links of routes ``rids`` as one flat array (padding dropped),
-        the flow each belongs to, and whether no link occurs twice; the last
-        answer is kept, as a schedule often repeats its routes (the ring's
-        every round)."""
-        last = self._last_batch
-        if last is not None and len(last[0]) == len(rids) and np.array_equal(last[0], rids):
-            return last[1]
-        R = self._routes.R[rids]
-        real = R != self._routes.dummy
-        links = R[real]
-        flow = np.nonzero(real)[0]
-        stamp = self._stamp
-        stamp[links] = np.arange(len(links))
-        got = (links, flow, bool((stamp[links] == np.arange(len(links))).all()))
-        self._last_batch = (rids, got)
-        return got
-
-    def _solo_batch(self, rids, now, end) -> bool:
-        """Whether flows on routes ``rids`` posted at ``now`` ending at
-        ``end`` all start solo, as :meth:`_solo` would find them, and if so
-        claim their links. Flows of one batch that share a link must follow
-        one another, in posting order."""
-        links, flow, distinct = self._batch_links(rids)
+    def _solo_batch(self, links, flow, distinct, now, end) -> bool:
+        """Whether flows posted at ``now`` ending at ``end`` all start solo,
+        as :meth:`_solo` would find them (``links`` flat, ``flow`` the flow
+        of each, ``distinct``: no link twice), and if so claim their links.
+        Flows of one batch that share a link must follow one another, in
+        posting order."""
         horizon = now * (1.0 + END_TOL)
         if distinct:   # no link twice: no order to check
             if (self._link_end[links] > horizon[flow]).any() or (self._link_now[links] >= now[flow]).any():
