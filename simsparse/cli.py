@@ -219,7 +219,8 @@ def _execute(exp: Experiment, args) -> int:
                 for p in pending:
                     progress.started(p)
                     watchdog.point_started()
-                    out = runner.simulate_point(p, trace=args.trace)
+                    out = runner.simulate_point(p, trace=args.trace,
+                                                max_events=None if args.force else limits.max_events)
                     save(out)
                     progress.finished(p, out.row)
         else:
@@ -328,10 +329,12 @@ def _sweep(exp: Experiment, args) -> int:
     from .experiments.paths import results_dir
 
     out_dir = results_dir(exp.name, args.out)
+    limits = budget.Budget.from_env()
     if not args.force:
-        budget.check(exp.points, budget.Budget.from_env(), "sim", args.trace, where=exp.path)
+        budget.check(exp.points, limits, "sim", args.trace, where=exp.path)
     res = sweep(exp, out_dir, executor=args.executor, jobs=args.jobs, scheduler=args.scheduler, fmt=args.format,
-                fresh=args.fresh, trace=args.trace, command=["simsparse", *sys.argv[1:]])
+                fresh=args.fresh, trace=args.trace, command=["simsparse", *sys.argv[1:]],
+                max_events=None if args.force else limits.max_events)
     if res.ran or res.failed:
         print(f"simsparse: {res.ran} points in {fmt_duration(res.elapsed_s)}", file=sys.stderr)
     status = _report(exp, res.store, out_dir, args, written=tuple(res.written))

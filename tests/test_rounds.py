@@ -151,14 +151,21 @@ def test_one_rank_and_a_network_without_bulk_path():
     assert run_rounds(Simulator(Plain()), 4, iter(()), "float32") is None
 
 
-def test_the_budget_says_when_rounds_may_run_a_point():
-    """A point past the event budget is still refused (the rounds may decline),
-    but the refusal says that a dense collective on sizes usually runs in bulk."""
+def test_the_budget_lets_bulk_rounds_run_and_stops_them_if_they_decline():
+    """A point past the event budget runs when it is tried as bulk rounds (a
+    dense collective on sizes), and stops with a budget error naming the
+    point if its rounds decline and its events are past the limit."""
     from simsparse.experiments.budget import Budget, BudgetError, check
 
     small = Budget(max_events=1e3)
-    with pytest.raises(BudgetError, match="runs as bulk lockstep rounds"):
-        check([make_point("ring", 64, n=4096, values="auto")], small)
-    with pytest.raises(BudgetError) as refused:
+    bulk = make_point("ring", 64, n=4096, values="auto")
+    assert check([bulk], small).events == 0.0
+    assert simulate_point(bulk, max_events=small.max_events).row["sim_events"] > small.max_events
+    with pytest.raises(BudgetError, match="P = 64, ring.*needs about"):
         check([make_point("ring", 64, n=4096, values="full")], small)
-    assert "lockstep" not in str(refused.value)
+    # ranks placed at random on a fat tree: ring neighbours' flows meet, the rounds decline
+    clash = dataclasses.replace(bulk, network={**net("comet_fdr_4gpu"), "placement": "random", "placement_seed": 3})
+    check([clash], small)
+    with pytest.raises(BudgetError, match="P = 64, ring: the bulk lockstep rounds declined.*--force"):
+        simulate_point(clash, max_events=small.max_events)
+    assert simulate_point(clash).row["sim_events"] > small.max_events

@@ -158,10 +158,10 @@ def test_provenance_beside_the_results(grid, serial):
 def test_a_failing_point_is_reported_and_the_others_kept(grid, tmp_path, monkeypatch, capsys):
     real = sw.run_task
 
-    def flaky(point, trace=False):
+    def flaky(point, trace=False, max_events=None):
         if point.algorithm == "gtopk" and point.P == 4:
             raise RuntimeError("boom")
-        return real(point, trace)
+        return real(point, trace, max_events)
 
     monkeypatch.setattr(sw, "run_task", flaky)
     out = tmp_path / "flaky"

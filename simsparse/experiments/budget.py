@@ -19,6 +19,13 @@ project's simulator:
   ``13 P n`` measured for float32), nothing per element when only sizes travel;
   plus 300 bytes per trace record.
 
+A point the simulator tries as bulk lockstep rounds (a dense collective on
+sizes, :func:`~simsparse.experiments.runner.rounds_may_apply`) costs a few
+numpy operations per round, not its events: its events do not count against
+the limit before it runs. If its rounds decline (a message would wait for a
+busy port or link) and its events are past the limit, :func:`declined`
+stops it then.
+
 Limits come from :class:`Budget` (defaults below, 80% of this machine's
 memory) and may be changed with ``SIMSPARSE_BUDGET="points=100,events=1e6,memory_gb=2"``.
 """
@@ -110,13 +117,34 @@ class Estimate:
     most_memory: Point | None
 
 
+def bulk(point: Point, trace: bool = False) -> bool:
+    """Whether the simulator tries ``point`` as bulk lockstep rounds."""
+    from .runner import rounds_may_apply
+
+    return rounds_may_apply(point, trace)
+
+
 def estimate(points: list[Point], backend: str = "sim", trace: bool = False) -> Estimate:
+    """Counts and the largest needs; ``events`` of the points that run as
+    events (bulk-rounds points count 0 there: :func:`declined` guards them)."""
     if not points:
         return Estimate(0, 0.0, 0.0, 0.0, None, None)
     ev = [events(p) for p in points]
+    checked = [0.0 if backend == "sim" and bulk(p, trace) else e for p, e in zip(points, ev)]
     mem = [memory_B(p, backend, trace) for p in points]
-    i, j = max(range(len(ev)), key=ev.__getitem__), max(range(len(mem)), key=mem.__getitem__)
-    return Estimate(len(points), ev[i], mem[j], sum(ev) / MIN_EVENT_RATE, points[i], points[j])
+    i, j = max(range(len(ev)), key=checked.__getitem__), max(range(len(mem)), key=mem.__getitem__)
+    return Estimate(len(points), checked[i], mem[j], sum(checked) / MIN_EVENT_RATE, points[i], points[j])
+
+
+def declined(point: Point, max_events: float | None) -> None:
+    """Called when the bulk rounds of ``point`` declined and its events are to
+    run: :class:`BudgetError` if they are past ``max_events`` (None: no limit)."""
+    ev = events(point)
+    if max_events is not None and ev > max_events:
+        raise BudgetError(f"P = {point.P}, {point.algorithm}: the bulk lockstep rounds declined (a message would "
+                          f"wait for a busy port or link of this network), and as events the point needs about "
+                          f"{ev:.3g}, over the limit of {max_events:.3g}. Lower 'P' or 'iterations' + 'warmup', "
+                          f"or pass --force to run anyway")
 
 
 def _widest_axis(points: list[Point]) -> tuple[str, int]:
@@ -144,12 +172,6 @@ def check(points: list[Point], budget: Budget, backend: str = "sim", trace: bool
         problems.append(f"the largest point (P = {p.P}, {p.algorithm}) needs about {est.events:.3g} simulator "
                         f"events, over the limit of {budget.max_events:.3g}; driven by 'P' = {p.P} (messages grow "
                         f"as P^2) and 'iterations' + 'warmup' = {p.iterations + p.warmup}")
-        from .runner import rounds_may_apply
-
-        if rounds_may_apply(p, trace):
-            problems.append(f"but {p.algorithm} on sizes runs as bulk lockstep rounds wherever no message waits for "
-                            f"a busy port or link (seconds at P = 4096 on alpha-beta or a fat tree; the estimate "
-                            f"counts its events as events)")
     if est.memory_B > budget.max_memory_B:
         p = est.most_memory
         scale = f" x data_scale {p.data_scale:g}" if backend == "sim" and p.data_scale < 1 else ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..backends.rounds import run_rounds
 from ..backends.sim import Simulator, TrainingModel
 from ..compute.kernels import phantom
+from .budget import declined
 from .loop import run_point
 from .metrics import PointOutcome
 from .point import Point
@@ -25,7 +26,7 @@ class SimBackend:
     name = "sim"
     root = True
 
-    def __init__(self, point: Point, trace: bool = False):
+    def __init__(self, point: Point, trace: bool = False, max_events: float | None = None):
         spec = point.network_spec()
         small, byte_scale = point.at_scale()
         self.point, self.trace = small, trace
@@ -38,6 +39,7 @@ class SimBackend:
         self.values = "sizes" if self.size_only else "full"
         self.model = None
         self.rounds = point.algorithm_cls.rounds if rounds_may_apply(point, trace) else None
+        self.full, self.max_events = point, max_events
         if point.schedule:
             from .plan import model_profile_of
 
@@ -57,6 +59,7 @@ class SimBackend:
                 if stats is not None:
                     stats.results = grads
                     return stats
+                declined(self.full, self.max_events)   # the budget did not count its events
                 self.rounds = None   # a message would wait: the same happens every iteration
         else:
             grads = self.workload.grads(self.point.P, it)
@@ -65,10 +68,13 @@ class SimBackend:
         return self.sim.run([jobs[r].program(g) for r, g in zip(self.local_ranks, grads)])
 
 
-def simulate_point(point: Point, trace: bool = False, keep_results: bool = False) -> PointOutcome:
-    """Simulate ``warmup + iterations`` iterations of one point."""
+def simulate_point(point: Point, trace: bool = False, keep_results: bool = False,
+                   max_events: float | None = None) -> PointOutcome:
+    """Simulate ``warmup + iterations`` iterations of one point; a point tried
+    as bulk rounds that declines with events past ``max_events`` stops with
+    :class:`~.budget.BudgetError` (None: no limit)."""
     if point.schedule:
         from .plan import with_plan
 
         point = with_plan(point)
-    return run_point(point, SimBackend(point, trace), keep_results)
+    return run_point(point, SimBackend(point, trace, max_events), keep_results)
