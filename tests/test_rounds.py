@@ -161,8 +161,11 @@ def test_the_budget_lets_bulk_rounds_run_and_stops_them_if_they_decline():
     bulk = make_point("ring", 64, n=4096, values="auto")
     assert check([bulk], small).events == 0.0
     assert simulate_point(bulk, max_events=small.max_events).row["sim_events"] > small.max_events
-    with pytest.raises(BudgetError, match="P = 64, ring.*needs about"):
+    with pytest.raises(BudgetError, match="P = 64, ring.*needs about.*with 'values: auto'"):
         check([make_point("ring", 64, n=4096, values="full")], small)
+    with pytest.raises(BudgetError) as refused:
+        check([make_point("oktopk", 64, n=4096)], small)
+    assert "values: auto" not in str(refused.value)
     # ranks placed at random on a fat tree: ring neighbours' flows meet, the rounds decline
     clash = dataclasses.replace(bulk, network={**net("comet_fdr_4gpu"), "placement": "random", "placement_seed": 3})
     check([clash], small)

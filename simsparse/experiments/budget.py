@@ -39,6 +39,7 @@ memory) and may be changed with ``SIMSPARSE_BUDGET="points=100,events=1e6,memory
 from __future__ import annotations
 
 import _thread
+import dataclasses
 import json
 import math
 import os
@@ -188,6 +189,9 @@ def check(points: list[Point], budget: Budget, backend: str = "sim", trace: bool
         problems.append(f"the largest point (P = {p.P}, {p.algorithm}) needs about {est.events:.3g} simulator "
                         f"events, over the limit of {budget.max_events:.3g}; driven by 'P' = {p.P} (messages grow "
                         f"as P^2) and 'iterations' + 'warmup' = {p.iterations + p.warmup}")
+        if backend == "sim" and not p.size_only and bulk(dataclasses.replace(p, values="auto"), trace):
+            problems.append(f"with 'values: auto' (sizes only) {p.algorithm} would run as bulk lockstep rounds, "
+                            f"not counted as events")
     if est.memory_B > budget.max_memory_B:
         p = est.most_memory
         scale = f" x data_scale {p.data_scale:g}" if backend == "sim" and p.data_scale < 1 else ""
