@@ -308,9 +308,7 @@ _SOURCE = """
 @register("ring")
 class RingAllreduce(_DenseAllreduce):
     __doc__ = "Dense ring allreduce (reduce-scatter + allgather around a ring).\n\n    " + \
-        ring_allreduce.__doc__ + _SOURCE
-    collective = staticmethod(ring_allreduce)
-    collective_rounds = staticmethod(ring_rounds)
+        ring_allreduce.__doc__ + _SOURCE   # collective and its rounds: the base class's ring
 
 
 @register("recursive_doubling")

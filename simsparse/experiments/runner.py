@@ -39,7 +39,7 @@ class SimBackend:
         self.values = "sizes" if self.size_only else "full"
         self.model = None
         self.rounds = point.algorithm_cls.rounds if rounds_may_apply(point, trace) else None
-        self.unscaled, self.max_events = point, max_events
+        self.max_events = max_events
         if point.schedule:
             from .plan import model_profile_of
 
@@ -59,7 +59,7 @@ class SimBackend:
                 if stats is not None:
                     stats.results = grads
                     return stats
-                declined(self.unscaled, self.max_events)   # the budget did not count its events
+                declined(self.point, self.max_events)   # the budget did not count its events (P, not n, decides them)
                 self.rounds = None   # a message would wait: the same happens every iteration
         else:
             grads = self.workload.grads(self.point.P, it)

@@ -231,6 +231,12 @@ class FlowNetwork:
             rid = rt.ids[ck] = rt.add(self._m.route(es, ed, key))
         return rid
 
+    def _default_route(self, es: int, ed: int) -> int:
+        """Row of the default (non-adaptive) route es -> ed, kept by pair
+        (``transfer`` and the bulk path)."""
+        rid = self._routes.pair[es * self._n_ep + ed] = self.route_id(es, ed)
+        return rid
+
     # -- the interface the simulator calls --------------------------------------------
     def transfer(self, src: int, dst: int, nbytes: int, done: Callable[[], None]) -> None:
         es, ed = self._ep[src], self._ep[dst]
@@ -317,12 +323,6 @@ class FlowNetwork:
             for x in self._routes.watch[rid]:
                 self._load[x] -= 1
         done()
-
-    # -- lockstep rounds (simsparse.backends.rounds) --------------------------------------
-    def _default_route(self, es: int, ed: int) -> int:
-        """Row of the default (non-adaptive) route es -> ed, kept by pair."""
-        rid = self._routes.pair[es * self._n_ep + ed] = self.route_id(es, ed)
-        return rid
 
     # -- lockstep rounds (simsparse.backends.rounds) --------------------------------------
     def batch_start(self, P: int) -> bool:
