@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 import struct
+import time
 
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
@@ -174,9 +176,9 @@ class Mailbox:
 
         self.MPI, self.comm, self.from_host, self.on_done = MPI, comm, from_host, on_done
         local = os.environ.get("MPI_LOCALNRANKS", os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE", comm.Get_size()))
-        #: more ranks than cores: never wait inside MPI, which spins and would
-        #: keep a core from the rank it waits for; poll and yield the core instead
-        self.oversubscribed = int(local) > len(os.sched_getaffinity(0))
+        #: how a rank with nothing to do waits (:meth:`block`)
+        self.wait = wait_mode(int(local))
+        self.sleeper = SocketSleep() if self.wait == "poll" else None
         self.reset()
 
     def reset(self):
@@ -206,20 +208,27 @@ class Mailbox:
 
     def progress(self) -> None:
         """Match what has arrived, complete what has finished; never blocks."""
+        n = len(self.unmatched) + len(self.reqs)
         if self.unmatched:
             self._match()
         if self.reqs:
             done = self.MPI.Request.Testsome(self.reqs)
             if done:
                 self._retire(done)
+        if self.sleeper is not None and len(self.unmatched) + len(self.reqs) != n:
+            self.sleeper.woke()
 
     def block(self, probe: bool) -> None:
-        """Wait inside MPI, where transfers progress at MPI's speed: for any
-        request in flight if no receive is unmatched; else, with ``probe`` (only
-        a message for an unmatched receive can matter), for such a message.
-        Otherwise, or if oversubscribed, give the core away once."""
+        """Nothing can run until MPI completes something. ``spin``: wait inside
+        MPI, where transfers progress at MPI's speed (for any request in
+        flight if no receive is unmatched; else, with ``probe`` -- only a
+        message for an unmatched receive can matter -- for such a message).
+        ``yield``: give the core away once. ``poll``: sleep until a socket
+        has data or a short timeout (:class:`SocketSleep`)."""
         MPI = self.MPI
-        if self.oversubscribed:
+        if self.wait == "poll":
+            self.sleeper.sleep()
+        elif self.wait == "yield":
             os.sched_yield()
         elif not self.unmatched and self.reqs:
             self._retire(MPI.Request.Waitsome(self.reqs) or ())
@@ -235,6 +244,19 @@ class Mailbox:
                 os.sched_yield()  # a message for a receive not posted yet
         else:
             os.sched_yield()
+
+    def quiet_wait(self, req) -> None:
+        """Complete one MPI request (a barrier) without spinning where the wait mode allows."""
+        if self.wait == "spin":
+            req.Wait()
+            return
+        while not req.Test():
+            if self.sleeper is not None:
+                self.sleeper.sleep()
+            else:
+                os.sched_yield()
+        if self.sleeper is not None:
+            self.sleeper.woke()
 
     def _track(self, h: Message, reqs: list) -> None:
         h.pending = len(reqs)
@@ -290,3 +312,80 @@ class Mailbox:
             h.nbytes = h.value.nbytes
         h.buf = h.data = None
         self.on_done(h)
+
+
+#: ``SIMSPARSE_WAIT``: how a rank with nothing to do waits (``spin``, ``yield`` or ``poll``)
+WAIT_MODES = ("spin", "yield", "poll")
+
+
+def wait_mode(local_ranks: int) -> str:
+    """``SIMSPARSE_WAIT`` if set (the testbed sets ``poll``); else ``spin``
+    inside MPI, or ``yield`` with more ranks than cores (spinning would keep
+    a core from the rank it waits for)."""
+    mode = os.environ.get("SIMSPARSE_WAIT", "")
+    if mode:
+        if mode not in WAIT_MODES:
+            raise ValueError(f"SIMSPARSE_WAIT={mode!r}; allowed: {', '.join(WAIT_MODES)}")
+        return mode
+    return "yield" if local_ranks > len(os.sched_getaffinity(0)) else "spin"
+
+
+class SocketSleep:
+    """Waiting without spinning when MPI runs over TCP sockets (the
+    testbed). For :attr:`SPIN_S` after the last progress the rank only
+    yields its core (a send completes, a reply comes within tens of
+    microseconds); then it sleeps in ``select`` on this process's sockets
+    until one has data to read -- an arriving message, a rendezvous reply --
+    or a timeout. The timeout covers what no read signals: room freed in a
+    socket's send buffer, which the kernel keeps draining onto the link
+    meanwhile (a send buffer holds milliseconds at the testbed's rates), and
+    completions of sends. It starts at :attr:`MIN_S` and doubles up to
+    :attr:`MAX_S` while nothing happens; :meth:`woke` resets it. Sockets that
+    stay readable without progress (data for a receive not posted yet, a
+    closed peer) are slept on by time alone after :attr:`BLIND_AFTER` such
+    wake-ups."""
+
+    SPIN_S, MIN_S, MAX_S = 100e-6, 50e-6, 2e-3
+    BLIND_AFTER = 3
+    RESCAN_S = 0.25   # libfabric connects to a peer on its first message: look for new sockets
+
+    def __init__(self):
+        self.fds: list[int] = []
+        self.scanned = -1.0
+        self.woke()
+
+    def _scan(self) -> None:
+        now = time.monotonic()
+        if now - self.scanned < self.RESCAN_S:
+            return
+        self.scanned = now
+        fds = []
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                if os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                    fds.append(int(name))
+            except OSError:
+                continue
+        self.fds = [fd for fd in fds if fd < 1024]   # select's limit; libfabric's sockets come early
+
+    def sleep(self) -> None:
+        now = time.perf_counter()
+        if self.since is None:
+            self.since = now
+        if now - self.since < self.SPIN_S:
+            os.sched_yield()
+            return
+        self._scan()
+        if self.fruitless >= self.BLIND_AFTER or not self.fds:
+            time.sleep(self.t)
+        else:
+            try:
+                ready, _, _ = select.select(self.fds, [], [], self.t)
+            except (OSError, ValueError):   # a socket closed since the scan
+                self.scanned = -1.0
+                ready = []
+            self.fruitless = self.fruitless + 1 if ready else 0
+        self.t = min(2 * self.t, self.MAX_S)
+
+    def woke(self) -> None:
+        self.t, self.since, self.fruitless = self.MIN_S, None, 0

@@ -116,12 +116,13 @@ def host_label(members: list[Point]) -> str:
     return f"host:{socket.gethostname()}"
 
 
-def relabel(row: dict, members: list[Point]) -> dict:
-    """A measured row as what ran: this host, not the simulated machine."""
+def relabel(row: dict, members: list[Point], network: str | None = None) -> dict:
+    """A measured row as what ran: this host (or the testbed ``network``
+    names), not the simulated machine."""
     rep = members[0]
     out = {k: v for k, v in row.items() if not k.startswith("net_") and k != "data_scale"}
     out["point_id"] = measured_id(rep)
-    out["network"] = host_label(members)
+    out["network"] = network or host_label(members)
     if rep.schedule:
         sims = []
         for p in members:
@@ -132,10 +133,15 @@ def relabel(row: dict, members: list[Point]) -> dict:
 
 
 def measure_points(points: list[Point], device: str = "auto", trace: bool = False, timeout_s: float = 900,
-                   dump_results: str | None = None, members: dict | None = None, on_point=None
-                   ) -> list[PointOutcome]:
+                   dump_results: str | None = None, members: dict | None = None, on_point=None,
+                   testbed=None) -> list[PointOutcome]:
     """Measure points that share P in one ``mpiexec`` launch (start-up is
     paid once). On failure, raises with the outcomes finished so far.
+
+    With ``testbed`` (an entered :class:`simsparse.testbed.Testbed` of P
+    hosts) rank i runs in host namespace i, MPI goes over TCP through the
+    emulated links, ranks wait for the network without spinning, and rows
+    name the testbed as their network.
 
     Rows and trace records are :func:`relabel`-led (``members[measured id]``:
     the config's points this run stands for; default: the point alone).
@@ -163,6 +169,10 @@ def measure_points(points: list[Point], device: str = "auto", trace: bool = Fals
             os.makedirs(dump_results, exist_ok=True)
             cmd += ["--dump-results", dump_results]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        if testbed is not None:
+            cmd = cmd[:3] + testbed.wrap(cmd[3:])
+            env.update(testbed.env, SIMSPARSE_WAIT=os.environ.get("SIMSPARSE_WAIT", "poll"))
+        label = testbed.label if testbed is not None else None
         done: list[PointOutcome] = []
 
         def collect():  # rank 0 rewrites out.json (atomically) after every point
@@ -173,7 +183,7 @@ def measure_points(points: list[Point], device: str = "auto", trace: bool = Fals
             for o in got[len(done):]:
                 i = len(done)
                 mid = measured_id(points[i])
-                row = relabel(o["row"], (members or {}).get(mid) or [points[i]])
+                row = relabel(o["row"], (members or {}).get(mid) or [points[i]], label)
                 tr = [{**t, "point_id": mid} for t in o["trace"]]
                 done.append(PointOutcome(row, tr))
                 if on_point is not None:

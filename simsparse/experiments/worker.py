@@ -3,7 +3,8 @@
 Run as ``mpiexec -n P python -m simsparse.experiments.worker POINTS.json OUT.json``
 (``simsparse measure`` does this). Every point runs through the same
 :func:`~.loop.run_point` as in the simulator; rank 0 writes the rows.
-An iteration starts after a barrier; its time is the maximum over ranks of
+An iteration starts after a barrier (waited without spinning where the
+wait mode allows, :func:`~simsparse.backends.wire.wait_mode`); its time is the maximum over ranks of
 the time the rank's main program took; the reported time is the median over
 the measured iterations after warm-up.
 
@@ -58,8 +59,10 @@ class MPIBackend:
             prog = job.program()
         else:
             prog = job.program(self.driver.rs.from_host(self.workload.grad(self.rank, it).copy()))
-        self.comm.Barrier()
+        box = self.driver.rs.box
+        box.quiet_wait(self.comm.Ibarrier())   # a rank that waits for the others leaves them the cores
         stats = self.driver.run(prog)
+        box.quiet_wait(self.comm.Ibarrier())   # (likewise before the gathers of the loop)
         self.last = (job, stats.results[0])
         return stats
 
