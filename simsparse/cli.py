@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .experiments.config import ConfigError, Experiment, load_config
 from .experiments.store import ResultsStore
+from .testbed import Testbed
 
 
 def entry() -> int:
@@ -60,6 +61,9 @@ def main(argv=None) -> int:
                                 "ranks are stopped, finished points kept")
             p.add_argument("--oversubscribe", action="store_true",
                            help="allow more ranks than cores (they share cores, and the times show it)")
+            p.add_argument("--testbed", metavar="SPEC",
+                           help="run on the emulated cluster SPEC describes (an Ethernet network YAML or preset; "
+                                "needs root): rank i in host namespace i, MPI over TCP through shaped links")
     p = sub.add_parser("compare", help="compare predicted results with measured ones, per point and per phase")
     p.add_argument("pred", metavar="PRED", help="predicted results folder (or its results.csv), from `simsparse run`")
     p.add_argument("meas", metavar="MEAS", help="measured results folder (or its results.csv), from `simsparse measure`")
@@ -79,6 +83,8 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer sizes and repetitions (about 10 s)")
     p.add_argument("--models", nargs="*", default=["resnet20_cifar10"], help="models whose layers to time")
     p.add_argument("--batch-size", type=int, default=8, help="batch size of the layer timings")
+    p.add_argument("--testbed", metavar="SPEC", help="calibrate on the emulated cluster SPEC describes (needs root); "
+                                                     "the profile is SPEC with the measured per-message costs")
     p = sub.add_parser("list", help="list algorithms (with their parameters), schedules, models, device profiles "
                                     "and network presets; with names, the details of each")
     p.add_argument("names", nargs="*", metavar="NAME", help="an algorithm, schedule, model, profile or preset")
@@ -88,6 +94,7 @@ def main(argv=None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a preset key (repeatable)")
     p.add_argument("--draw", metavar="PNG", help="draw the part of the machine that holds the ranks to this PNG")
     _add_analysis_parsers(sub)
+    _add_testbed_parsers(sub)
     args = ap.parse_args(argv)
     with _signals_as_interrupts() as received:
         return _dispatch(args, received)
@@ -118,6 +125,7 @@ def _signals_as_interrupts():
 def _dispatch(args, received: list) -> int:
     from .experiments.budget import BudgetError
     from .experiments.paths import OutsideError
+    from .testbed import PlanError, TestbedError
 
     try:
         if args.cmd == "list":
@@ -139,8 +147,10 @@ def _dispatch(args, received: list) -> int:
             return _advise(args)
         if args.cmd == "plot":
             return _plot(args)
+        if args.cmd in ("testbed", "validate"):
+            return _testbed_commands(args)
         return _execute(load_config(args.config), args)
-    except (ConfigError, BudgetError, OutsideError) as e:
+    except (ConfigError, BudgetError, OutsideError, TestbedError, PlanError) as e:
         print(f"simsparse: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -186,7 +196,11 @@ def _execute(exp: Experiment, args) -> int:
             print(f"simsparse: the {len(exp.points)} points are {len(points)} real runs: points that differ only in "
                   f"compute, network or data_scale (settings of the simulator) run once on this host",
                   file=sys.stderr)
-        _check_cores(points, args.oversubscribe, ms.cores())
+        if args.testbed:   # ranks that wait for the network sleep (SocketSleep): sharing cores is the point
+            print(f"simsparse: measuring on the testbed {args.testbed}: {max(p.P for p in points)} ranks share "
+                  f"{ms.cores()} cores and wait for the network without spinning", file=sys.stderr)
+        else:
+            _check_cores(points, args.oversubscribe, ms.cores())
 
     store = ResultsStore(out_dir, fresh=args.fresh)
     ids = {ident(p) for p in points}
@@ -228,11 +242,13 @@ def _execute(exp: Experiment, args) -> int:
                 save(outcome)
                 progress.finished(p, outcome.row)
 
+            spec = _testbed_spec(args)
             for P in dict.fromkeys(p.P for p in pending):  # one mpiexec launch per P
                 batch = [p for p in pending if p.P == P]
                 progress.started(batch[0])
-                ms.measure_points(batch, device=args.device, trace=args.trace, timeout_s=args.timeout,
-                                  members=members, on_point=done)
+                with (Testbed(spec, P) if spec is not None else contextlib.nullcontext()) as tb:
+                    ms.measure_points(batch, device=args.device, trace=args.trace, timeout_s=args.timeout,
+                                      members=members, on_point=done, testbed=tb)
     except KeyboardInterrupt:
         if watchdog.breach is None:
             raise
@@ -375,21 +391,83 @@ def _check_cores(points, oversubscribe: bool, cores: int) -> None:
 def _calibrate(args) -> int:
     from .calibration import CalibrationError, calibrate
 
+    spec = _testbed_spec(args)
     for r in args.ranks:
-        print(f"calibrating {r} ranks on the {args.device} ...", file=sys.stderr, flush=True)
+        print(f"calibrating {r} ranks on the {args.device}{' of testbed ' + args.testbed if spec else ''} ...",
+              file=sys.stderr, flush=True)
         try:
             out = calibrate(args.device, r, args.out, quick=args.quick, models=args.models, batch_size=args.batch_size,
-                            command="simsparse " + " ".join(sys.argv[1:]))
+                            command="simsparse " + " ".join(sys.argv[1:]), testbed=spec)
         except CalibrationError as e:
             print(f"simsparse: error: {e}", file=sys.stderr)
             return 2
         prof = yaml_load(out)
         net, fits = prof["network"], prof["fits"]
-        print(f"wrote {out}: alpha {net['alpha_s'] * 1e6:.1f} us, bandwidth {net['bandwidth_Bps'] / 1e9:.2f} GB/s, "
-              f"eager up to {net['eager_threshold_B']} B (fit median |err| "
-              f"{fits['network']['residuals']['median_rel']:.1%}); {len(prof['compute']['kernels'])} kernels "
-              f"(median |err| {_median_res(fits['kernels']):.1%}); layers of {', '.join(fits['layers']) or 'no model'}")
+        if spec is None:
+            head = (f"alpha {net['alpha_s'] * 1e6:.1f} us, bandwidth {net['bandwidth_Bps'] / 1e9:.2f} GB/s, eager up "
+                    f"to {net['eager_threshold_B']} B")
+        else:
+            g = fits["network"]["goodput"]
+            head = (f"o {(net['send_overhead_s'] + net['recv_overhead_s']) * 1e6:.0f} us, g {net['gap_s'] * 1e6:.0f} us, "
+                    f"goodput {(g['measured_Bps'] or 0) / 1e6:.2f} MB/s measured, {g['model_Bps'] / 1e6:.2f} MB/s "
+                    f"by framing")
+        errs = [abs(c["error"]) for c in fits["patterns"] if c["error"] is not None]
+        print(f"wrote {out}: {head}; patterns within {_median(errs):.1%} of the model (median); "
+              f"{len(prof['compute']['kernels'])} kernels (median |err| {_median_res(fits['kernels']):.1%}); "
+              f"layers of {', '.join(fits['layers']) or 'no model'}")
     return 0
+
+
+def _median(xs) -> float:
+    import numpy as np
+
+    return float(np.median(xs)) if len(xs) else float("nan")
+
+
+def _testbed_spec(args):
+    """The Ethernet description of ``--testbed``, checked (None without it)."""
+    if not getattr(args, "testbed", None):
+        return None
+    from .testbed import load_spec, why_not
+
+    reason = why_not()
+    if reason:
+        raise ConfigError(f"--testbed {args.testbed}: {reason}")
+    return load_spec(args.testbed)
+
+
+def _add_testbed_parsers(sub) -> None:
+    p = sub.add_parser("testbed", help="the emulated cluster: build, remove or show the machine a network YAML "
+                                       "describes (network namespaces, bridges, shaped links; needs root)")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("spec", nargs="?", metavar="SPEC", help="an Ethernet network YAML or preset (status: optional)")
+    p.add_argument("-P", type=_ranks, default=4, help="hosts (ranks) to build for (up; default 4)")
+    p = sub.add_parser("validate", help="calibrate, predict, measure and compare a config in one command, on a "
+                                        "testbed or on this host")
+    p.add_argument("config", help="experiment YAML file")
+    p.add_argument("--testbed", metavar="SPEC", help="the emulated cluster to run on (default: this host)")
+    p.add_argument("--out", help="results folder (default results/<name>_<machine>)")
+    p.add_argument("--fresh", action="store_true", help="predict and measure every point again")
+    p.add_argument("--quick", action="store_true", help="a quick calibration (fewer sizes and repetitions)")
+    p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu", help="where tensors live")
+    p.add_argument("--timeout", type=float, default=900, help="seconds a measured point may take")
+
+
+def _testbed_commands(args) -> int:
+    if args.cmd == "validate":
+        from .experiments.validate import validate
+
+        validate(args.config, args.testbed, args.out, args.fresh, args.quick, args.device, args.timeout)
+        return 0
+    from .testbed import commands
+
+    if args.action != "status" and not args.spec:
+        raise ConfigError(f"simsparse testbed {args.action} needs SPEC: an Ethernet network YAML or preset")
+    if args.action == "up":
+        return commands.up(args.spec, args.P)
+    if args.action == "down":
+        return commands.down(args.spec)
+    return commands.status(args.spec)
 
 
 def yaml_load(path):

@@ -17,6 +17,7 @@ will measure.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -35,6 +36,8 @@ from . import fit
 
 #: where a profile for R ranks goes by default; configs name it with {P} (resolved per point)
 DEFAULT_OUT = "results/calibration/local-{ranks}r.yaml"
+#: likewise for a testbed: its name, then the rank count
+TESTBED_OUT = "results/calibration/testbed-{name}-{ranks}r.yaml"
 
 
 class CalibrationError(Exception):
@@ -43,8 +46,10 @@ class CalibrationError(Exception):
 
 def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None, quick: bool = False,
               models=("resnet20_cifar10",), batch_size: int = 8, timeout_s: float = 3600,
-              command: str = "") -> Path:
-    """Run the microbenchmarks and write the profile; returns its path."""
+              command: str = "", testbed=None) -> Path:
+    """Run the microbenchmarks and write the profile; returns its path.
+    ``testbed``: an Ethernet description (:class:`~simsparse.network.spec.EthernetSpec`)
+    to calibrate on its emulated cluster (:mod:`simsparse.testbed`) instead of this host."""
     from ..experiments.measure import MeasureError, check_prerequisites
 
     try:
@@ -53,55 +58,78 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
         raise CalibrationError(str(e)) from None
     if ranks < 2:
         raise CalibrationError("--ranks must be at least 2 (point-to-point benchmarks need a partner)")
-    out = Path(str(out or DEFAULT_OUT).replace("{ranks}", str(ranks)))
+    default = DEFAULT_OUT if testbed is None else TESTBED_OUT.replace("{name}", _testbed_name(testbed))
+    out = Path(str(out or default).replace("{ranks}", str(ranks)))
     spec = {"device": device, "quick": quick, "models": list(models), "batch_size": batch_size,
             "p2p_sizes": [4 << i for i in range(0, 21, 3 if quick else 1)],
             "reps": 20 if quick else 100,
             "kernel_sizes": [3000, 30000, 300000] if quick else [3000, 30000, 300000, 3000000],
             "layer_reps": 2 if quick else 5}
+    if testbed is None:   # both directions at once, up to the suite's largest message (10^7 float32)
+        spec["exchange_sizes"] = [1 << i for i in range(12, 27, 4 if quick else 2)]
+    else:                 # the bandwidth is the description's; these check it, and the sharing
+        spec["exchange_sizes"] = [1 << 16, 1 << 20, 1 << 22]
+        spec["concurrency_sizes"] = [1 << 18, 1 << 21]
+        spec["p2p_sizes"] = [s for s in spec["p2p_sizes"] if s <= 1 << 22]
     with tempfile.TemporaryDirectory(prefix="simsparse-cal-") as td:
         sp, rp = os.path.join(td, "spec.json"), os.path.join(td, "raw.json")
         with open(sp, "w") as f:
             json.dump(spec, f)
-        cmd = [mpiexec, "-n", str(ranks), sys.executable, "-m", "simsparse.calibration.worker", sp, rp]
+        cmd = [sys.executable, "-m", "simsparse.calibration.worker", sp, rp]
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-        except subprocess.TimeoutExpired:
-            raise CalibrationError(f"calibration timed out after {timeout_s:.0f} s") from None
+        with _launcher(testbed, ranks) as tb:
+            if tb is not None:
+                cmd = tb.wrap(cmd)
+                env.update(tb.env, SIMSPARSE_WAIT=os.environ.get("SIMSPARSE_WAIT", "poll"))
+            try:
+                proc = subprocess.run([mpiexec, "-n", str(ranks), *cmd], capture_output=True, text=True,
+                                      timeout=timeout_s, env=env)
+            except subprocess.TimeoutExpired:
+                raise CalibrationError(f"calibration timed out after {timeout_s:.0f} s") from None
         if proc.returncode != 0 or not os.path.exists(rp):
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
             raise CalibrationError(f"the calibration run failed (exit {proc.returncode}):\n{tail}")
         with open(rp) as f:
             raw = json.load(f)
-    profile = build_profile(raw, ranks, device, command or " ".join(sys.argv))
+    profile = build_profile(raw, ranks, device, command or " ".join(sys.argv), testbed)
     write_profile(profile, out)
     return out
 
 
-def build_profile(raw: dict, ranks: int, device: str, command: str) -> dict:
-    """Fit every cost model to the raw timings of :mod:`.worker`."""
+def _testbed_name(spec) -> str:
+    from ..testbed.plan import testbed_name
+
+    return testbed_name(spec)
+
+
+def _launcher(testbed, ranks: int):
+    if testbed is None:
+        return contextlib.nullcontext()
+    from ..testbed import Testbed, TestbedError
+
+    try:
+        return Testbed(testbed, ranks)
+    except (TestbedError, ValueError) as e:
+        raise CalibrationError(str(e)) from None
+
+
+def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None) -> dict:
+    """Fit every cost model to the raw timings of :mod:`.worker`; with
+    ``testbed`` (its Ethernet description) the network is that description
+    with the measured per-message costs (:mod:`.network`)."""
+    from . import network as netfit
+
     host = socket.gethostname()
-    name = f"local-{device}-{ranks}r"
     p2p = raw["p2p"]
-    sizes, times = zip(*[(m, t) for m, t in p2p["pingpong"]])
-    net_fit = fit.fit_eager_switch(sizes, times)
-    alpha = net_fit["alpha_s"]
-    bw = net_fit.get("rendezvous_bandwidth_Bps", net_fit["bandwidth_Bps"])
-    network = {"name": name, "model": "alphabeta",
-               "source": f"simsparse calibrate on {host}: ping-pong through the real backend, Hockney fit "
-                         f"(alpha from the eager segment, bandwidth from the large messages)",
-               "alpha_s": alpha, "bandwidth_Bps": bw, "eager_threshold_B": net_fit["eager_threshold_B"],
-               "rendezvous_rtt_s": net_fit["rendezvous_rtt_s"]}
+    if testbed is None:
+        name = f"local-{device}-{ranks}r"
+        network, net_fits = netfit.host_network(p2p, name, f"simsparse calibrate on {host} through the real backend")
+    else:
+        name = f"testbed-{_testbed_name(testbed)}-{ranks}r"
+        network, net_fits = netfit.testbed_network(p2p, testbed, name, f"simsparse calibrate --testbed on {host}")
     loggp = {"o_send_s": p2p["window"][0][2], "g_s": p2p["window"][0][1],
              "window": [{"bytes": m, "per_message_s": g, "post_s": o} for m, g, o in p2p["window"]]}
-    concurrency = []
-    for (m, t) in p2p["pairs"]:
-        concurrency.append({"pattern": "pairs", "bytes": m, "measured_s": t, "model_s": alpha + m / bw,
-                            "ratio": t / (alpha + m / bw)})
-    for (m, t) in p2p["incast"]:
-        pred = (ranks - 1) * (alpha + m / bw)
-        concurrency.append({"pattern": "incast", "bytes": m, "measured_s": t, "model_s": pred, "ratio": t / pred})
+    concurrency = netfit.check_patterns(p2p, network, ranks)
 
     kernels, kfits = _kernels(raw["kernels"])
     mem = _memory_roofline(raw["kernels"])
@@ -114,10 +142,13 @@ def build_profile(raw: dict, ranks: int, device: str, command: str) -> dict:
         compute["peak_flops"] = best["flops_per_s"]
         compute["compute_efficiency"] = 1.0
     compute["models"] = models
+    prov = _provenance(command, ranks, raw)
+    if testbed is not None:
+        prov["testbed"] = testbed.model_dump()
     return {"kind": "machine", "name": name,
-            "provenance": _provenance(command, ranks, raw),
+            "provenance": prov,
             "network": network, "compute": compute,
-            "fits": {"network": net_fit, "loggp": loggp, "concurrency": concurrency, "kernels": kfits,
+            "fits": {"network": net_fits, "loggp": loggp, "patterns": concurrency, "kernels": kfits,
                      "memory": mem, "layers": layer_fits},
             "measurements": {"pingpong": [{"bytes": m, "half_rtt_s": t} for m, t in p2p["pingpong"]]}}
 

@@ -56,6 +56,29 @@ def fit_eager_switch(sizes, times) -> dict:
             "split": True, "residuals": residuals(pred, t)}
 
 
+def fit_step(sizes, resid) -> dict:
+    """A per-message cost with one step where MPI changes protocol: the
+    median residual below and from a size on (the handshake adds a round
+    trip); the split that minimises the absolute deviation, kept only if it
+    halves the deviation of one level. ``threshold_B`` is the largest size
+    of the low level."""
+    m, r = np.asarray(sizes, float), np.asarray(resid, float)
+    order = np.argsort(m)
+    m, r = m[order], r[order]
+    one = float(np.median(r))
+    best = (float(np.sum(np.abs(r - one))), len(m))
+    for i in range(2, len(m) - 1):
+        lo, hi = float(np.median(r[:i])), float(np.median(r[i:]))
+        dev = float(np.sum(np.abs(r[:i] - lo)) + np.sum(np.abs(r[i:] - hi)))
+        if hi > lo and dev < best[0] * (0.5 if best[1] == len(m) else 1.0):
+            best = (dev, i)
+    i = best[1]
+    lo = float(np.median(r[:i]))
+    hi = float(np.median(r[i:])) if i < len(m) else lo
+    return {"low_s": max(lo, 0.0), "high_s": max(hi, lo, 0.0), "threshold_B": int(m[i - 1]),
+            "median_abs_dev_s": best[0] / len(m)}
+
+
 def fit_kernel(elems, times) -> dict:
     """t = launch + per_elem * u with u = d (complexity n) or d log2 d (nlogn),
     whichever describes the timings better."""

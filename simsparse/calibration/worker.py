@@ -33,67 +33,14 @@ import time
 
 import numpy as np
 
+from . import patterns
+
 
 def _median(xs):
     return float(np.median(xs))
 
 
-# -- point to point ----------------------------------------------------------------
-
-def _pingpong(ctx, make, reps):
-    r = ctx.rank
-    if r > 1:
-        return None
-    peer = 1 - r
-    t0 = ctx.now()
-    for _ in range(reps):
-        if r == 0:
-            yield ctx.waitall([ctx.isend(peer, make())])
-            yield ctx.waitall([ctx.irecv(peer)])
-        else:
-            yield ctx.waitall([ctx.irecv(peer)])
-            yield ctx.waitall([ctx.isend(peer, make())])
-    return (ctx.now() - t0) / reps / 2
-
-
-def _window(ctx, make, count):
-    """Rank 0 posts ``count`` sends at once to rank 1: per-message time at the
-    receiver (g for small messages), and the sender's posting time (o)."""
-    r = ctx.rank
-    if r == 0:
-        t0 = time.perf_counter()
-        hs = [ctx.isend(1, make()) for _ in range(count)]
-        post = (time.perf_counter() - t0) / count
-        yield ctx.waitall(hs)
-        return post
-    if r == 1:
-        t0 = ctx.now()
-        yield ctx.waitall([ctx.irecv(0) for _ in range(count)])
-        return (ctx.now() - t0) / count
-    return None
-
-
-def _pairs(ctx, make, count):
-    """Every rank streams ``count`` messages to its partner (r xor 1)."""
-    peer = ctx.rank ^ 1
-    if peer >= ctx.size:
-        return None
-    t0 = ctx.now()
-    hs = [ctx.isend(peer, make()) for _ in range(count)] + [ctx.irecv(peer) for _ in range(count)]
-    yield ctx.waitall(hs)
-    return (ctx.now() - t0) / count
-
-
-def _incast(ctx, make):
-    if ctx.rank == 0:
-        t0 = ctx.now()
-        yield ctx.waitall([ctx.irecv(s) for s in range(1, ctx.size)])
-        return ctx.now() - t0
-    yield ctx.waitall([ctx.isend(0, make())])
-    return None
-
-
-def p2p(driver, comm, sizes, reps, quick) -> dict:
+def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(1 << 16, 1 << 20)) -> dict:
     from mpi4py import MPI
 
     from ..ops import Dense
@@ -109,7 +56,7 @@ def p2p(driver, comm, sizes, reps, quick) -> dict:
         """The program's own result on this rank, per repetition."""
         vals = []
         for _ in range(repeat):
-            comm.Barrier()
+            rs.box.quiet_wait(comm.Ibarrier())
             vals.append(driver.run(prog).results[0])
         return vals
 
@@ -117,25 +64,32 @@ def p2p(driver, comm, sizes, reps, quick) -> dict:
         """Per repetition, the time from the common start (a barrier) until the last rank finished."""
         vals = []
         for _ in range(repeat):
-            comm.Barrier()
-            vals.append(comm.allreduce(driver.run(prog).finish_s[0], op=MPI.MAX))
+            rs.box.quiet_wait(comm.Ibarrier())
+            fin = driver.run(prog).finish_s[0]
+            rs.box.quiet_wait(comm.Ibarrier())
+            vals.append(comm.allreduce(fin, op=MPI.MAX))
         return vals
 
-    out = {"pingpong": [], "window": [], "pairs": [], "incast": []}
+    out = {"pingpong": [], "exchange": [], "window": [], "pairs": [], "incast": []}
     for m in sizes:
         mk = maker(m)
         n = max(3, reps if m <= 1 << 16 else reps // 4)
-        t = run(lambda c, mk=mk, n=n: _pingpong(c, mk, n))
+        t = run(lambda c, mk=mk, n=n: patterns.pingpong(c, mk, n))
         out["pingpong"].append((4 * max(1, m // 4), _median(t) if rs.rank == 0 else None))
+    for m in exchange_sizes:
+        mk = maker(m)
+        n = 3 if m <= 1 << 20 else 1
+        t = span(lambda c, mk=mk, n=n: patterns.exchange(c, mk, n), repeat=3)
+        out["exchange"].append((4 * max(1, m // 4), _median(t) / n))
     for m in (4, 64, 1024):
         mk, count = maker(m), 64 if quick else 256
-        vals = run(lambda c, mk=mk, count=count: _window(c, mk, count))
+        vals = run(lambda c, mk=mk, count=count: patterns.window(c, mk, count))
         recv = comm.bcast(_median(vals) if rs.rank == 1 else None, root=1)
         out["window"].append((m, recv, _median(vals) if rs.rank == 0 else None))
-    for m in (1 << 16, 1 << 20):
+    for m in concurrency_sizes:
         mk, count = maker(m), 4
-        out["pairs"].append((m, _median(span(lambda c, mk=mk, count=count: _pairs(c, mk, count))) / count))
-        out["incast"].append((m, _median(span(lambda c, mk=mk: _incast(c, mk)))))
+        out["pairs"].append((m, _median(span(lambda c, mk=mk, count=count: patterns.pairs(c, mk, count))) / count))
+        out["incast"].append((m, _median(span(lambda c, mk=mk: patterns.incast(c, mk)))))
     return out
 
 
@@ -268,7 +222,8 @@ def main(argv=None):
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // comm.Get_size()))
     t0 = time.perf_counter()
     driver = MPIDriver(comm, device)
-    raw = {"p2p": p2p(driver, comm, spec["p2p_sizes"], spec["reps"], spec["quick"])}
+    raw = {"p2p": p2p(driver, comm, spec["p2p_sizes"], spec["reps"], spec["quick"], spec.get("exchange_sizes", ()),
+                      spec.get("concurrency_sizes", (1 << 16, 1 << 20)))}
     raw["kernels"] = kernels(comm, spec["device"], spec["kernel_sizes"], spec["quick"])
     raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"])
     raw["device"] = f"{device.type}:{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}"

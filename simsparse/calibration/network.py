@@ -1,0 +1,99 @@
+"""The network part of a machine profile, fitted from the patterns of
+:mod:`.patterns`, and every pattern's measurement beside the model's time.
+
+* **This host** (:func:`host_network`): the alpha-beta model. Alpha is the
+  eager segment of the ping-pong (Hockney, split where MPI changes
+  protocol). The bandwidth comes from the *exchange* -- both directions at
+  once, as every step of a ring or recursive doubling moves them -- up to
+  the largest message of the validation suite, because on one host both
+  directions and both ranks share one memory bus (a ping-pong of small
+  messages moves one direction at a time, in cache).
+* **A testbed** (:func:`testbed_network`): its own Ethernet description
+  (star or tree, line rates, framing), so the prediction runs on the same
+  machine the testbed built. The link rates are not fitted: the payload rate
+  is the line rate times the TCP framing efficiency
+  (:meth:`~simsparse.network.spec.EthernetSpec.payload_efficiency`), and the
+  profile reports the measured goodput beside it. What is fitted is what the
+  description cannot know, the software's cost per message: LogGP ``o`` (the
+  ping-pong's time beyond the wire, m / B; split into the sender's posting
+  time, measured, and the rest at the receiver), ``g`` (the per-message time
+  of back-to-back small messages) and the rendezvous handshake (a step in
+  that residual where MPI changes protocol).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import fit, patterns
+
+
+def host_network(p2p: dict, name: str, source: str) -> tuple[dict, dict]:
+    sizes, times = zip(*p2p["pingpong"])
+    pp = fit.fit_eager_switch(sizes, times)
+    bw = pp.get("rendezvous_bandwidth_Bps", pp["bandwidth_Bps"])
+    fits = {"pingpong": pp}
+    big = [(m, t) for m, t in p2p.get("exchange", []) if m >= 1 << 20]
+    if len(big) >= 2:
+        ex = fit.fit_alpha_beta(*zip(*big))
+        fits["exchange"] = ex
+        bw = ex["bandwidth_Bps"]
+        how = "bandwidth from exchanges (both directions at once) of 1 MiB and more"
+    else:
+        how = "bandwidth from the large ping-pong messages"
+    net = {"name": name, "model": "alphabeta",
+           "source": f"{source}: alpha from the ping-pong's eager segment (Hockney), {how}",
+           "alpha_s": pp["alpha_s"], "bandwidth_Bps": bw, "eager_threshold_B": pp["eager_threshold_B"],
+           "rendezvous_rtt_s": pp["rendezvous_rtt_s"]}
+    return net, fits
+
+
+def testbed_network(p2p: dict, spec, name: str, source: str) -> tuple[dict, dict]:
+    B = spec.payload_rate()
+    sizes, times = (np.asarray(a, float) for a in zip(*p2p["pingpong"]))
+    resid = times - sizes / B
+    step = fit.fit_step(sizes, resid)
+    alpha = step["low_s"]
+    post = float(p2p["window"][0][2])
+    o_s = min(post, alpha)
+    gap = float(p2p["window"][0][1])
+    large = [(m, t) for m, t in p2p["pingpong"] if m >= 1 << 20]
+    goodput = {"model_Bps": B, "line_rate_Bps": spec.link_bw_Bps if spec.framing == "tcp" else B
+               / spec.payload_efficiency(),
+               "measured_Bps": float(np.median([m / max(t - step["high_s"], 1e-12) for m, t in large]))
+               if large else None}
+    if goodput["measured_Bps"]:
+        goodput["ratio"] = goodput["measured_Bps"] / B
+    net = {**spec.model_dump(exclude={"name", "source"}), "name": name,
+           "source": f"{source}: the testbed's own description; per-message costs fitted from ping-pong time beyond "
+                     f"bytes / payload rate, gap from back-to-back small messages",
+           "send_overhead_s": o_s, "recv_overhead_s": max(0.0, alpha - o_s), "gap_s": gap,
+           "eager_threshold_B": step["threshold_B"], "rendezvous_rtt_s": step["high_s"] - step["low_s"]}
+    return net, {"overheads": step, "goodput": goodput}
+
+
+def check_patterns(p2p: dict, network: dict, P: int) -> list[dict]:
+    """Each measured pattern beside the simulator's time for it on ``network``."""
+    from ..network.spec import NETWORK_SPECS
+    from ..ops import Dense
+
+    spec = NETWORK_SPECS[network["model"]].model_validate(network)
+
+    def maker(m):
+        a = np.zeros(max(1, m // 4), np.float32)
+        return lambda: Dense(a)
+
+    def sim(program, pick):
+        results, finish = patterns.simulate(spec, None, P, program)
+        return results[0] if pick == "rank0" else max(finish)
+
+    rows = []
+    for m, t in p2p["pingpong"]:
+        rows.append(("pingpong", m, t, sim(lambda c, mk=maker(m): patterns.pingpong(c, mk, 1), "rank0")))
+    for m, t in p2p.get("exchange", []):
+        rows.append(("exchange", m, t, sim(lambda c, mk=maker(m): patterns.exchange(c, mk, 1), "span")))
+    for m, t in p2p["pairs"]:
+        rows.append(("pairs", m, t, sim(lambda c, mk=maker(m): patterns.pairs(c, mk, 4), "span") / 4))
+    for m, t in p2p["incast"]:
+        rows.append(("incast", m, t, sim(lambda c, mk=maker(m): patterns.incast(c, mk), "span")))
+    return [{"pattern": p, "bytes": int(m), "measured_s": float(t), "model_s": float(s),
+             "error": float(s / t - 1.0) if t else None} for p, m, t, s in rows]

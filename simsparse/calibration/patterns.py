@@ -1,0 +1,92 @@
+"""The point-to-point patterns ``simsparse calibrate`` times: rank programs
+of the contract, so the real backend measures them (:mod:`.worker`) and the
+simulator predicts them with the fitted profile (:func:`predict`): every
+profile carries, per pattern, the measurement beside the model's time.
+
+Each program returns its own figure on the rank that measures it (else
+None): ``pingpong`` the half round trip; ``exchange`` (both directions at
+once, a ring step) the time per exchange; ``window`` the per-message time at
+the receiver of back-to-back sends; ``pairs`` every rank streaming to rank
+r xor 1; ``incast`` every rank sending to rank 0 at once.
+"""
+from __future__ import annotations
+
+import time
+
+
+def pingpong(ctx, make, reps):
+    r = ctx.rank
+    if r > 1:
+        return None
+    peer = 1 - r
+    t0 = ctx.now()
+    for _ in range(reps):
+        if r == 0:
+            yield ctx.waitall([ctx.isend(peer, make())])
+            yield ctx.waitall([ctx.irecv(peer)])
+        else:
+            yield ctx.waitall([ctx.irecv(peer)])
+            yield ctx.waitall([ctx.isend(peer, make())])
+    return (ctx.now() - t0) / reps / 2
+
+
+def window(ctx, make, count):
+    """Rank 0 posts ``count`` sends at once to rank 1: per-message time at the
+    receiver (g for small messages), and the sender's posting time (o)."""
+    r = ctx.rank
+    if r == 0:
+        t0 = time.perf_counter()
+        hs = [ctx.isend(1, make()) for _ in range(count)]
+        post = (time.perf_counter() - t0) / count
+        yield ctx.waitall(hs)
+        return post
+    if r == 1:
+        t0 = ctx.now()
+        yield ctx.waitall([ctx.irecv(0) for _ in range(count)])
+        return (ctx.now() - t0) / count
+    return None
+
+
+def exchange(ctx, make, reps):
+    """Ranks r and r xor 1 send each other a message at once and wait for
+    both, ``reps`` times (MPI_Sendrecv): a step of a ring or recursive
+    doubling, which moves both directions together (on one host: through
+    one memory bus)."""
+    peer = ctx.rank ^ 1
+    if peer >= ctx.size:
+        return None
+    t0 = ctx.now()
+    for _ in range(reps):
+        yield ctx.waitall([ctx.irecv(peer), ctx.isend(peer, make())])
+    return (ctx.now() - t0) / reps
+
+
+def pairs(ctx, make, count):
+    """Every rank streams ``count`` messages to its partner (r xor 1)."""
+    peer = ctx.rank ^ 1
+    if peer >= ctx.size:
+        return None
+    t0 = ctx.now()
+    hs = [ctx.isend(peer, make()) for _ in range(count)] + [ctx.irecv(peer) for _ in range(count)]
+    yield ctx.waitall(hs)
+    return (ctx.now() - t0) / count
+
+
+def incast(ctx, make):
+    if ctx.rank == 0:
+        t0 = ctx.now()
+        yield ctx.waitall([ctx.irecv(s) for s in range(1, ctx.size)])
+        return ctx.now() - t0
+    yield ctx.waitall([ctx.isend(0, make())])
+    return None
+
+
+def simulate(spec, device, P: int, program):
+    """``program`` (a factory ``ctx -> generator`` whose payloads hold numpy
+    arrays) on every rank of network ``spec``: per rank, its result and the
+    time it finished (the simulator's own run of what :mod:`.worker` times)."""
+    from ..backends.sim import Simulator
+
+    sim = Simulator(spec.build(), device, spec.eager_threshold_B, spec.rendezvous_rtt_s)
+    stats = sim.run([program] * P)
+    return stats.results, stats.finish_s

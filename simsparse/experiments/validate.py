@@ -1,0 +1,141 @@
+"""``simsparse validate CONFIG [--testbed SPEC]``: calibrate, predict,
+measure and compare in one command, on an emulated cluster or on this host.
+
+1. **Calibrate** per rank count P of the config, unless a profile of the same
+   machine exists: ``results/calibration/testbed-<name>-<P>r.yaml`` made on
+   SPEC (its provenance names the description, which must be the same), or
+   ``local-<P>r.yaml`` on this host.
+2. **Predict**: every point of the config with ``network`` and ``compute``
+   replaced by that profile (the testbed's own topology with the measured
+   per-message costs; the kernels of this CPU), simulated with traces.
+3. **Measure** the same points with the real backend, on the testbed
+   (rank i in host namespace i, MPI over TCP through the shaped links) or
+   on this host.
+4. **Compare** per point and per phase, print the error table and write it
+   beside the results: ``results/<name>_<machine>/{pred,meas,compare}``.
+
+Results are kept between runs: points already predicted or measured are
+not run again (``--fresh`` starts over). The calibration is never fitted to
+the runs it predicts: it uses its own sizes and seeds (:mod:`simsparse.calibration`).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from .config import ConfigError, load_config
+from .store import ResultsStore, atomic_write
+
+
+def profile_path(spec, P: int) -> Path:
+    from ..calibration import DEFAULT_OUT, TESTBED_OUT
+    from ..testbed.plan import testbed_name
+
+    tmpl = DEFAULT_OUT if spec is None else TESTBED_OUT.replace("{name}", testbed_name(spec))
+    return Path(tmpl.replace("{ranks}", str(P)))
+
+
+def _usable(path: Path, spec) -> bool:
+    """Whether a profile exists and was measured on this same machine."""
+    if not path.is_file():
+        return False
+    prof = yaml.safe_load(path.read_text()) or {}
+    made_on = (prof.get("provenance") or {}).get("testbed")
+    return made_on == (spec.model_dump() if spec is not None else None)
+
+
+def ensure_profiles(spec, Ps, quick: bool, device: str, say) -> dict[int, dict]:
+    from ..calibration import CalibrationError, calibrate
+
+    out = {}
+    for P in Ps:
+        path = profile_path(spec, P)
+        if not _usable(path, spec):
+            say(f"calibrating {'testbed ' + path.stem if spec is not None else 'this host'} with {P} ranks -> {path}")
+            try:
+                calibrate(device, P, path, quick=quick, testbed=spec,
+                          command=f"simsparse validate (calibration of {P} ranks)")
+            except CalibrationError as e:
+                raise ConfigError(f"calibration for P = {P} failed: {e}") from None
+        prof = yaml.safe_load(path.read_text())
+        out[P] = {"network": prof["network"], "compute": {**prof["compute"], "name": prof["compute"]["name"]},
+                  "path": path}
+    return out
+
+
+def validate(config: str, testbed: str | None = None, out: str | None = None, fresh: bool = False,
+             quick: bool = False, device: str = "cpu", timeout_s: float = 900, say=None) -> Path:
+    """The loop of the module docstring; returns the comparison folder."""
+    from ..testbed import Testbed, load_spec
+    from ..testbed.plan import testbed_name
+    from . import measure as ms
+    from .compare import run_compare
+    from .plan import with_plan
+    from .runner import simulate_point
+
+    say = say or (lambda m: print(f"simsparse: {m}", file=sys.stderr, flush=True))
+    exp = load_config(config)
+    spec = load_spec(testbed) if testbed else None
+    machine = f"testbed-{testbed_name(spec)}" if spec is not None else "host"
+    base = Path(out) if out else Path("results") / f"{exp.name}_{machine}"
+    log = {"config": str(config), "testbed": testbed, "machine": machine}
+    with _stage(log, "calibrate"):
+        profiles = ensure_profiles(spec, sorted({p.P for p in exp.points}), quick, device, say)
+    log["profiles"] = {P: str(v["path"]) for P, v in profiles.items()}
+    points = [replace(p, network=profiles[p.P]["network"], compute=profiles[p.P]["compute"], data_scale=1.0)
+              for p in exp.points]
+
+    pred = ResultsStore(base / "pred", fresh=fresh)
+    todo = [p for p in points if not (pred.has(p.point_id("sim")) and pred.has_trace(p.point_id("sim")))]
+    say(f"predicting {len(todo)} of {len(points)} points of {exp.name}")
+    with _stage(log, "predict"):
+        for p in todo:
+            o = simulate_point(p, trace=True)
+            pred.save_trace(o.row["point_id"], o.trace)
+            pred.add(o.row)
+        pred.combine_traces(True)
+
+    ms.check_prerequisites()
+    meas = ResultsStore(base / "meas", fresh=fresh)
+    groups = ms.group_points([with_plan(p) for p in points])
+    todo = [g[0] for mid, g in groups.items() if not (meas.has(mid) and meas.has_trace(mid))]
+    say(f"measuring {len(todo)} of {len(groups)} real runs on {machine}")
+
+    def save(_p, o):
+        meas.save_trace(o.row["point_id"], o.trace)
+        meas.add(o.row)
+
+    with _stage(log, "measure"):
+        for P in dict.fromkeys(p.P for p in todo):
+            batch = [p for p in todo if p.P == P]
+            with (Testbed(spec, P) if spec is not None else contextlib.nullcontext()) as tb:
+                ms.measure_points(batch, device=device, trace=True, timeout_s=timeout_s, members=groups,
+                                  on_point=save, testbed=tb)
+        meas.combine_traces(True)
+    cmp_dir = base / "compare"
+    run_compare(base / "pred", base / "meas", out=cmp_dir, warn=say)
+    atomic_write(cmp_dir / "validate.json", lambda tmp: Path(tmp).write_text(json.dumps(log, indent=1)))
+    say(f"load average before and after measuring: {log['measure']['load_before']} and "
+        f"{log['measure']['load_after']} (all stages in {cmp_dir / 'validate.json'})")
+    return cmp_dir
+
+
+@contextlib.contextmanager
+def _stage(log: dict, name: str):
+    """Record a stage's wall time and the load average (1 minute) before and after it."""
+    t0, before = time.time(), _load()
+    yield
+    log[name] = {"wall_s": round(time.time() - t0, 1), "load_before": before, "load_after": _load()}
+
+
+def _load() -> float:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return float("nan")
