@@ -110,7 +110,7 @@ def model_bench() -> None:
             maxmin_rates(R, cap)
         print(f"{F:>7} {(time.perf_counter() - t0) / reps * 1e3:>11.2f} {len(np.unique(R)):>13}")
 
-    from simsparse.algorithms.collectives import alltoall
+    from simsparse.algorithms.collectives import Alltoall
     from simsparse.backends.sim import Simulator
     from simsparse.ops import Dense
 
@@ -124,7 +124,7 @@ def model_bench() -> None:
         def program(ctx, P=P, throttle=throttle):
             rng = np.random.default_rng(ctx.rank)
             blocks = [Dense(np.zeros(int(rng.integers(1, 4096)), np.float32)) for _ in range(P)]
-            yield from alltoall(ctx, blocks, throttle=throttle)
+            yield Alltoall(blocks, bucket_size=throttle)
 
         t0 = time.perf_counter()
         sim.run([program] * P)

@@ -25,11 +25,11 @@ ALGOS = [
     ("topka", {}),
     ("ssar_recursive_double", {}),
     ("ssar_split_allgather", {}),
-    ("ssar_split_allgather", {"split_order": "rotated"}),
+    ("ssar_split_allgather", {"rotation": True}),
     ("dsar_split_allgather", {}),
     ("dsar_split_allgather", {"quantize_bits": 4}),
     ("topkdsa", {}),
-    ("topkdsa", {"count_exchange": "none"}),
+    ("topkdsa", {"count_exchange": False}),
 ]
 
 

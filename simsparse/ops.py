@@ -274,6 +274,23 @@ class Compute:
     kwargs: dict = field(default_factory=dict)
 
 
+class Collective:
+    """A helper collective as one request (sendrecv, allgather, alltoall,
+    bcast, the reduction of host metadata; :mod:`simsparse.algorithms.collectives`).
+    Every rank of the program's scope yields collectives in the same order.
+    ``expand(ctx)`` is its point-to-point implementation, a generator of the
+    other requests: the real backend always runs it, the simulator runs it or
+    evaluates the collective for all ranks at once (``bulk``)."""
+
+    __slots__ = ()
+    #: the simulator may evaluate it for all ranks at once (every rank's exit
+    #: waits for every rank's entry)
+    bulk = False
+
+    def expand(self, ctx):  # pragma: no cover - interface
+        raise NotImplementedError
+
+
 @dataclass(slots=True)
 class Forward:
     """The model's forward pass (device work)."""
@@ -333,8 +350,9 @@ class ContextBase:
     """What every backend's per-rank context offers a rank program.
 
     Subclasses implement ``isend``, ``irecv``, ``spawn`` and ``now``; the
-    request constructors and the phase bookkeeping are shared. A spawned
-    program gets a context of its own (same rank, its own tag scope and lane).
+    request constructors, the phase bookkeeping, the spawn state and the wire
+    tag are shared. A spawned program gets a context of its own (same rank,
+    its own tag scope ``scope``/``sid`` and lane).
     """
 
     __slots__ = ()   # a backend's context may keep its fields in slots
@@ -344,13 +362,21 @@ class ContextBase:
     #: reduced dimension (``data_scale``); an algorithm that picks a protocol
     #: by message size multiplies the size it sees by this (1 in real runs)
     byte_scale: float = 1.0
-    #: the program's lane in traces: "main" or the name given to spawn()
-    lane: str = "main"
 
-    def __init__(self, rank: int, size: int):
+    def __init__(self, rank: int, size: int, streams: dict, scope: tuple = (), sid: int = 0, lane: str = "main"):
         self.rank = rank
         self.size = size
         self._phase = "main"
+        self.streams = streams          # the rank's communication streams (shared by its programs)
+        #: the tag scope (spawn positions; ``sid`` its number) and the lane in traces ("main" or spawn()'s name)
+        self.scope, self.sid, self.lane = scope, sid, lane
+        self.spawned = 0                # programs this one has spawned (the next child's scope)
+        self.program = None             # the driver's Program running on this context
+        self.parent_program = None
+
+    def wire_tag(self, tag: int) -> int:
+        """The tag on the wire: ``tag`` inside this program's scope."""
+        return tag if self.sid == 0 else scoped_tag(tag, self.sid)
 
     # -- posting (returns immediately) ------------------------------------
     def isend(self, dst: int, payload: Payload, tag: int = 0) -> Handle:  # pragma: no cover

@@ -1,9 +1,10 @@
 """Helper collectives (allgather(v) by recursive doubling and ring, binomial
-bcast) give every rank every block, with the textbook byte counts."""
+bcast, alltoall, host allreduce), yielded as requests, give every rank every
+block, with the textbook byte counts."""
 import numpy as np
 import pytest
 
-from simsparse.algorithms.collectives import allgather, bcast_binomial
+from simsparse.algorithms.collectives import Allgather, AllreduceHost, Alltoall, Bcast
 from simsparse.backends.sim import Simulator
 from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.ops import COO, Dense
@@ -23,7 +24,7 @@ def block_of(r):
 @pytest.mark.parametrize("P", list(range(1, 18)) + [32, 33])
 def test_allgatherv_delivers_all_blocks_in_rank_order(algo, P):
     def prog(ctx):
-        blocks = yield from allgather(ctx, block_of(ctx.rank), algo)
+        blocks = yield Allgather(block_of(ctx.rank), algo)
         return blocks
 
     st = run(P, prog)
@@ -40,7 +41,7 @@ def test_allgather_bytes_and_time_at_powers_of_two(P):
     alpha, bw = 1e-6, 1e9
 
     def prog(ctx):
-        return (yield from allgather(ctx, Dense(np.zeros(m // 4, np.float32)), "rd"))
+        return (yield Allgather(Dense(np.zeros(m // 4, np.float32)), "rd"))
 
     st = run(P, prog, alpha, bw)
     assert all(b == (P - 1) * m for b in st.bytes_sent)
@@ -54,7 +55,7 @@ def test_binomial_bcast(P, root):
 
     def prog(ctx):
         data = Dense(np.arange(7, dtype=np.float32)) if ctx.rank == root else None
-        out = yield from bcast_binomial(ctx, data, root)
+        out = yield Bcast(data, root)
         return out
 
     st = run(P, prog)
@@ -64,13 +65,12 @@ def test_binomial_bcast(P, root):
 
 
 @pytest.mark.parametrize("P", [1, 2, 3, 5, 8])
-@pytest.mark.parametrize("throttle", [None, 1, 4])
-def test_alltoall_rotated(P, throttle):
-    from simsparse.algorithms.collectives import alltoall
-
+@pytest.mark.parametrize("bucket_size", [None, 1, 4])
+@pytest.mark.parametrize("rotation", [True, False])
+def test_alltoall(P, bucket_size, rotation):
     def prog(ctx):
         blocks = [Dense(np.array([100 * ctx.rank + j], np.float32)) for j in range(P)]
-        got = yield from alltoall(ctx, blocks, throttle=throttle)
+        got = yield Alltoall(blocks, rotation=rotation, bucket_size=bucket_size)
         return [float(g.values[0]) for g in got]
 
     st = run(P, prog)
@@ -81,10 +81,8 @@ def test_alltoall_rotated(P, throttle):
 @pytest.mark.parametrize("P", [1, 2, 3, 6, 8])
 @pytest.mark.parametrize("op", ["sum", "max"])
 def test_allreduce_host(P, op):
-    from simsparse.algorithms.dense import allreduce_host
-
     def prog(ctx):
-        out = yield from allreduce_host(ctx, np.array([ctx.rank, 10 - ctx.rank]), op)
+        out = yield AllreduceHost(np.array([ctx.rank, 10 - ctx.rank]), op)
         return out.tolist()
 
     st = run(P, prog)

@@ -212,7 +212,7 @@ def test_a_busy_receiver_does_not_block_the_senders_other_messages():
 def test_memo_kernels_run_once_but_charge_every_rank(monkeypatch):
     """All ranks decompress-and-sum the same gathered blocks: computed once,
     identical results, each rank's clock charged by the device model."""
-    from simsparse.algorithms.collectives import allgather
+    from simsparse.algorithms.collectives import Allgather
     from simsparse.compute import kernels
 
     import functools
@@ -233,7 +233,7 @@ def test_memo_kernels_run_once_but_charge_every_rank(monkeypatch):
     def prog(ctx):
         x = np.arange(8, dtype=np.float32) * (ctx.rank + 1)  # a different, writable input per rank
         blk = COO(np.array([ctx.rank], np.int32), np.array([1.0], np.float32), 8)
-        blocks = yield from allgather(ctx, blk)
+        blocks = yield Allgather(blk)
         out = yield ctx.compute("scatter_add", blocks, 8, like=x)
         return out, ctx.now()
 

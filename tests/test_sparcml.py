@@ -24,11 +24,11 @@ NAMES = ["ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgather"
 VARIANTS = [
     ("ssar_recursive_double", {}),
     ("ssar_split_allgather", {}),
-    ("ssar_split_allgather", {"resparsify_eps": 1e-8, "split_order": "rotated"}),
+    ("ssar_split_allgather", {"resparsify_eps": 1e-8, "rotation": True}),
     ("dsar_split_allgather", {}),
-    ("dsar_split_allgather", {"split_order": "rotated", "allgather": "ring"}),
+    ("dsar_split_allgather", {"rotation": True, "allgather": "ring"}),
     ("topkdsa", {}),
-    ("topkdsa", {"throttle": 1, "allgather": "ring", "count_exchange": "none"}),
+    ("topkdsa", {"bucket_size": 1, "allgather": "ring", "count_exchange": False}),
 ]
 
 
@@ -182,7 +182,7 @@ def test_topkdsa_switches_to_a_dense_allgatherv_at_n_over_3():
         assert all(hasattr(r, "indices") == sparse for r in results)
         L = int(math.log2(P))
         assert row["msgs_total"] == P * (2 * (P - 1) + 2 * L)   # counts, exchange, sizes, data
-    row, _ = simulate("topkdsa", 16, n=n, density=0.01, params={"count_exchange": "none"})
+    row, _ = simulate("topkdsa", 16, n=n, density=0.01, params={"count_exchange": False})
     assert row["msgs_total"] == 16 * (15 + 2 * 4)                # Table 1: P - 1 + 2 log2 P messages
 
 
@@ -254,7 +254,7 @@ def test_quantization_is_unbiased():
 
 def test_bad_params_are_named():
     for name, bad in [("dsar_split_allgather", {"quantize_bits": 3}), ("dsar_split_allgather", {"quantize_bucket": 0}),
-                      ("topkdsa", {"throttle": 0}), ("ssar_split_allgather", {"split_order": "random"}),
+                      ("topkdsa", {"bucket_size": 0}), ("ssar_split_allgather", {"rotation": "random"}),
                       ("ssar_split_allgather", {"resparsify_eps": -1})]:
         with pytest.raises(ValidationError, match=next(iter(bad))):
             get_algorithm(name).Params(**bad)

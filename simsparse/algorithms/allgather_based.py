@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 from .base import Algorithm, SparseParams, host_indices, register, topk_choice
-from .collectives import allgather
+from .collectives import Allgather
 
 
 class TopkAParams(SparseParams):
@@ -38,7 +38,7 @@ class TopkA(Algorithm):
             sel = yield ctx.compute("topk", x, self.k)
         self.contributed = sel.indices
         with ctx.phase("allgather"):
-            blocks = yield from allgather(ctx, sel, self.params.allgather)
+            blocks = yield Allgather(sel, self.params.allgather)
         with ctx.phase("reduce"):
             return (yield ctx.compute("scatter_add", blocks, self.setup.n, like=x))
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..ops import COO, Dense
 from .base import Algorithm, SparseParams, agreed_state, host_indices, register, topk_choice
-from .collectives import bcast_binomial
+from .collectives import Bcast
 from .dense import allreduce
 
 
@@ -54,7 +54,7 @@ class CLTk(Algorithm):
                 sel = yield ctx.compute("topk", x, self.k)
             mine = Dense(sel.indices)
         with ctx.phase("bcast"):
-            idx = (yield from bcast_binomial(ctx, mine, root=self.leader)).values
+            idx = (yield Bcast(mine, root=self.leader)).values
         with ctx.phase("allreduce"):
             vals = yield ctx.compute("gather_at", x, idx)
             vals = yield from allreduce(ctx, vals)

@@ -1,34 +1,35 @@
-"""Helper collectives built from isend/irecv/waitall, for use inside algorithms.
+"""Helper collectives, each one request of the contract (like ``waitall``).
 
-Each is a generator function: ``got = yield from allgather(ctx, block)``.
-They move :class:`~simsparse.ops.Payload` objects, so an allgather of
+A rank yields the request and gets the result, ``blocks = yield
+Allgather(block, "rd", tag)``. Its ``expand(ctx)`` is the point-to-point
+schedule below: the real backend always runs it, and so does the
+simulator's event path; the simulator may instead evaluate a ``bulk``
+collective for all P ranks at once (:mod:`simsparse.backends.bulk`).
+Payloads are any :class:`~simsparse.ops.Payload`, so an allgather of
 variable-size sparse blocks is an allgatherv. Costs in the alpha-beta model
 (``m`` = bytes of one block, all blocks equal, P a power of two):
 
-* ``allgather_rd`` (recursive doubling, Thakur et al. 2005):
-  ``log2(P) alpha + (P-1) m beta``;
-* ``allgather_ring``: ``(P-1)(alpha + m beta)``;
-* ``bcast_binomial`` (MPICH short-message bcast): ``ceil(log2 P)(alpha + m beta)``.
+* :class:`Allgather` ``rd`` (recursive doubling, Thakur et al. 2005):
+  ``log2(P) alpha + (P-1) m beta``; ``ring``: ``(P-1)(alpha + m beta)``;
+* :class:`Alltoall` (rotated, bucketed; the Ok-Topk paper's split and
+  reduce, section 3.1.1): ``(P-1) alpha + (sum of sent bytes) beta``;
+* :class:`Bcast` (MPICH's binomial tree): ``ceil(log2 P)(alpha + m beta)``;
+* :class:`AllreduceHost` (recursive doubling): ``log2(P)(alpha + m beta)``.
 
-Non-powers of two are handled as MPICH does for allreduce: the first
-``2*rem`` ranks (``rem = P - pof2``) pair up, the even one hands its data to
-the odd one, ``pof2`` ranks run the power-of-two algorithm, and the odd ones
-hand the result back (:class:`Fold`).
+Non-powers of two are handled as MPICH does for allreduce (:class:`Fold`):
+the first ``2*rem`` ranks (``rem = P - pof2``) pair up, the even one hands
+its data to the odd one, ``pof2`` ranks run the power-of-two algorithm, and
+the odd ones hand the result back.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
-from ..ops import Bundle
+import numpy as np
+
+from ..ops import Bundle, Collective, Payload, Scalars
 from .base import pof2_floor
-
-
-def sendrecv(ctx, dst, payload, src, tag=0):
-    """Send to ``dst`` and receive from ``src`` concurrently; returns what arrived."""
-    r = ctx.irecv(src, tag)
-    s = ctx.isend(dst, payload, tag)
-    got, _ = yield ctx.waitall([r, s])
-    return got
 
 
 def send(ctx, dst, payload, tag=0):
@@ -42,7 +43,8 @@ def recv(ctx, src, tag=0):
 
 @dataclass(frozen=True)
 class Fold:
-    """MPICH's reduction of P ranks to the largest power of two ``pof2``."""
+    """MPICH's reduction of P ranks to the largest power of two ``pof2``:
+    :meth:`fold_in` before the power-of-two algorithm, :meth:`fold_out` after."""
 
     P: int
     pof2: int = field(init=False)
@@ -65,104 +67,294 @@ class Fold:
         """The original ranks a participant stands for after folding."""
         return [2 * newrank, 2 * newrank + 1] if newrank < self.rem else [newrank + self.rem]
 
+    def fold_in(self, ctx, value, wrap: Callable, combine: Callable, tag: int):
+        """Generator: an even rank below ``2 rem`` sends ``wrap(value)`` to
+        r + 1, which returns ``yield from combine(value, received)``; any
+        other rank returns ``value``."""
+        r = ctx.rank
+        if r < 2 * self.rem:
+            if r % 2 == 0:
+                yield from send(ctx, r + 1, wrap(value), tag)
+            else:
+                value = yield from combine(value, (yield from recv(ctx, r - 1, tag)))
+        return value
 
-def allgather_rd(ctx, block, tag=0):
-    """Recursive-doubling allgather(v): returns the P blocks in rank order.
-    In step j each participant exchanges everything gathered so far with
-    the partner at distance 2^j (a :class:`Bundle`)."""
+    def fold_out(self, ctx, value, wrap: Callable, take: Callable, tag: int):
+        """Generator: an odd rank below ``2 rem`` sends ``wrap(value)`` back
+        to r - 1, which returns ``yield from take(value, received)``."""
+        r = ctx.rank
+        if r < 2 * self.rem:
+            if r % 2 == 1:
+                yield from send(ctx, r - 1, wrap(value), tag)
+            else:
+                value = yield from take(value, (yield from recv(ctx, r + 1, tag)))
+        return value
+
+
+def received(value, got):
+    """A :meth:`Fold.fold_out` ``take`` that keeps what arrived."""
+    return got
+    yield  # pragma: no cover - makes this a generator
+
+
+def recursive_doubling(ctx, value, wrap: Callable, unwrap: Callable, combine: Callable, tag: int):
+    """The recursive-doubling skeleton with MPICH folding, for any payload:
+    ``wrap(value)`` makes the message, ``unwrap(payload)`` reads one, and
+    ``combine(mine, theirs)`` is a generator returning the reduced value."""
+    f, r = Fold(ctx.size), ctx.rank
+
+    def merge(mine, got):
+        return combine(mine, unwrap(got))
+
+    def take(mine, got):
+        return unwrap(got)
+        yield  # pragma: no cover - makes this a generator
+
+    with ctx.phase("fold"):
+        value = yield from f.fold_in(ctx, value, wrap, merge, tag)
+    nr = f.newrank(r)
+    if nr >= 0:
+        with ctx.phase("recursive_doubling"):
+            mask = 1
+            while mask < f.pof2:
+                peer = f.real(nr ^ mask)
+                got = yield Sendrecv(peer, wrap(value), peer, tag)
+                value = yield from combine(value, unwrap(got))
+                mask <<= 1
+    with ctx.phase("unfold"):
+        value = yield from f.fold_out(ctx, value, wrap, take, tag)
+    return value
+
+
+# -- the requests ---------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Sendrecv(Collective):
+    """Send ``payload`` to ``dst`` and receive from ``src`` concurrently; the
+    result is what arrived."""
+
+    dst: int
+    payload: Payload
+    src: int
+    tag: int = 0
+
+    def expand(self, ctx):
+        r = ctx.irecv(self.src, self.tag)
+        s = ctx.isend(self.dst, self.payload, self.tag)
+        got, _ = yield ctx.waitall([r, s])
+        return got
+
+
+@dataclass(slots=True)
+class Allgather(Collective):
+    """Allgather(v) of one payload per rank by ``algorithm`` (``rd``:
+    recursive doubling, every step exchanging everything gathered so far
+    with the partner at distance 2^j as a :class:`~simsparse.ops.Bundle`;
+    ``ring``: P - 1 steps forwarding the block received last). The result
+    is the P blocks in rank order."""
+
+    block: Payload
+    algorithm: str = "rd"
+    tag: int = 0
+    bulk = True
+
+    def __post_init__(self):
+        if self.algorithm not in ("rd", "ring"):
+            raise ValueError(f"allgather algorithm {self.algorithm!r}; allowed: rd, ring")
+
+    def expand(self, ctx):
+        return _allgather_rd(ctx, self.block, self.tag) if self.algorithm == "rd" else \
+            _allgather_ring(ctx, self.block, self.tag)
+
+
+def _allgather_rd(ctx, block, tag):
     P, r = ctx.size, ctx.rank
     if P == 1:
         return [block]
     f = Fold(P)
     have = {r: block}
-    if r < 2 * f.rem:
-        if r % 2 == 0:
-            yield from send(ctx, r + 1, block, tag)
-        else:
-            have[r - 1] = yield from recv(ctx, r - 1, tag)
+
+    def keep(have, got):
+        have[r - 1] = got
+        return have
+        yield  # pragma: no cover - makes this a generator
+
+    def rest(have):   # what an odd rank hands back: every block but its partner's
+        return Bundle(tuple(have[q] for q in range(P) if q != r - 1))
+
+    def spread(have, got):
+        for q, part in zip([q for q in range(P) if q != r], got.parts):
+            have[q] = part
+        return have
+        yield  # pragma: no cover - makes this a generator
+
+    have = yield from f.fold_in(ctx, have, lambda h: h[r], keep, tag)
     nr = f.newrank(r)
     if nr >= 0:
         mask = 1
         while mask < f.pof2:
             pnr = nr ^ mask
             peer = f.real(pnr)
-            mine = Bundle(tuple(have[q] for q in sorted(have)))
-            got = yield from sendrecv(ctx, peer, mine, peer, tag)
+            got = yield Sendrecv(peer, Bundle(tuple(have[q] for q in sorted(have))), peer, tag)
             lo = pnr & ~(mask - 1)
-            peer_ranks = [q for g in range(lo, lo + mask) for q in f.ranks_of(g)]
-            for q, part in zip(peer_ranks, got.parts):
+            for q, part in zip([q for g in range(lo, lo + mask) for q in f.ranks_of(g)], got.parts):
                 have[q] = part
             mask <<= 1
-    if r < 2 * f.rem:
-        if r % 2 == 1:
-            others = tuple(have[q] for q in range(P) if q != r - 1)
-            yield from send(ctx, r - 1, Bundle(others), tag)
-        else:
-            got = yield from recv(ctx, r + 1, tag)
-            rest = [q for q in range(P) if q != r]
-            for q, part in zip(rest, got.parts):
-                have[q] = part
+    have = yield from f.fold_out(ctx, have, rest, spread, tag)
     return [have[q] for q in range(P)]
 
 
-def allgather_ring(ctx, block, tag=0):
-    """Ring allgather(v): P-1 steps, each forwarding the block received last."""
+def _allgather_ring(ctx, block, tag):
     P, r = ctx.size, ctx.rank
     have = [None] * P
     have[r] = block
     right, left = (r + 1) % P, (r - 1) % P
     for s in range(P - 1):
-        have[(r - s - 1) % P] = yield from sendrecv(ctx, right, have[(r - s) % P], left, tag)
+        have[(r - s - 1) % P] = yield Sendrecv(right, have[(r - s) % P], left, tag)
     return have
 
 
-ALLGATHERS = {"rd": allgather_rd, "ring": allgather_ring}
+@dataclass(slots=True)
+class Bcast(Collective):
+    """MPICH's binomial-tree broadcast from ``root``; the other ranks pass
+    ``None`` and get the payload."""
 
+    payload: Payload | None
+    root: int = 0
+    tag: int = 0
 
-def allgather(ctx, block, algorithm="rd", tag=0):
-    """Allgather(v) of payloads by the named algorithm (``rd`` or ``ring``)."""
-    return (yield from ALLGATHERS[algorithm](ctx, block, tag))
-
-
-def bcast_binomial(ctx, payload, root=0, tag=0):
-    """MPICH binomial-tree broadcast; non-roots pass ``None`` and get the payload."""
-    P, r = ctx.size, ctx.rank
-    rel = (r - root) % P
-    mask = 1
-    while mask < P:
-        if rel & mask:
-            payload = yield from recv(ctx, (r - mask) % P, tag)
-            break
-        mask <<= 1
-    mask >>= 1
-    sends = []
-    while mask > 0:
-        if rel + mask < P:
-            sends.append(ctx.isend((r + mask) % P, payload, tag))
+    def expand(self, ctx):
+        P, r, tag = ctx.size, ctx.rank, self.tag
+        payload = self.payload
+        rel = (r - self.root) % P
+        mask = 1
+        while mask < P:
+            if rel & mask:
+                payload = yield from recv(ctx, (r - mask) % P, tag)
+                break
+            mask <<= 1
         mask >>= 1
-    if sends:
-        yield ctx.waitall(sends)
-    return payload
+        sends = []
+        while mask > 0:
+            if rel + mask < P:
+                sends.append(ctx.isend((r + mask) % P, payload, tag))
+            mask >>= 1
+        if sends:
+            yield ctx.waitall(sends)
+        return payload
 
 
-def alltoall(ctx, blocks, tag=0, throttle=None):
-    """Personalised all-to-all: ``blocks[j]`` goes to rank j (``blocks[r]`` stays);
-    returns the P blocks addressed to this rank, by source.
+@dataclass(frozen=True)
+class Reduce:
+    """What a receiver of an :class:`Alltoall` runs on the blocks it got:
+    ``acc = kernel(acc, blocks, *args, **kwargs)`` once per bucket, or with
+    ``each``, ``acc = kernel(acc, block, ...)`` once per block. With
+    ``overlap`` the blocks of one bucket are reduced while the next bucket's
+    messages are in flight (Ok-Topk section 3.1.1)."""
 
-    Rotated schedule: step i sends to (r+i) mod P and receives from (r-i) mod P,
-    so every step is a permutation (no endpoint is a hot spot). With
-    ``throttle = t`` at most t steps are in flight (one waitall per batch), as
-    in the Ok-Topk code (t = min(4, P)); ``None`` posts all at once.
+    kernel: str
+    acc: Any
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    each: bool = False
+    overlap: bool = True
+
+
+@dataclass(slots=True)
+class Alltoall(Collective):
+    """Personalised all-to-all: ``blocks[j]`` goes to rank j (``blocks[r]``
+    stays). Step i = 0 .. P-1 sends to (r+i) mod P and receives from (r-i)
+    mod P (*destination rotation*, Ok-Topk Fig. 2b: every step a
+    permutation); without ``rotation`` step i sends to rank i, and rank i
+    receives from all (Fig. 2a). Steps run in buckets of ``bucket_size``
+    (None: all at once), one waitall per bucket, receives posted before
+    sends. The result is the P blocks addressed to this rank by source, or
+    with ``reduce`` (:class:`Reduce`) their reduction into its ``acc``.
     Cost: (P-1) alpha + (sum of sent bytes) beta per rank."""
-    P, r = ctx.size, ctx.rank
-    got = [None] * P
-    got[r] = blocks[r]
-    t = max(1, P - 1) if not throttle else max(1, int(throttle))
-    for start in range(1, P, t):
-        steps = range(start, min(P, start + t))
-        recvs = [ctx.irecv((r - i) % P, tag) for i in steps]
-        sends = [ctx.isend((r + i) % P, blocks[(r + i) % P], tag) for i in steps]
-        vals = yield ctx.waitall(recvs + sends)
-        for i, v in zip(steps, vals):
-            got[(r - i) % P] = v
-    return got
+
+    blocks: list
+    tag: int = 0
+    rotation: bool = True
+    bucket_size: int | None = None
+    reduce: Reduce | None = None
+    bulk = True
+
+    def steps(self, P: int, r: int, i: int) -> tuple[list, list]:
+        """Step i of rank r: (destinations, sources), self excluded."""
+        if self.rotation:
+            return ([] if i == 0 else [(r + i) % P]), ([] if i == 0 else [(r - i) % P])
+        return ([] if i == r else [i]), ([j for j in range(P) if j != r] if i == r else [])
+
+    def buckets(self, P: int) -> list[range]:
+        t = P if self.bucket_size is None else max(1, int(self.bucket_size))
+        return [range(start, min(P, start + t)) for start in range(0, P, t)]
+
+    def expand(self, ctx):
+        P, r, tag, red = ctx.size, ctx.rank, self.tag, self.reduce
+        blocks = self.blocks
+        got = [None] * P
+        got[r] = blocks[r]
+        acc, pending = (red.acc, []) if red else (None, None)
+        for bucket in self.buckets(P):
+            dsts, srcs, local = [], [], False
+            for i in bucket:
+                d, s = self.steps(P, r, i)
+                dsts += d
+                srcs += s
+                local |= not d and i in (0, r)
+            recvs = [ctx.irecv(s, tag) for s in srcs]
+            sends = [ctx.isend(d, blocks[d], tag) for d in dsts]
+            if red and red.overlap and pending:
+                acc = yield from _reduce(ctx, red, acc, pending)
+                pending = []
+            vals = (yield ctx.waitall(recvs + sends))[:len(recvs)]
+            if red is None:
+                for s, v in zip(srcs, vals):
+                    got[s] = v
+                continue
+            pending = pending + ([blocks[r]] if local else []) + vals
+            if not red.overlap and pending:
+                acc = yield from _reduce(ctx, red, acc, pending)
+                pending = []
+        if red is None:
+            return got
+        if pending:
+            acc = yield from _reduce(ctx, red, acc, pending)
+        return acc
+
+
+def _reduce(ctx, red: Reduce, acc, blocks):
+    if red.each:
+        for b in blocks:
+            acc = yield ctx.compute(red.kernel, acc, b, *red.args, **red.kwargs)
+        return acc
+    return (yield ctx.compute(red.kernel, acc, blocks, *red.args, **red.kwargs))
+
+
+HOST_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+
+
+def _values(p):
+    return p.values
+
+
+@dataclass(slots=True)
+class AllreduceHost(Collective):
+    """Recursive-doubling allreduce of small host metadata (a numpy array,
+    sent as :class:`~simsparse.ops.Scalars`), e.g. Ok-Topk's region
+    boundaries or a histogram. The reduction is host numpy (``op``: sum, max
+    or min), not a device kernel. Cost: log2(P)(alpha + m beta)."""
+
+    values: Any
+    op: str = "sum"
+    tag: int = 0
+    bulk = True
+
+    def expand(self, ctx):
+        fn = HOST_OPS[self.op]
+
+        def combine(mine, theirs):
+            return fn(mine, theirs)
+            yield  # pragma: no cover - makes this a generator
+
+        return recursive_doubling(ctx, np.asarray(self.values), Scalars, _values, combine, self.tag)

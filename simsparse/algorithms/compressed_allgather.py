@@ -40,7 +40,7 @@ from ..compression.qsgd import qsgd_dequantize, qsgd_quantize
 from ..compression.rng import seed_of
 from ..compute.kernels import kernel, streaming
 from .base import Algorithm, SparseParams, register
-from .collectives import allgather
+from .collectives import Allgather
 
 _STAGE = {"qsgd_allgather": 11, "terngrad_allgather": 12}
 
@@ -59,7 +59,7 @@ class _CompressedAllgather(Algorithm):
         with ctx.phase("compress"):
             self.own = yield from self.compress(ctx, x)
         with ctx.phase("allgather"):
-            blocks = yield from allgather(ctx, self.own, self.params.allgather)
+            blocks = yield Allgather(self.own, self.params.allgather)
         with ctx.phase("decompress"):
             return (yield from self.decompress(ctx, blocks, x))
 

@@ -77,7 +77,7 @@ from pydantic import Field
 from ..compute.kernels import Work, _isz, kernel
 from ..ops import Bundle, Dense, Scalars
 from .base import Algorithm, SparseParams, agreed_state, host_indices, register, topk_choice
-from .collectives import allgather, bcast_binomial
+from .collectives import Allgather, Bcast
 from .dense import allreduce
 
 
@@ -250,7 +250,7 @@ class DEFT(Algorithm):
                 bins, common = bin_pack(sizes, ks, P, prm.common_part)
                 plan = Bundle((Scalars.of([len(b) for b in bins], "int32"),
                                Scalars.of([j for b in bins for j in b] + common, "int32")))
-            plan = yield from bcast_binomial(ctx, plan, root=c)
+            plan = yield Bcast(plan, root=c)
             counts, ids = plan[0].tolist(), plan[1].tolist()
             start = sum(counts[:(c + r) % P])
             mine, common = ids[start:start + counts[(c + r) % P]], ids[sum(counts):]
@@ -262,12 +262,12 @@ class DEFT(Algorithm):
             idx = yield ctx.compute("fragment_indices", parts, [frags[j][0] for j in mine], like=x)
         self.selected = idx
         with ctx.phase("gather"):
-            got = yield from allgather(ctx, Scalars.of([len(idx)], "int32"), prm.allgather)
+            got = yield Allgather(Scalars.of([len(idx)], "int32"), prm.allgather)
             nsel = [int(s.values[0]) for s in got]
             if prm.index_allgather == "padded" and len(idx) < max(nsel):
                 pad = yield ctx.compute("zeros", max(nsel) - len(idx), like=idx)
                 idx = yield ctx.compute("concat", [idx, pad])
-            blocks = yield from allgather(ctx, Dense(idx), prm.allgather)
+            blocks = yield Allgather(Dense(idx), prm.allgather)
             pieces = [blk.values[:m] for blk, m in zip(blocks, nsel)]
             if common:
                 pieces.append((yield ctx.compute("index_ranges", [frags[j] for j in common], like=x)))

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops import Dense, Scalars, nbytes_of
+from ..ops import Dense, nbytes_of
 from .base import Algorithm, register
-from .collectives import Fold, recv, send, sendrecv
+from .collectives import Fold, Sendrecv, recursive_doubling
 
 
 def _bounds(n: int, parts: int) -> list[int]:
@@ -25,28 +25,16 @@ def _bounds(n: int, parts: int) -> list[int]:
     return [(i * n) // parts for i in range(parts + 1)]
 
 
-def _fold_in(ctx, f: Fold, buf, tag):
-    """Non-power-of-two prologue: even ranks below 2 rem hand their vector over."""
-    r = ctx.rank
-    if r < 2 * f.rem:
-        with ctx.phase("fold"):
-            if r % 2 == 0:
-                yield from send(ctx, r + 1, Dense(buf), tag)
-            else:
-                got = yield from recv(ctx, r - 1, tag)
-                yield ctx.compute("add_into", buf, got.values)
+def _add_into(ctx):
+    def add(buf, got):
+        return (yield ctx.compute("add_into", buf, got.values))
+    return add
 
 
-def _fold_out(ctx, f: Fold, buf, tag):
-    """Epilogue: the odd ranks return the result to their even partner."""
-    r = ctx.rank
-    if r < 2 * f.rem:
-        with ctx.phase("unfold"):
-            if r % 2 == 1:
-                yield from send(ctx, r - 1, Dense(buf), tag)
-            else:
-                got = yield from recv(ctx, r + 1, tag)
-                yield ctx.compute("copy_into", buf, got.values)
+def _copy_into(ctx):
+    def copy(buf, got):
+        return (yield ctx.compute("copy_into", buf, got.values))
+    return copy
 
 
 def _ring_step(P, r, s):
@@ -90,35 +78,6 @@ def ring_rounds(P, n):
         yield dst, (i + 1) * n // P - i * n // P, kernel
 
 
-def _recursive_doubling(ctx, value, wrap, unwrap, combine, tag):
-    """The recursive-doubling skeleton with MPICH folding, for any payload:
-    ``wrap(value)`` makes the message, ``unwrap(payload)`` reads one, and
-    ``combine(mine, theirs)`` is a generator returning the reduced value."""
-    f, r = Fold(ctx.size), ctx.rank
-    if r < 2 * f.rem:
-        with ctx.phase("fold"):
-            if r % 2 == 0:
-                yield from send(ctx, r + 1, wrap(value), tag)
-            else:
-                value = yield from combine(value, unwrap((yield from recv(ctx, r - 1, tag))))
-    nr = f.newrank(r)
-    if nr >= 0:
-        with ctx.phase("recursive_doubling"):
-            mask = 1
-            while mask < f.pof2:
-                peer = f.real(nr ^ mask)
-                got = yield from sendrecv(ctx, peer, wrap(value), peer, tag)
-                value = yield from combine(value, unwrap(got))
-                mask <<= 1
-    if r < 2 * f.rem:
-        with ctx.phase("unfold"):
-            if r % 2 == 1:
-                yield from send(ctx, r - 1, wrap(value), tag)
-            else:
-                value = unwrap((yield from recv(ctx, r + 1, tag)))
-    return value
-
-
 def recursive_doubling_allreduce(ctx, buf, tag=0):
     """Recursive-doubling allreduce of a dense vector: log2(pof2) pairwise
     exchanges of the whole vector with the partner at distance 2^j; returns
@@ -128,25 +87,7 @@ def recursive_doubling_allreduce(ctx, buf, tag=0):
     def add(mine, theirs):
         return (yield ctx.compute("add_into", mine, theirs))
 
-    return (yield from _recursive_doubling(ctx, buf, Dense, _values, add, tag))
-
-
-HOST_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
-
-
-def allreduce_host(ctx, values, op="sum", tag=0):
-    """Recursive-doubling allreduce of small host metadata (a numpy array, sent
-    as :class:`~simsparse.ops.Scalars`), e.g. Ok-Topk's region boundaries or a
-    global count. The reduction is host numpy (not a device kernel).
-    Cost: log2(P)(alpha + m beta)."""
-    fn = HOST_OPS[op]
-
-    def combine(mine, theirs):
-        return fn(mine, theirs)
-        yield  # pragma: no cover - makes this a generator
-
-    values = np.asarray(values)
-    return (yield from _recursive_doubling(ctx, values, Scalars, _values, combine, tag))
+    return (yield from recursive_doubling(ctx, buf, Dense, _values, add, tag))
 
 
 def _values(p):
@@ -195,16 +136,18 @@ def rabenseifner_allreduce(ctx, buf, tag=0):
     doubling, index bookkeeping as in MPICH's reduce_scatter_allgather.
     Cost: 2 log2(P) alpha + 2 (P-1)/P n w beta."""
     f = Fold(ctx.size)
-    yield from _fold_in(ctx, f, buf, tag)
+    with ctx.phase("fold"):
+        yield from f.fold_in(ctx, buf, Dense, _add_into(ctx), tag)
     nr = f.newrank(ctx.rank)
     if nr >= 0 and f.pof2 > 1:
         b = _bounds(len(buf), f.pof2)
         for phase, newdst, s_lo, s_hi, r_lo, r_hi, kernel in _rabenseifner_steps(f.pof2, nr):
             with ctx.phase(phase):
                 dst = f.real(newdst)
-                got = yield from sendrecv(ctx, dst, Dense(buf[b[s_lo]:b[s_hi]]), dst, tag)
+                got = yield Sendrecv(dst, Dense(buf[b[s_lo]:b[s_hi]]), dst, tag)
                 yield ctx.compute(kernel, buf[b[r_lo]:b[r_hi]], got.values)
-    yield from _fold_out(ctx, f, buf, tag)
+    with ctx.phase("unfold"):
+        yield from f.fold_out(ctx, buf, Dense, _copy_into(ctx), tag)
     return buf
 
 
@@ -256,7 +199,7 @@ def rabenseifner_rounds(P, n):
         for k, kernel in enumerate(kernels):
             newdst, s_lo, s_hi = per[:, k].T
             yield newdst, b[s_hi] - b[s_lo], kernel
-    return _folded(P, n, steps, "copy_into")   # _fold_out
+    return _folded(P, n, steps, "copy_into")   # Fold.fold_out
 
 
 def allreduce(ctx, buf, algorithm="auto", tag=0):

@@ -45,7 +45,7 @@ from pydantic import Field
 from ..compression.gaussian import gaussian_threshold
 from ..ops import Scalars
 from .base import Algorithm, SparseParams, register
-from .collectives import allgather
+from .collectives import Allgather
 
 
 class GaussiankParams(SparseParams):
@@ -72,8 +72,8 @@ class Gaussiank(Algorithm):
         self.threshold = thr
         self.contributed = sel.indices
         with ctx.phase("allgather"):
-            yield from allgather(ctx, Scalars.of([sel.nnz], "int32"), prm.allgather)
-            blocks = yield from allgather(ctx, sel, prm.allgather)
+            yield Allgather(Scalars.of([sel.nnz], "int32"), prm.allgather)
+            blocks = yield Allgather(sel, prm.allgather)
         with ctx.phase("reduce"):
             return (yield ctx.compute("scatter_add", blocks, self.setup.n, like=x))
 

@@ -42,7 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Algorithm, SparseParams, host_indices, register, topk_choice
-from .collectives import Fold, bcast_binomial, recv, send
+from .collectives import Bcast, Fold, recv, send
 
 
 @register("gtopk")
@@ -58,11 +58,8 @@ class GTopk(Algorithm):
         f = Fold(P)
         cur = local
         with ctx.phase("reduce_tree"):
-            if r < 2 * f.rem:  # fold: the even rank hands its top-k to the odd one
-                if r % 2 == 0:
-                    yield from send(ctx, r + 1, cur)
-                else:
-                    cur = yield from self._merge(ctx, cur, (yield from recv(ctx, r - 1)))
+            # fold: the even rank hands its top-k to the odd one, which merges
+            cur = yield from f.fold_in(ctx, cur, _same, lambda mine, theirs: self._merge(ctx, mine, theirs), 0)
             nr = f.newrank(r)
             mask = 1
             while nr >= 0 and mask < f.pof2:
@@ -73,7 +70,7 @@ class GTopk(Algorithm):
                 mask <<= 1
         root = f.real(0)
         with ctx.phase("bcast"):
-            final = yield from bcast_binomial(ctx, cur if r == root else None, root=root)
+            final = yield Bcast(cur if r == root else None, root=root)
         with ctx.phase("residual"):
             self.contributed = yield ctx.compute("intersect", local.indices, final.indices)
         return final
@@ -116,6 +113,10 @@ class GTopk(Algorithm):
         out = np.zeros(n)
         out[idx] = val
         return out
+
+
+def _same(p):
+    return p
 
 
 def _top_k_of_sum(a, b, k, chosen=None):

@@ -69,8 +69,8 @@ from ..compute.kernels import Work, _isz, kernel
 from ..compute.sparse_kernels import kth_abs
 from ..ops import COO, Scalars
 from .base import Algorithm, SparseParams, register
-from .collectives import allgather, alltoall
-from .dense import _bounds, allreduce_host
+from .collectives import Allgather, AllreduceHost, Alltoall, Reduce
+from .dense import _bounds
 from .oktopk_select import ThresholdTuning, as_dtype, radix_select, rescale
 
 TAG_SPLIT, TAG_COUNTS, TAG_BOUNDS, TAG_SELECT, TAG_SIZES, TAG_BALANCE, TAG_GATHER = range(11, 18)
@@ -129,9 +129,19 @@ class OkTopk(Algorithm):
         self.bounds = None       # region boundaries [0, b_1, ..., b_{P-1}, n]
         self.used = {}           # what this iteration used (check_state)
 
+    @classmethod
+    def periodic_work(cls, params):
+        """Exact local and global thresholds every ``tau`` iterations (every
+        one without ``threshold_reuse``), balanced boundaries every
+        ``tau_prime`` (never with ``balanced_boundaries: false``)."""
+        work = {"exact_thresholds": params.tau if params.threshold_reuse else 1}
+        if params.balanced_boundaries:
+            work["boundaries"] = params.tau_prime
+        return work
+
     def run(self, ctx, x):
-        p, t, k = self.params, self.iteration_no, self.k
-        exact = not p.threshold_reuse or t % p.tau == 0
+        p, k = self.params, self.k
+        exact = self.due("exact_thresholds")
         with ctx.phase("local_select"):
             thr = yield from self._local_threshold(ctx, x, exact)
             sel = yield ctx.compute("threshold_select", x, thr)
@@ -140,7 +150,7 @@ class OkTopk(Algorithm):
         if not p.balanced_boundaries:
             bounds = _bounds(self.setup.n, ctx.size)
         else:
-            if self.bounds is None or t % p.tau_prime == 0:
+            if self.bounds is None or self.due("boundaries"):
                 with ctx.phase("boundaries"):
                     self.bounds = yield from self._balanced_bounds(ctx, sel)
             bounds = self.bounds
@@ -182,7 +192,7 @@ class OkTopk(Algorithm):
             pts = np.asarray(sel.indices[step:step * P:step].tolist(), dtype=np.int64)
         else:
             pts = np.asarray(_bounds(n, P)[1:-1], dtype=np.int64)
-        total = yield from allreduce_host(ctx, pts, "sum", TAG_BOUNDS)
+        total = yield AllreduceHost(pts, "sum", TAG_BOUNDS)
         return [0, *(np.asarray(total) // P).tolist(), n]
 
     def _split_reduce(self, ctx, x, sel, bounds):
@@ -191,35 +201,10 @@ class OkTopk(Algorithm):
         parts = yield ctx.compute("coo_split", sel, bounds)
         if p.count_exchange and P > 1:
             with ctx.phase("counts"):
-                yield from alltoall(ctx, [Scalars.of([q.nnz], "int32") for q in parts], TAG_COUNTS)
+                yield Alltoall([Scalars.of([q.nnz], "int32") for q in parts], TAG_COUNTS)
         buf = yield ctx.compute("zeros", bounds[r + 1] - bounds[r], x)
-        pending = []
-        for start in range(0, P, p.bucket_size):
-            local, recvs, sends = [], [], []
-            for i in range(start, min(P, start + p.bucket_size)):
-                if p.rotation:
-                    dst, src = (r + i) % P, (r - i) % P
-                    if dst == r:
-                        local.append(parts[r])
-                    else:
-                        recvs.append(ctx.irecv(src, TAG_SPLIT))
-                        sends.append(ctx.isend(dst, parts[dst], TAG_SPLIT))
-                elif i == r:
-                    local.append(parts[r])
-                    recvs += [ctx.irecv(j, TAG_SPLIT) for j in range(P) if j != r]
-                else:
-                    sends.append(ctx.isend(i, parts[i], TAG_SPLIT))
-            if p.overlap and pending:
-                yield ctx.compute("scatter_add_region", buf, pending, bounds[r])
-                pending = []
-            got = (yield ctx.waitall(recvs + sends))[:len(recvs)]
-            pending = pending + local + got
-            if not p.overlap and pending:
-                yield ctx.compute("scatter_add_region", buf, pending, bounds[r])
-                pending = []
-        if pending:
-            yield ctx.compute("scatter_add_region", buf, pending, bounds[r])
-        return buf
+        red = Reduce("scatter_add_region", buf, (bounds[r],), overlap=p.overlap)
+        return (yield Alltoall(parts, TAG_SPLIT, p.rotation, p.bucket_size, red))
 
     def _global_topk(self, ctx, reduced, offset, exact):
         """Select the reduced region's entries at or above the global
@@ -242,7 +227,7 @@ class OkTopk(Algorithm):
         then the k-th largest magnitude of them all."""
         sizes = yield from self._sizes(ctx, nz)
         with ctx.phase("gather_nonzeros"):
-            blocks = yield from allgather(ctx, nz, "rd", TAG_GATHER)
+            blocks = yield Allgather(nz, "rd", TAG_GATHER)
         every = yield ctx.compute("coo_concat", blocks, self.setup.n)
         if sum(sizes) == 0:
             return every, 0.0
@@ -251,7 +236,7 @@ class OkTopk(Algorithm):
 
     def _sizes(self, ctx, block):
         with ctx.phase("sizes"):
-            got = yield from allgather(ctx, Scalars.of([block.nnz], "int32"), "rd", TAG_SIZES)
+            got = yield Allgather(Scalars.of([block.nnz], "int32"), "rd", TAG_SIZES)
         return [int(s.values[0]) for s in got]
 
     def _balance_allgatherv(self, ctx, mine):
@@ -264,7 +249,7 @@ class OkTopk(Algorithm):
             with ctx.phase("balance"):
                 mine = yield from self._balance(ctx, mine, sizes)
         with ctx.phase("allgatherv"):
-            blocks = yield from allgather(ctx, mine, "rd", TAG_GATHER)
+            blocks = yield Allgather(mine, "rd", TAG_GATHER)
             return (yield ctx.compute("coo_concat", blocks, self.setup.n))
 
     def _balance(self, ctx, mine, sizes):

@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..compute.kernels import Work, _isz, kernel
-from .dense import allreduce_host
+from .collectives import AllreduceHost
 
 #: magnitude bits of the IEEE formats (the sign bit of |v| is always 0)
 MAGNITUDE_BITS = {"float32": 31, "float64": 63}
@@ -114,7 +114,7 @@ def radix_select(ctx, values, k: int, dtype: str, bits: int, tag: int):
     while hi > 0:
         lo = max(0, hi - bits)
         h = yield ctx.compute("abs_bits_histogram", values, prefix, lo, hi)
-        h = np.asarray((yield from allreduce_host(ctx, h, "sum", tag)), dtype=np.int64)
+        h = np.asarray((yield AllreduceHost(h, "sum", tag)), dtype=np.int64)
         if k_eff is None:  # the first digit's histogram counts every value
             k_eff = min(int(k), int(h.sum()))
             if k_eff == 0:

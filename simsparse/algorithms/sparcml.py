@@ -28,15 +28,13 @@ from ..compression.qsgd import levels
 from ..compression.rng import seed_of
 from ..ops import Dense, Scalars
 from .base import Algorithm, SparseParams, host_indices, register, topk_choice
-from .collectives import Fold, allgather, alltoall, recv, send, sendrecv
-from .dense import _recursive_doubling
+from .collectives import Allgather, Alltoall, Fold, Reduce, Sendrecv, received, recursive_doubling
 from .streams import DenseRange, stream_result
 
 TAG_FOLD, TAG_SPLIT, TAG_GATHER, TAG_COUNTS, TAG_SIZES = 1, 2, 3, 4, 5
 
-SplitOrder = Literal["rank", "rotated"]
-_ORDER_DOC = ("order of the split-phase sends: 'rank' posts them to ranks 0, 1, ..., P-1 as the SparCML code "
-              "does (every rank targets the same owner first); 'rotated' sends to r+1, r+2, ... (mod P)")
+_ROTATION_DOC = ("destination rotation of the split-phase sends (Ok-Topk Fig. 2b): r+1, r+2, ... (mod P); false "
+                 "posts them to ranks 0, 1, ..., P-1 as the SparCML code does (every rank targets the same owner first)")
 
 
 def region_bounds(n: int, parts: int) -> list[int]:
@@ -50,9 +48,9 @@ def expected_nnz(n: int, k: int, P: int) -> float:
     return n * (1.0 - (1.0 - k / n) ** P)
 
 
-def send_order(r: int, P: int, order: str) -> list[int]:
+def send_order(r: int, P: int, rotation: bool) -> list[int]:
     """Peers of ``r`` in the order the split phase posts its sends."""
-    if order == "rotated":
+    if rotation:
         return [(r + i) % P for i in range(1, P)]
     return [i for i in range(P) if i != r]
 
@@ -128,7 +126,7 @@ class SSARRecursiveDouble(_LocalTopkSum):
         def add(mine, theirs):
             return (yield ctx.compute("stream_add", mine, theirs, 0, n))
 
-        s = yield from _recursive_doubling(ctx, s, _same, _same, add, TAG_GATHER)
+        s = yield from recursive_doubling(ctx, s, _same, _same, add, TAG_GATHER)
         return stream_result(s)
 
 
@@ -139,10 +137,10 @@ class SSARSplitAllgatherParams(SparseParams):
     resparsify_eps: float = Field(
         0.0, ge=0, description="after the split phase a dense reduced range keeps only |v| > eps: 0 keeps every "
                                "nonzero (lossless, the paper); the SparCML code drops |v| <= 1e-8")
-    split_order: SplitOrder = Field("rank", description=_ORDER_DOC)
+    rotation: bool = Field(False, description=_ROTATION_DOC)
 
 
-def split_reduce(ctx, s, bounds, me, peer_of, order, lo, hi, inplace):
+def split_reduce(ctx, s, bounds, me, peer_of, rotation, lo, hi, inplace):
     """SparCML's split phase: post a receive from every other participant,
     split the stream by ``bounds``, send part j to participant j, and sum the
     parts that arrive (``MPI_Waitany`` order) into part ``me``. ``peer_of``
@@ -151,7 +149,7 @@ def split_reduce(ctx, s, bounds, me, peer_of, order, lo, hi, inplace):
     others = [j for j in range(parts_n) if j != me]
     recvs = [ctx.irecv(peer_of(j), TAG_SPLIT) for j in others]
     parts = yield ctx.compute("stream_split", s, bounds)
-    sends = [ctx.isend(peer_of(j), parts[j], TAG_SPLIT) for j in send_order(me, parts_n, order)]
+    sends = [ctx.isend(peer_of(j), parts[j], TAG_SPLIT) for j in send_order(me, parts_n, rotation)]
     acc = parts[me]
     if inplace:
         acc = yield ctx.compute("stream_dense", acc, lo, hi)
@@ -178,7 +176,7 @@ class SSARSplitAllgather(_LocalTopkSum):
     ``k beta_s``, allgather between ``(P-1)/P k`` and ``(P-1) k`` pairs).
 
     Departures: the code posts the split sends to vranks 0, 1, ..., pof2-1
-    (``split_order: rank``, the default); ``rotated`` is offered to avoid every
+    (``rotation: false``, the default); ``rotation`` is offered to avoid every
     rank targeting the same owner first. The code re-sparsifies a dense
     reduced range with ``|v| > 1e-8``, which the paper does not mention; the
     default ``resparsify_eps: 0`` keeps every nonzero (lossless) and ``1e-8``
@@ -194,34 +192,29 @@ class SSARSplitAllgather(_LocalTopkSum):
         sel = yield from self.select(ctx, x)
         (s,) = yield ctx.compute("stream_split", sel, [0, n])
         f = Fold(P)
-        if r < 2 * f.rem:
-            with ctx.phase("fold"):
-                if r % 2 == 0:
-                    yield from send(ctx, r + 1, s, TAG_FOLD)
-                else:
-                    got = yield from recv(ctx, r - 1, TAG_FOLD)
-                    s = yield ctx.compute("stream_add", s, got, 0, n)
+
+        def add(mine, theirs):
+            return (yield ctx.compute("stream_add", mine, theirs, 0, n))
+
+        with ctx.phase("fold"):
+            s = yield from f.fold_in(ctx, s, _same, add, TAG_FOLD)
         nr = f.newrank(r)
         if nr >= 0:
             bounds = region_bounds(n, f.pof2)
             lo, hi = bounds[nr], bounds[nr + 1]
             with ctx.phase("split_reduce"):
-                acc = yield from split_reduce(ctx, s, bounds, nr, f.real, self.params.split_order, lo, hi, False)
+                acc = yield from split_reduce(ctx, s, bounds, nr, f.real, self.params.rotation, lo, hi, False)
                 self.cut_range = (lo, hi) if isinstance(acc, DenseRange) else None
                 s = yield ctx.compute("stream_resparsify", acc, self.params.resparsify_eps)
             with ctx.phase("allgather"):
                 mask = 1
                 while mask < f.pof2:
                     peer = f.real(nr ^ mask)
-                    got = yield from sendrecv(ctx, peer, s, peer, TAG_GATHER)
+                    got = yield Sendrecv(peer, s, peer, TAG_GATHER)
                     s = yield ctx.compute("stream_add", s, got, 0, n, disjoint=True, inplace=True)
                     mask <<= 1
-        if r < 2 * f.rem:
-            with ctx.phase("unfold"):
-                if r % 2 == 1:
-                    yield from send(ctx, r - 1, s, TAG_FOLD)
-                else:
-                    s = yield from recv(ctx, r + 1, TAG_FOLD)
+        with ctx.phase("unfold"):
+            s = yield from f.fold_out(ctx, s, _same, received, TAG_FOLD)
         return stream_result(s)
 
     def check_state(self):
@@ -241,7 +234,7 @@ class SSARSplitAllgather(_LocalTopkSum):
 
 
 class DSARSplitAllgatherParams(SparseParams):
-    split_order: SplitOrder = Field("rank", description=_ORDER_DOC)
+    rotation: bool = Field(False, description=_ROTATION_DOC)
     allgather: Literal["rd", "ring"] = Field(
         "rd", description="dense allgather(v) of the reduced regions: recursive doubling (the paper's L1(P)) or ring")
     quantize_bits: Literal[2, 4, 8] | None = Field(
@@ -274,7 +267,7 @@ class DSARSplitAllgather(_LocalTopkSum):
     n/bucket)`` bytes per rank instead of ``(P-1)/P 4n``.
 
     Departures from the code: its Isends are never waited for; here they are
-    completed before the allgather. ``split_order`` as in
+    completed before the allgather. ``rotation`` as in
     ``ssar_split_allgather``. SparCML's quantizing code is not public; the
     quantizer is :mod:`simsparse.compression.qsgd` (max-norm scale).
     """
@@ -285,14 +278,14 @@ class DSARSplitAllgather(_LocalTopkSum):
         r, prm = ctx.rank, self.params
         sel, bounds, lo, hi = yield from self.select_regions(ctx, x)
         with ctx.phase("split_reduce"):
-            acc = yield from split_reduce(ctx, sel, bounds, r, _same, prm.split_order, lo, hi, True)
+            acc = yield from split_reduce(ctx, sel, bounds, r, _same, prm.rotation, lo, hi, True)
         with ctx.phase("allgather"):
             if prm.quantize_bits is None:
-                blocks = yield from allgather(ctx, acc, prm.allgather, TAG_GATHER)
+                blocks = yield Allgather(acc, prm.allgather, TAG_GATHER)
             else:
                 q = yield ctx.compute("qsgd_quantize", acc.values, prm.quantize_bits, prm.quantize_bucket,
                                       seed_of(r, self.iteration_no, 0))
-                blocks = yield from allgather(ctx, q, prm.allgather, TAG_GATHER)
+                blocks = yield Allgather(q, prm.allgather, TAG_GATHER)
         with ctx.phase("combine"):
             if prm.quantize_bits is None:
                 vals = [b.values for b in blocks]
@@ -315,14 +308,13 @@ class DSARSplitAllgather(_LocalTopkSum):
 
 
 class TopkDSAParams(SparseParams):
-    throttle: int = Field(4, ge=1, description="exchange steps in flight at once in the split phase "
-                                               "(the Ok-Topk code: min(4, P))")
+    bucket_size: int = Field(4, ge=1, description="exchange steps in flight at once in the split phase "
+                                                  "(the Ok-Topk code's throttle: min(4, P))")
     allgather: Literal["rd", "ring"] = Field(
         "rd", description="allgather of the sizes and allgatherv of the regions: recursive doubling "
                           "(Table 1's 2 log2 P alpha) or ring")
-    count_exchange: Literal["alltoall", "none"] = Field(
-        "alltoall", description="'alltoall': exchange the per-region counts first, as the Ok-Topk code does "
-                                "(P-1 latency-only messages); 'none': omit it, as Table 1 does")
+    count_exchange: bool = Field(True, description="Alltoall of the per-region counts first, as the Ok-Topk code "
+                                                   "does (P-1 latency-only messages); false: omit it, as Table 1 does")
 
 
 @register("topkdsa")
@@ -332,7 +324,7 @@ class TopkDSA(_LocalTopkSum):
     ``allreducer.py``). Exact local top-k every iteration; P equal regions;
     each rank sends region j's entries of its top-k to rank j (counts first
     by an alltoall, then a rotated exchange -- step i sends to r+i and
-    receives from r-i -- with ``throttle`` steps in flight, the reduction of
+    receives from r-i -- with ``bucket_size`` steps in flight, the reduction of
     one batch overlapping the transfer of the next); then an allgather of the
     reduced regions' sizes and an allgatherv of the regions: sparse [idx|val]
     while the total nnz is below n/3 (the code's switch ``2 nnz < 2n/3``),
@@ -358,30 +350,20 @@ class TopkDSA(_LocalTopkSum):
         sel, bounds, lo, hi = yield from self.select_regions(ctx, x)
         with ctx.phase("split"):
             parts = yield ctx.compute("coo_split", sel, bounds)
-        if prm.count_exchange == "alltoall" and P > 1:
+        if prm.count_exchange and P > 1:
             with ctx.phase("counts"):
-                yield from alltoall(ctx, [Scalars.of([p.nnz], "int32") for p in parts], TAG_COUNTS)
+                yield Alltoall([Scalars.of([p.nnz], "int32") for p in parts], TAG_COUNTS)
         with ctx.phase("split_reduce"):
             zeros = yield ctx.compute("zeros", hi - lo, x)
-            acc = DenseRange(zeros, lo, n)
-            t = min(prm.throttle, P)
-            ready = []
-            for start in range(0, P, t):
-                steps = [i for i in range(start, min(P, start + t)) if i > 0]
-                recvs = [ctx.irecv((r - i) % P, TAG_SPLIT) for i in steps]
-                sends = [ctx.isend((r + i) % P, parts[(r + i) % P], TAG_SPLIT) for i in steps]
-                for part in ready:  # reduce the previous batch while this one is in flight
-                    acc = yield ctx.compute("stream_add", acc, part, lo, hi, inplace=True)
-                got = yield ctx.waitall(recvs + sends)
-                ready = ([parts[r]] if start == 0 else []) + got[:len(steps)]
-            for part in ready:
-                acc = yield ctx.compute("stream_add", acc, part, lo, hi, inplace=True)
+            # each part is reduced while the next bucket is in flight
+            red = Reduce("stream_add", DenseRange(zeros, lo, n), (lo, hi), {"inplace": True}, each=True)
+            acc = yield Alltoall(parts, TAG_SPLIT, True, prm.bucket_size, red)
         with ctx.phase("allgather"):
             mine = yield ctx.compute("sparsify", acc.values, lo, n)
-            sizes = yield from allgather(ctx, Scalars.of([2 * mine.nnz], "int32"), prm.allgather, TAG_SIZES)
+            sizes = yield Allgather(Scalars.of([2 * mine.nnz], "int32"), prm.allgather, TAG_SIZES)
             total = sum(int(s.values[0]) for s in sizes)
             if total < (2 * n) // 3:
-                blocks = yield from allgather(ctx, mine, prm.allgather, TAG_GATHER)
+                blocks = yield Allgather(mine, prm.allgather, TAG_GATHER)
                 return (yield ctx.compute("coo_concat", blocks, n))
-            blocks = yield from allgather(ctx, Dense(acc.values), prm.allgather, TAG_GATHER)
+            blocks = yield Allgather(Dense(acc.values), prm.allgather, TAG_GATHER)
             return (yield ctx.compute("concat", [b.values for b in blocks]))

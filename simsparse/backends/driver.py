@@ -10,6 +10,12 @@ the handlers:
 * the simulator answers from simulated time (network and device models),
 * the real backend from MPI and torch.
 
+A helper collective (:class:`~simsparse.ops.Collective`) is one request too.
+By default (:meth:`Driver.on_collective`) it is *expanded*: its
+point-to-point generator runs in the program's place, on the program's
+context, and its return value goes back to the program (a stack of
+generators per program). The simulator may evaluate it in bulk instead.
+
 Spawning, joining and the per-stream serialisation of communication are the
 same in both and live here. Streams (:class:`Stream`): the programs spawned
 on a stream communicate in spawn order; the sends and receives of a program
@@ -22,10 +28,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..ops import Compute, Forward, GradReady, Task, Waitall, Waitany, scope_id
+from ..ops import Collective, Compute, Forward, GradReady, Task, Waitall, Waitany, scope_id
 
 #: a handler's answer when the program must wait
 BLOCKED = object()
+#: a handler's answer when it replaced the program's generator (an expanded collective)
+EXPANDED = object()
 
 #: request type -> name of the backend's handler method
 DISPATCH = {Waitall: "on_waitall", Waitany: "on_waitany", Compute: "on_compute", Forward: "on_forward",
@@ -51,12 +59,14 @@ class IterationStats:
 
 
 class Program:
-    """A running rank program: its generator, context, task handle and children."""
+    """A running rank program: its generator (``outer``: the generators an
+    expanded collective suspended), context, task handle and children."""
 
-    __slots__ = ("gen", "ctx", "task", "stream", "live_children", "finished")
+    __slots__ = ("gen", "outer", "ctx", "task", "stream", "live_children", "finished")
 
     def __init__(self, gen, ctx, task: Task | None, stream: "Stream | None"):
         self.gen, self.ctx, self.task, self.stream = gen, ctx, task, stream
+        self.outer = []
         self.live_children = 0
         self.finished = False
 
@@ -100,7 +110,8 @@ class Stream:
 class Driver:
     """The stepping loop and spawn/join logic; backends add the handlers
     (``on_waitall``, ``on_waitany``, ``on_compute``, ``on_forward``,
-    ``on_grad_ready``), ``child_context`` and ``task_done``."""
+    ``on_grad_ready``; ``on_collective`` expands by default), ``child_context``
+    and ``task_done``."""
 
     def __init__(self):
         self._table = {t: getattr(self, name) for t, name in DISPATCH.items()}
@@ -120,15 +131,37 @@ class Driver:
             try:
                 req = gen.send(value)
             except StopIteration as stop:
+                if prog.outer:   # an expanded collective returned: its caller goes on with its value
+                    gen = prog.gen = prog.outer.pop()
+                    value = stop.value
+                    continue
                 self._finish(prog, stop.value)
                 return
             handler = table.get(type(req))
             if handler is None:
-                raise TypeError(f"rank {prog.ctx.rank} ({prog.ctx.lane}) yielded {req!r}; expected ctx.waitall, "
-                                f"ctx.waitany, ctx.compute, ctx.forward or ctx.grad_ready")
+                handler = self._handler(prog, req)
             value = handler(prog, req)
             if value is BLOCKED:
                 return
+            if value is EXPANDED:
+                gen, value = prog.gen, None
+
+    def _handler(self, prog: Program, req):
+        if isinstance(req, Collective):
+            handler = self._table[type(req)] = self.on_collective
+            return handler
+        raise TypeError(f"rank {prog.ctx.rank} ({prog.ctx.lane}) yielded {req!r}; expected ctx.waitall, "
+                        f"ctx.waitany, ctx.compute, ctx.forward, ctx.grad_ready or a collective")
+
+    def on_collective(self, prog: Program, req: Collective):
+        """Run the collective as its point-to-point messages, in the program's place."""
+        return self.expand(prog, req)
+
+    @staticmethod
+    def expand(prog: Program, req: Collective):
+        prog.outer.append(prog.gen)
+        prog.gen = req.expand(prog.ctx)
+        return EXPANDED
 
     def spawn(self, parent_ctx, program, stream: str | None, lane: str | None) -> Task:
         """``ctx.spawn``: a child context with the next tag scope, run at once
@@ -165,7 +198,7 @@ class Driver:
         prog.finished = True
         if prog.stream is not None:
             prog.stream.release(prog)
-        parent = getattr(prog.ctx, "parent_program", None)
+        parent = prog.ctx.parent_program
         if parent is not None:
             parent.live_children -= 1
         self.task_done(prog, value)

@@ -39,7 +39,7 @@ from collections import deque
 import numpy as np
 
 from ..compute.kernels import get_kernel
-from ..ops import Compute, ContextBase, Forward, GradReady, TraceRecord, Waitany, scoped_tag
+from ..ops import Compute, ContextBase, Forward, GradReady, TraceRecord, Waitany
 from . import wire
 from .driver import BLOCKED, Driver, IterationStats, post
 
@@ -84,12 +84,8 @@ class _Rank:
 
 class MPIContext(ContextBase):
     def __init__(self, rs: _Rank, driver: "MPIDriver", scope: tuple = (), sid: int = 0, lane: str = "main"):
-        super().__init__(rs.rank, rs.size)
+        super().__init__(rs.rank, rs.size, rs.streams, scope, sid, lane)
         self.r, self.driver = rs, driver
-        self.scope, self.sid, self.lane = scope, sid, lane
-        self.spawned = 0
-        self.streams = rs.streams
-        self.program = None
 
     # compatibility with code that converts through the context
     def to_host(self, t):
@@ -108,7 +104,7 @@ class MPIContext(ContextBase):
         h = wire.Message("send", dst, tag, nb, rs.now(), self._phase, self.lane)
         st = self.program.stream  # a send held back behind its stream is copied: its buffer may change first
         rs.box.pack(h, payload, rs.to_host, split=st is None or st.queue[0] is self.program)
-        h.wtag = tag if self.sid == 0 else scoped_tag(tag, self.sid)
+        h.wtag = self.wire_tag(tag)
         rs.bytes_sent += nb
         rs.msgs_sent += 1
 
@@ -123,7 +119,7 @@ class MPIContext(ContextBase):
         self._check_peer(src)
         rs = self.r
         h = wire.Message("recv", src, tag, 0, rs.now(), self._phase, self.lane)
-        h.wtag = tag if self.sid == 0 else scoped_tag(tag, self.sid)
+        h.wtag = self.wire_tag(tag)
 
         def do_post():
             h.post_s = rs.now()

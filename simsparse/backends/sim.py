@@ -49,7 +49,7 @@ import numpy as np
 from ..compute.devices import Device, IdealDevice
 from ..compute.kernels import KERNELS, Work, get_kernel
 from ..engine import make_engine
-from ..ops import Bundle, ContextBase, Dense, Handle, Payload, TraceRecord, scoped_tag
+from ..ops import Bundle, ContextBase, Dense, Handle, Payload, TraceRecord
 from .driver import BLOCKED, Driver, IterationStats, post
 
 
@@ -187,13 +187,9 @@ class SimContext(ContextBase):
                  "program", "parent_program")
 
     def __init__(self, sim: "Simulator", rs: _Rank, size: int, scope: tuple = (), sid: int = 0, lane: str = "main"):
-        super().__init__(rs.rank, size)
+        super().__init__(rs.rank, size, rs.streams, scope, sid, lane)
         self.sim, self.r = sim, rs
         self.byte_scale = sim.byte_scale
-        self.scope, self.sid, self.lane = scope, sid, lane
-        self.spawned = 0
-        self.streams = rs.streams
-        self.program = None
 
     def now(self) -> float:
         return self.sim.env.now
@@ -212,8 +208,7 @@ class SimContext(ContextBase):
             payload = payload.map(_freeze)
         rs.bytes_sent += nb
         rs.msgs_sent += 1
-        msg = _Message(sim, self.rank, dst, tag, tag if self.sid == 0 else scoped_tag(tag, self.sid), payload, nb,
-                       sim.env.now, self._phase, self.lane)
+        msg = _Message(sim, self.rank, dst, tag, self.wire_tag(tag), payload, nb, sim.env.now, self._phase, self.lane)
         if self.program.stream is None:
             sim._post_send(msg)
         else:
@@ -225,7 +220,7 @@ class SimContext(ContextBase):
             self._check_peer(src)
         sim = self.sim
         h = Handle("recv", src, tag, 0, sim.env.now, self._phase, self.lane)
-        wt = tag if self.sid == 0 else scoped_tag(tag, self.sid)
+        wt = self.wire_tag(tag)
         if self.program.stream is None:
             sim._post_recv(src, self.rank, wt, h)
         else:
