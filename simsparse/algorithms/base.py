@@ -17,6 +17,15 @@ Sparse algorithms set ``self.contributed`` in ``run``: the indices of the
 input whose values reached the result (Ok-Topk's index intersection; the
 local top-k for TopkA). Error feedback zeroes those in the accumulator and
 keeps the rest as the residual.
+
+Periodic work: ``periodic_work(params)`` names the tasks that run only in
+some iterations, ``{task: period}``; a task runs in iteration t (the
+instance's ``iteration_no``, from 0) when ``t % period == 0``, and ``run``
+asks :meth:`Algorithm.due`, so the declaration is what decides. The default
+is none. A role that moves to another rank every iteration (DEFT's decision
+worker, CLT-k's leader) is the same work in every iteration, so it is not
+periodic work. The experiment loop reports the mean over whole periods
+(:mod:`simsparse.experiments.period`).
 """
 from __future__ import annotations
 
@@ -113,6 +122,24 @@ class Algorithm:
                 self.residual = yield from self.residual_after(ctx, x)
         self.iteration_no += 1
         return result
+
+    @classmethod
+    def periodic_work(cls, params: BaseModel) -> dict[str, int]:
+        """``{task: period}`` of the work that runs only in some iterations:
+        in iteration t when ``t % period == 0`` (module docstring); none by default."""
+        return {}
+
+    def due(self, task: str) -> bool:
+        """Whether periodic ``task`` runs in this iteration (``iteration_no``)."""
+        return self.iteration_no % self.periodic_work(self.params)[task] == 0
+
+    def skip_to(self, t: int) -> None:
+        """Go on as iteration ``t``: the experiment loop skips the iterations
+        whose kind it has measured. The state (thresholds, boundaries,
+        residuals) stays that of the last iteration run."""
+        if t < self.iteration_no:
+            raise ValueError(f"{self.name}: cannot go back from iteration {self.iteration_no} to {t}")
+        self.iteration_no = t
 
     def residual_after(self, ctx, x):
         """Generator: the error-feedback residual after ``run(ctx, x)``; by

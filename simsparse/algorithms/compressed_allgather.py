@@ -111,11 +111,15 @@ class FFTAllgather(_CompressedAllgather):
         super().__init__(setup, params)
         self.fmt = None  # (m, B) of the range quantizer, tuned on this rank's data
 
+    @classmethod
+    def periodic_work(cls, params):
+        """The re-tuning every ``retune_every`` iterations (the first tuning is set-up)."""
+        return {"retune": params.retune_every} if params.retune_every else {}
+
     def compress(self, ctx, x):
         p, n = self.params, self.setup.n
         spec = yield ctx.compute("fft_sparsify", x, fft.keep_count(n, p.theta), fp16=p.fp16)
-        every = p.retune_every
-        if self.fmt is None or (every and self.iteration_no % every == 0):
+        if self.fmt is None or (p.retune_every and self.due("retune")):
             self.fmt = yield ctx.compute("rq_tune", spec.values, p.bits, p.range_bound)
         return (yield ctx.compute("fft_pack", spec, n, p.bits, *self.fmt))
 

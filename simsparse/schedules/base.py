@@ -118,6 +118,18 @@ class Schedule:
                                    lane=f"comm/b{g}"))
         return (yield ctx.waitall(tasks))
 
+    # -- periodic work -------------------------------------------------------------
+    def periodic_work(self) -> dict[str, int]:
+        """The bucket algorithm's (:meth:`~simsparse.algorithms.base.Algorithm.periodic_work`):
+        every bucket's instance runs one iteration per training iteration, so
+        their counters and periods are the training iteration's."""
+        return self.algorithm_cls.periodic_work(self.algorithm_params)
+
+    def skip_to(self, t: int) -> None:
+        """Every bucket's instance goes on as iteration ``t``."""
+        for a in self.algs:
+            a.skip_to(t)
+
     # -- checking ----------------------------------------------------------------
     def last_inputs(self) -> list:
         """Each bucket's input to its collective in the last iteration (the
