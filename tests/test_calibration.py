@@ -109,3 +109,41 @@ def test_quick_calibration_end_to_end(tmp_path):
     assert prof["compute"]["models"]["resnet20_cifar10"]["batch_size"] == 8
     assert all("residuals" in f for f in prof["fits"]["kernels"].values())
     load_profile(str(out))
+
+
+def test_a_step_in_the_per_message_cost_is_found_where_mpi_changes_protocol():
+    m = np.array([4 << i for i in range(0, 21)], float)
+    resid = noisy(np.where(m <= 16384, 60e-6, 60e-6 + 150e-6), 4)
+    f = fit.fit_step(m, resid)
+    assert f["threshold_B"] == 16384
+    assert f["low_s"] == pytest.approx(60e-6, rel=0.02) and f["high_s"] == pytest.approx(210e-6, rel=0.02)
+    flat = fit.fit_step(m, noisy(np.full(len(m), 80e-6), 5))
+    assert flat["high_s"] == flat["low_s"] == pytest.approx(80e-6, rel=0.02)
+
+
+def test_testbed_profile_is_its_description_with_the_measured_costs():
+    """A testbed's network is not fitted: the rates are the description's
+    (line rate x TCP framing); the per-message costs are what the ping-pong
+    takes beyond the wire, and the patterns are simulated on that machine."""
+    from simsparse.calibration.network import testbed_network, check_patterns
+    from simsparse.network.spec import EthernetSpec
+
+    spec = EthernetSpec(name="t", topology="star", link_bw_Bps=1.25e7, framing="tcp", mtu_B=9000)
+    B = spec.payload_rate()
+    o, rdv = 80e-6, 120e-6
+    sizes = [4 << i for i in range(0, 21)]
+    pp = [(m, o + (rdv if m > 65536 else 0.0) + m / B) for m in sizes]
+    p2p = {"pingpong": pp, "exchange": [(1 << 20, o + rdv + (1 << 20) / B)],
+           "window": [(4, 30e-6, 25e-6), (64, 30e-6, 25e-6), (1024, 31e-6, 26e-6)],
+           "pairs": [(1 << 20, o + rdv + (1 << 20) / B)], "incast": [(1 << 20, o + rdv + 3 * (1 << 20) / B)]}
+    net, fits = testbed_network(p2p, spec, "testbed-t-4r", "test")
+    assert net["model"] == "ethernet" and net["link_bw_Bps"] == 1.25e7 and net["mtu_B"] == 9000
+    assert net["send_overhead_s"] == pytest.approx(25e-6) and net["recv_overhead_s"] == pytest.approx(o - 25e-6)
+    assert net["rendezvous_rtt_s"] == pytest.approx(rdv, rel=1e-6) and net["eager_threshold_B"] == 65536
+    assert net["gap_s"] == pytest.approx(30e-6)
+    assert fits["goodput"]["ratio"] == pytest.approx(1.0, rel=1e-6)
+    rows = {(r["pattern"], r["bytes"]): r for r in check_patterns(p2p, net, 4)}
+    # the simulator reproduces the patterns it was fitted on, and predicts incast as three flows sharing one port
+    assert abs(rows[("pingpong", 1 << 20)]["error"]) < 1e-6
+    assert abs(rows[("incast", 1 << 20)]["error"]) < 0.01
+    assert abs(rows[("pingpong", 4)]["error"]) < 0.01

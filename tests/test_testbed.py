@@ -220,3 +220,31 @@ def test_every_algorithm_on_the_testbed_is_correct_with_the_simulators_bytes():
             assert m.row[col] == s.row[col], (point.algorithm, col)
     assert moved >= sum(m.row["bytes_total"] for m in measured)   # every payload byte crossed a host link
     assert time.time() - t0 < 300
+
+
+def test_cli_refuses_without_privileges_with_exit_2(monkeypatch, capsys, tmp_path):
+    from simsparse import cli
+
+    monkeypatch.setattr(host.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(host, "_caps", lambda: 0)
+    spec = tmp_path / "star.yaml"
+    spec.write_text("\n".join(f"{k}: {v}" for k, v in STAR.items()) + "\nmodel: ethernet\n")
+    for argv in (["testbed", "up", str(spec)], ["measure", "configs/validate_testbed.yaml", "--testbed", str(spec)],
+                 ["calibrate", "--testbed", str(spec)]):
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "needs root" in err and "Traceback" not in err, argv
+    assert cli.main(["testbed", "up"]) == 2
+    assert "needs SPEC" in capsys.readouterr().err
+
+
+def test_cli_names_a_machine_it_cannot_build(capsys, tmp_path):
+    from simsparse import cli
+
+    spec = tmp_path / "loop.yaml"
+    spec.write_text("\n".join(f"{k}: {v}" for k, v in {**TREE, "hosts_per_leaf": 4}.items()) + "\nmodel: ethernet\n")
+    if reason is None:
+        assert cli.main(["testbed", "up", str(spec), "-P", "8"]) == 2
+        assert "loop-free tree" in capsys.readouterr().err
+    with pytest.raises(PlanError, match="loop-free"):
+        plan(EthernetSpec(**{**TREE, "hosts_per_leaf": 4}), 8)
