@@ -38,10 +38,11 @@ def _results(side: str, times) -> pd.DataFrame:
 
 
 def _trace(results: pd.DataFrame, scale: float) -> pd.DataFrame:
-    """Per point: a warm-up iteration with huge times (ignored) and three measured ones."""
+    """Per point: a warm-up iteration with huge times (ignored) and three
+    measured ones, the third (3x longer) of a kind that fills half the period."""
     rows = []
     for pid in results["point_id"]:
-        for it, f in ((0, 100.0), (1, 1.0), (2, 1.0), (3, 3.0)):
+        for it, f, w in ((0, 100.0, 0.0), (1, 1.0, 0.25), (2, 1.0, 0.25), (3, 3.0, 0.5)):
             recs = [(0, "main", "split_reduce", "send", 1, 0.0, 2.0), (0, "main", "split_reduce", "recv", 1, 1.0, 3.0),
                     (1, "main", "split_reduce", "send", 0, 0.0, 1.0),
                     (0, "main", "split_reduce/allgather", "send", 1, 3.5, 4.0),
@@ -49,7 +50,7 @@ def _trace(results: pd.DataFrame, scale: float) -> pd.DataFrame:
             for rank, lane, phase, op, peer, s, e in recs:
                 rows.append({"point_id": pid, "iteration": it, "rank": rank, "lane": lane, "phase": phase, "op": op,
                              "peer": peer, "bytes": 8 if peer >= 0 else 0, "start_s": s * f * scale * 1e-6,
-                             "end_s": e * f * scale * 1e-6})
+                             "end_s": e * f * scale * 1e-6, "weight": w})
     return pd.DataFrame(rows)
 
 
@@ -64,19 +65,23 @@ def folders(tmp_path):
     return pred, meas
 
 
-def test_phase_time_is_max_over_ranks_of_the_union_median_over_measured_iterations():
+def test_phase_time_is_max_over_ranks_of_the_union_mean_over_a_period():
     r = _results("s", [1.0] * 4).head(1)
     got = phase_times(_trace(r, 1.0), {r.point_id[0]: 1}).set_index("phase")["time_s"]
-    # rank 0: [0,2] u [1,3] = 3 us (rank 1: 1 us); with the child [3.5, 4]: 3.5 us; iterations 1, 1, 3 -> median 1
-    assert got["split_reduce"] == pytest.approx(3.5e-6)
-    assert got["split_reduce/allgather"] == pytest.approx(0.5e-6)
-    assert got["select"] == pytest.approx(2e-6)
+    # rank 0: [0,2] u [1,3] = 3 us (rank 1: 1 us); with the child [3.5, 4]: 3.5 us; iterations 1x, 1x, 3x
+    # weighed 1/4, 1/4, 1/2 -> 2x
+    assert got["split_reduce"] == pytest.approx(7e-6)
+    assert got["split_reduce/allgather"] == pytest.approx(1e-6)
+    assert got["select"] == pytest.approx(4e-6)
     # a phase absent from an iteration counts 0 there
     tr = _trace(r, 1.0)
     tr = tr[~((tr.phase == "select") & (tr.iteration == 2))]
-    assert phase_times(tr, {r.point_id[0]: 1}).set_index("phase").loc["select", "time_s"] == pytest.approx(2e-6)
-    tr = tr[~((tr.phase == "select") & (tr.iteration == 1))]
-    assert phase_times(tr, {r.point_id[0]: 1}).set_index("phase").loc["select", "time_s"] == 0.0
+    assert phase_times(tr, {r.point_id[0]: 1}).set_index("phase").loc["select", "time_s"] == pytest.approx(3.5e-6)
+    tr = tr[~((tr.phase == "select") & (tr.iteration == 3))]
+    assert phase_times(tr, {r.point_id[0]: 1}).set_index("phase").loc["select", "time_s"] == pytest.approx(0.5e-6)
+    # a trace written before the weight column: the measured iterations count equally (5/3 x)
+    old = phase_times(_trace(r, 1.0).drop(columns="weight"), {r.point_id[0]: 1}).set_index("phase")["time_s"]
+    assert old["split_reduce"] == pytest.approx(3.5e-6 * 5 / 3)
 
 
 def test_compare_gives_known_errors_and_writes_outputs(folders, tmp_path, capsys):

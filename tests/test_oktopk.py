@@ -16,7 +16,7 @@ from simsparse.experiments.runner import simulate_point
 from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.workload import Workload
 
-from conftest import ALPHA, BW, make_point, simulate
+from conftest import ALPHA, BW, make_point
 
 DATA_PHASES = ("split_reduce", "balance", "allgatherv")
 
@@ -81,11 +81,10 @@ def test_exact_thresholds_give_topk_of_sum_of_local_topk(P, n, density, seed, ro
     n = max(n, P)
     params = dict(threshold_reuse=False, rotation=rotation, balanced_boundaries=balanced, overlap=overlap,
                   bucket_size=bucket, balance=balance, global_exact=exact, select_bits=bits, count_exchange=counts)
-    row, results = simulate("oktopk", P, n=n, density=density, seed=seed, params=params)
-    assert row["correct"] is True
-    k = max(1, round(density * n))
-    want = topk_of_sum_of_topk(Workload(n=n, density=density, seed=seed).grads(P, 0), k)
-    for res in results:
+    grads = Workload(n=n, density=density, seed=seed).grads(P, 0)
+    _, (stats,) = run_custom(P, [grads], params, n, density)
+    want = topk_of_sum_of_topk(grads, max(1, round(density * n)))
+    for res in stats.results:
         np.testing.assert_allclose(to_dense(res, n), want, rtol=1e-5, atol=1e-6)
 
 
@@ -96,9 +95,9 @@ def test_every_option_off_and_on_gives_the_same_result(P):
     for params in [{}, {"rotation": False}, {"balanced_boundaries": False}, {"overlap": False, "bucket_size": 1},
                    {"balance": "always"}, {"global_exact": "gather"}, {"count_exchange": True},
                    {"bucket_size": 64}]:
-        row, results = simulate("oktopk", P, n=n, density=density, seed=3, params=params)
-        assert row["correct"] is True, params
-        dense = to_dense(results[0], n)
+        # one iteration (exact thresholds), checked by run_custom
+        _, (stats,) = run_custom(P, [Workload(n=n, density=density, seed=3).grads(P, 0)], params, n, density)
+        dense = to_dense(stats.results[0], n)
         base = dense if base is None else base
         np.testing.assert_allclose(dense, base, rtol=1e-6, err_msg=str(params))
 

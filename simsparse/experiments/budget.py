@@ -13,7 +13,8 @@ project's simulator:
 
 * messages per collective call: ``2 P (P - 1) + 2 P log2 P`` (a ring
   allreduce sends ``2 P (P - 1)``; the allgather-based algorithms fewer), per
-  bucket of a training iteration, two events per message;
+  bucket of a training iteration, two events per message, in every
+  iteration the point runs (:func:`iterations_run`);
 * memory, at ``n = n x data_scale`` elements of ``w`` bytes per rank:
   ``P n`` times ``2 w`` (the gradients; the algorithm's input or dense
   result), ``+ 2 w`` when a point runs more than one iteration (the
@@ -47,6 +48,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from .period import Cycle
 from .point import Point
 
 #: the slowest simulator speed measured (flow-level model, events per second):
@@ -100,8 +102,14 @@ class Budget:
 
 # -- estimates ------------------------------------------------------------------------
 
+def iterations_run(point: Point) -> int:
+    """Warm-up and measured iterations, with those the loop adds for the
+    kinds of the algorithm's periodic work (:meth:`.period.Cycle.counters`)."""
+    return len(Cycle.of(point).counters(point.warmup, point.iterations))
+
+
 def events(point: Point) -> float:
-    P, T = point.P, point.warmup + point.iterations
+    P, T = point.P, iterations_run(point)
     calls = len(point.workload.get("layers") or [1]) if point.schedule else 1
     msgs = 2 * P * (P - 1) + 2 * P * math.ceil(math.log2(max(P, 2)))
     return 2.0 * msgs * calls * T
@@ -114,7 +122,7 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
     n = point.workload["n"] * (point.data_scale if sim else 1.0)
     carried = 0.0
     if not (sim and point.size_only):
-        T = point.warmup + point.iterations
+        T = iterations_run(point)
         per = 2 * w + (2 * w if T > 1 else 0) + (8 + w if point.check else 0)
         carried = point.P * n * per
         if sim:   # the workload's caches: gradient sets, and AR(1) noise states when they drift
@@ -188,7 +196,8 @@ def check(points: list[Point], budget: Budget, backend: str = "sim", trace: bool
         p = est.most_events
         problems.append(f"the largest point (P = {p.P}, {p.algorithm}) needs about {est.events:.3g} simulator "
                         f"events, over the limit of {budget.max_events:.3g}; driven by 'P' = {p.P} (messages grow "
-                        f"as P^2) and 'iterations' + 'warmup' = {p.iterations + p.warmup}")
+                        f"as P^2) and the {iterations_run(p)} iterations it runs ('iterations' + 'warmup' = "
+                        f"{p.iterations + p.warmup}, and one of each kind of its periodic work they miss)")
         if backend == "sim" and not p.size_only and bulk(dataclasses.replace(p, values="auto"), trace):
             problems.append(f"with 'values: auto' (sizes only) {p.algorithm} would run as bulk lockstep rounds, "
                             f"not counted as events")

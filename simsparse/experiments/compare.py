@@ -14,8 +14,10 @@ phase is ``p`` or below it, of every lane and op (messages and device work:
 ``compute:*``, ``forward``, ``backward``). Per rank and iteration the phase's
 time is the length of the union of their ``[start_s, end_s]`` intervals; an
 iteration's time is the maximum over ranks (0 where the phase did not run),
-and the point's is the median over its measured iterations (those in the
-trace from that side's ``warmup`` on), like ``time_s``.
+and the point's is the mean over whole periods of the algorithm's periodic
+work, like ``time_s``: the measured iterations (those in the trace from that
+side's ``warmup`` on) weighed by the trace's ``weight`` column
+(:mod:`.period`; a trace without it, written before, weighs them equally).
 
 Errors are ``(pred - meas) / meas`` (empty for a phase measured at 0); the
 summaries are the median and the 90th percentile (``numpy.percentile``,
@@ -170,7 +172,8 @@ def phase_times(trace: pd.DataFrame, warmup: dict[str, int]) -> pd.DataFrame:
     t = t[t["iteration"] >= t["point_id"].map(warmup)]
     if t.empty:
         return pd.DataFrame(columns=["point_id", "phase", "time_s"])
-    measured = t.groupby("point_id")["iteration"].unique()
+    it = t.groupby(["point_id", "iteration"])
+    weight = it["weight"].first() if "weight" in t.columns else pd.Series(1.0, it.size().index)
     phases = t["phase"].astype(str).unique()
     prefixes = {ph: ["/".join(ph.split("/")[:i + 1]) for i in range(ph.count("/") + 1)] for ph in phases}
     t = t.assign(phase=t["phase"].astype(str).map(prefixes)).explode("phase")
@@ -186,8 +189,9 @@ def phase_times(trace: pd.DataFrame, warmup: dict[str, int]) -> pd.DataFrame:
     per_iter = per_rank.groupby(level=[0, 1, 2]).max()
     rows = []
     for (pid, phase), s in per_iter.groupby(level=[0, 1]):
-        vals = s.droplevel([0, 1]).reindex(measured[pid], fill_value=0.0)
-        rows.append((pid, phase, float(np.median(vals))))
+        w = weight.loc[pid]
+        vals = s.droplevel([0, 1]).reindex(w.index, fill_value=0.0)
+        rows.append((pid, phase, float(np.average(vals, weights=w))))
     return pd.DataFrame(rows, columns=["point_id", "phase", "time_s"])
 
 
@@ -253,6 +257,9 @@ def compare(pred, meas, allow_partial: bool = False, pred_where=(), meas_where=(
     p, pcsv, ptrace = load_side(pred, "PRED", pred_where)
     m, mcsv, mtrace = load_side(meas, "MEAS", meas_where)
     points, notes = join_points(p, m, (pcsv, mcsv), allow_partial)
+    for role, df, csv in (("PRED", p, pcsv), ("MEAS", m, mcsv)):
+        if "time_median_s" not in df.columns:
+            notes.append(f"{role} {csv} predates time_s as the mean over periods: its time_s is the median")
     phases = pd.DataFrame()
     if ptrace is None or mtrace is None:
         lacking = " and ".join(str(c.parent) for c, t in ((pcsv, ptrace), (mcsv, mtrace)) if t is None)

@@ -1,5 +1,7 @@
 """The one experiment loop: ``warmup + iterations`` iterations of a point on
-a backend, every result checked against numpy, one results row.
+a backend, plus one of each kind of iteration of the algorithm's periodic
+work that these did not measure (:mod:`.period`), every result checked
+against numpy, one results row.
 
 A backend (:class:`~.runner.SimBackend`, :class:`~.worker.MPIBackend`) runs
 the ranks it holds (all of them in the simulator, its own in an MPI process)
@@ -14,9 +16,13 @@ import time
 import numpy as np
 
 from .metrics import IterationRecord, PointOutcome, summarize
+from .period import Cycle
 from .point import Point, to_dense, to_host
 
-TRACE_COLUMNS = ["point_id", "iteration", "rank", "lane", "phase", "op", "peer", "bytes", "start_s", "end_s"]
+#: ``iteration``: the loop's position (0 .. warm-up first); ``weight``: the
+#: iteration's weight in the point's mean over periods (0 in warm-up)
+TRACE_COLUMNS = ["point_id", "iteration", "rank", "lane", "phase", "op", "peer", "bytes", "start_s", "end_s",
+                 "weight"]
 
 
 class AlgorithmJob:
@@ -28,6 +34,12 @@ class AlgorithmJob:
 
     def program(self, grad):
         return lambda ctx: self.alg.iteration(ctx, grad)
+
+    def periodic_work(self) -> dict[str, int]:
+        return self.alg.periodic_work(self.alg.params)
+
+    def skip_to(self, t: int) -> None:
+        self.alg.skip_to(t)
 
     def check_input(self) -> np.ndarray:
         return to_dense(self.alg.last_input, self.n)
@@ -49,6 +61,12 @@ class ScheduleJob:
 
     def program(self, grad=None):
         return self.sched.run
+
+    def periodic_work(self) -> dict[str, int]:
+        return self.sched.periodic_work()
+
+    def skip_to(self, t: int) -> None:
+        self.sched.skip_to(t)
 
     def check_input(self) -> list:
         """Per bucket, the collective's input as host numpy (no full-size copy)."""
@@ -133,17 +151,24 @@ def _collective_breakdown(stats_finish: list, busy: list) -> dict:
 
 
 def run_point(point: Point, backend, keep_results: bool = False) -> PointOutcome | None:
-    """Run one point; the root returns its outcome, other processes None."""
+    """Run one point; the root returns its outcome, other processes None.
+    Iteration ``it`` of the loop (its gradient's index) runs the algorithm's
+    iteration ``counters[it]`` (:meth:`.period.Cycle.counters`)."""
     t0 = time.perf_counter()
     run_pt = backend.point
     jobs = {r: make_job(run_pt, r) for r in backend.local_ranks}
+    cycle = Cycle(next(iter(jobs.values())).periodic_work())
+    counters = cycle.counters(point.warmup, point.iterations)
+    weights = [0.0] * point.warmup + cycle.weights(counters[point.warmup:])
     pid = point.point_id(backend.name)
     records, trace_rows = [], []
     checking = point.check and not getattr(backend, "size_only", False)
     correct, worst = (True if checking else None), 0.0
     results = None
     gather = backend.gather
-    for it in range(point.warmup + point.iterations):
+    for it, counter in enumerate(counters):
+        for job in jobs.values():
+            job.skip_to(counter)
         stats = backend.iteration(jobs, it)
         finish, sent, msgs, busy = gather(stats.finish_s), gather(stats.bytes_sent), gather(stats.msgs_sent), \
             gather(stats.busy)
@@ -159,15 +184,15 @@ def run_point(point: Point, backend, keep_results: bool = False) -> PointOutcome
             tr = gather([stats.trace])
             if backend.root:
                 trace_rows.extend(dict(zip(TRACE_COLUMNS, (pid, it, t.rank, t.lane, t.phase, t.op, t.peer, t.bytes,
-                                                           t.start_s, t.end_s)))
+                                                           t.start_s, t.end_s, weights[it])))
                                   for part in tr for t in part)
         if backend.root and it >= point.warmup:
             records.append(IterationRecord(max(finish), list(sent), list(msgs), stats.n_events,
                                            _breakdown(finish, busy) if point.schedule
-                                           else _collective_breakdown(finish, busy)))
+                                           else _collective_breakdown(finish, busy), counter))
         results = stats.results
     if not backend.root:
         return None
-    row = summarize(point, backend.name, records, correct, worst, time.perf_counter() - t0)
+    row = summarize(point, backend.name, records, cycle, correct, worst, time.perf_counter() - t0)
     row["values"] = getattr(backend, "values", "full")
     return PointOutcome(row, trace_rows, results if keep_results else None)

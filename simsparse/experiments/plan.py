@@ -13,6 +13,9 @@ built theirs:
   microbenchmarks of that collective alone in the simulator (ideal compute)
   at several sizes -- as the OMGS and MG-WFBP papers fitted alpha and beta
   to nccl-tests / MPI measurements on their cluster (OMGS Eq. 11, Fig. 2b).
+  Each time is a row's ``time_s``: the mean over a period of the
+  collective's periodic work (Ok-Topk's exact thresholds and boundaries in
+  their share of iterations, :mod:`.period`).
 
 Plans are resolved once per point and cached; the real backend receives the
 plan the simulator used, so both run the same buckets.

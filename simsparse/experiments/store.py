@@ -6,7 +6,10 @@ every finished point the whole file is rewritten to a temporary file and
 renamed over the old one, so an interrupted run never leaves a half-written
 file; re-running the same config skips the points already present, so no row
 is lost or duplicated. Rows of points no longer in the config are moved to
-``results.stale.csv`` rather than silently dropped.
+``results.stale.csv`` rather than silently dropped. A row written before
+``time_s`` became the mean over a period (it has no ``time_median_s``) does
+not count as present: its point runs again and the new row replaces it, so
+one folder never mixes the two statistics.
 
 Traces (``--trace``): one file per point, ``trace/<point_id>.csv``, written
 when the point finishes (so a resumed sweep keeps them), and after the run
@@ -156,7 +159,9 @@ class ResultsStore:
                     f.unlink(missing_ok=True)
 
     def has(self, point_id: str) -> bool:
-        return point_id in self.rows
+        """Whether the point has a row of the current statistic (module docstring)."""
+        row = self.rows.get(point_id)
+        return row is not None and pd.notna(row.get("time_median_s"))
 
     def add(self, row: dict) -> None:
         self.rows[row["point_id"]] = row

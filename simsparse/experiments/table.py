@@ -6,6 +6,8 @@ the algorithm and P (e.g. ``compute = p100``); columns with one value in every
 row are named once above the blocks. Inside a block, rows go by P, then in
 the config's order. ``speed-up`` is the baseline's time at the same P in the
 same block divided by the row's time (above 1: faster than the baseline).
+A line above the blocks says which statistic ``time`` is (``time_s``:
+:func:`~simsparse.experiments.metrics.summarize`).
 """
 from __future__ import annotations
 
@@ -151,6 +153,8 @@ def results_table(df: pd.DataFrame, baseline: str | None = None) -> tuple[str, l
     lines = []
     if const:
         lines.append("all rows: " + ", ".join(f"{c} = {_fmt_value(c, df[c].iloc[0])}" for c in const))
+    if "period" in df.columns:
+        lines.append(_time_note(df))
     if base:
         lines.append(f"speed-up: time of {base} / time, at the same P"
                      + (" and " + ", ".join(facets) if facets else ""))
@@ -162,6 +166,15 @@ def results_table(df: pd.DataFrame, baseline: str | None = None) -> tuple[str, l
             lines.append("== " + ", ".join(f"{c} = {_fmt_value(c, v)}" for c, v in zip(facets, key)) + " ==")
         lines.extend(_block(g, base, training))
     return "\n".join(lines), notes
+
+
+def _time_note(df: pd.DataFrame) -> str:
+    """``time``: the mean over a period of each series' periodic work, or over the measured iterations."""
+    period = pd.to_numeric(df["period"], errors="coerce")
+    periodic = df[period > 1].groupby(period[period > 1].astype(int), sort=True)["_series"].unique()
+    over = "; ".join(f"{', '.join(series)}: {p} iterations" for p, series in periodic.items())
+    return ("time: mean of an iteration " + (f"over a period of its periodic work ({over}), otherwise " if over else "")
+            + "over the measured iterations; the median and the max are time_median_s and time_max_s in the results")
 
 
 def _block(g: pd.DataFrame, base: str | None, training: bool) -> list[str]:

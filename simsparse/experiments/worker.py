@@ -5,8 +5,11 @@ Run as ``mpiexec -n P python -m simsparse.experiments.worker POINTS.json OUT.jso
 :func:`~.loop.run_point` as in the simulator; rank 0 writes the rows.
 An iteration starts after a barrier (waited without spinning where the
 wait mode allows, :func:`~simsparse.backends.wire.wait_mode`); its time is the maximum over ranks of
-the time the rank's main program took; the reported time is the median over
-the measured iterations after warm-up.
+the time the rank's main program took; the reported time is the mean over
+whole periods of the algorithm's periodic work, from the same iterations as
+in the simulator (:mod:`.period`: the algorithm's counters skip ahead to the
+kinds of iteration the measured ones miss; batches and gradients follow the
+loop's position).
 
 A training point (a schedule) runs the project's real torch model: the same
 initial weights on every rank (seeded), a different synthetic batch per rank
