@@ -13,7 +13,8 @@ Top-level keys::
                  layers | model, layer_spread, source} (see simsparse/workload.py)
     algorithms:  [name, {name: <name>, <param>: <value>}, ...]
     P:           number of ranks
-    iterations:  measured iterations per point (>= 1)
+    iterations:  measured iterations per point (>= 1); the loop adds one of each kind
+                 of the algorithm's periodic work they miss (experiments/period.py)
     warmup:      iterations run first and not measured (>= 0)
     check:       compare every result with the numpy reference (true/false)
 
