@@ -60,6 +60,7 @@ class ModelProfile:
 DEFAULT_BATCH = {
     "vgg16_cifar10": 128,          # OMGS-SGD Table IV (the Ok-Topk runs use 16)
     "resnet20_cifar10": 32,        # OMGS-SGD code, exp_configs (seed_impls.md section 2)
+    "resnet32_cifar10": 16,        # FFT-sparsification paper section 2: "16 for others" (single-GPU batch)
     "resnet56_cifar10": 128,       # same
     "resnet110_cifar10": 128,      # same
     "resnet18_cifar10": 32,        # DEFT runs (seed_impls.md section 3)

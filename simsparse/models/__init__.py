@@ -20,6 +20,7 @@ from typing import Any
 _MODELS: dict[str, tuple[str, str]] = {
     "vgg16_cifar10": ("cnn", "3x32x32 image, 10 classes"),
     "resnet20_cifar10": ("cnn", "3x32x32 image, 10 classes"),
+    "resnet32_cifar10": ("cnn", "3x32x32 image, 10 classes"),
     "resnet56_cifar10": ("cnn", "3x32x32 image, 10 classes"),
     "resnet110_cifar10": ("cnn", "3x32x32 image, 10 classes"),
     "resnet18_cifar10": ("cnn", "3x32x32 image, 10 classes"),

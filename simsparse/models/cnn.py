@@ -120,7 +120,8 @@ class _CifarBlock(nn.Module):
 
 
 class CifarResNet(nn.Module):
-    """ResNet-20/56/110 for CIFAR-10 (He et al. 2016 sec. 4.2) as in GaussianK-SGD ``models/resnet.py``.
+    """ResNet-20/32/56/110 for CIFAR-10 (He et al. 2016 sec. 4.2) as in GaussianK-SGD ``models/resnet.py``
+    (ResNet-32: the FFT-sparsification paper, Wang et al. HPDC'20, section 4).
 
     3x3 stem with 16 channels, three stages of (depth-2)/6 basic blocks with 16/32/64
     channels, option-A (parameter-free) shortcuts, 8x8 average pool, Linear 64 -> 10.
@@ -253,6 +254,7 @@ class ResNet50(nn.Module):
 _BUILDERS = {
     "vgg16_cifar10": (lambda: VGGCifar(), 32, 10),
     "resnet20_cifar10": (lambda: CifarResNet(20), 32, 10),
+    "resnet32_cifar10": (lambda: CifarResNet(32), 32, 10),
     "resnet56_cifar10": (lambda: CifarResNet(56), 32, 10),
     "resnet110_cifar10": (lambda: CifarResNet(110), 32, 10),
     "resnet18_cifar10": (lambda: ResNet18Cifar(), 32, 10),
