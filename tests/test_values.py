@@ -27,7 +27,7 @@ def both(point):
     return full, sizes
 
 
-@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "rabenseifner"])
+@pytest.mark.parametrize("algorithm", ["ring", "recursive_doubling", "rabenseifner", "dense_allgather"])
 @pytest.mark.parametrize("P", [2, 3, 6, 8])
 @pytest.mark.parametrize("preset", ["aries_alphabeta", "ib_edr_fattree", "piz_daint_aries"])
 def test_dense_collectives(algorithm, P, preset):
@@ -44,7 +44,7 @@ def test_dense_schedules(schedule):
 
 def test_only_value_free_algorithms_are_size_only():
     free = {name for name, cls in ALGORITHMS.items() if cls.value_free}
-    assert free == {"ring", "recursive_doubling", "rabenseifner"}
+    assert free == {"ring", "recursive_doubling", "rabenseifner", "dense_allgather"}
     p = make_point("topka", 4, values="auto")
     assert not p.size_only and simulate_point(p).row["values"] == "full"
 
