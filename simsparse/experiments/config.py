@@ -17,6 +17,8 @@ Top-level keys::
                  of the algorithm's periodic work they miss (experiments/period.py)
     warmup:      iterations run first and not measured (>= 0)
     check:       compare every result with the numpy reference (true/false)
+    stack:       a training iteration's software stack: host staging, the
+                 optimizer step, unpacking (simsparse/schedules/stack.py)
 
 A list where a single value is expected (``P: [2, 4, 8]``,
 ``workload.density: [0.01, 0.001]``, ``network.alpha_s: [...]``,
@@ -201,7 +203,7 @@ class TrainingSpec(BaseModel):
 
 
 TOP_KEYS = ["name", "description", "network", "compute", "model", "batch_size", "schedules", "workload", "algorithms",
-            "P", "iterations", "warmup", "check", "data_scale", "engine", "values"]
+            "P", "iterations", "warmup", "check", "data_scale", "engine", "values", "stack"]
 #: workload keys the top-level ``model`` decides in a training config
 _MODEL_KEYS = ("model", "n", "layers", "source")
 
@@ -244,7 +246,7 @@ def load_config(path: str | Path) -> Experiment:
             errors.append(f"workload: {', '.join(clash)} cannot be given with schedules: the top-level 'model' "
                           f"sets the gradient's tensors")
     else:
-        for key in ("model", "batch_size"):
+        for key in ("model", "batch_size", "stack"):
             if key in raw:
                 errors.append(f"{key}: only with 'schedules' (a training iteration); for a bare collective on a "
                               f"model's tensors use workload.model")
@@ -269,6 +271,7 @@ def load_config(path: str | Path) -> Experiment:
             errors, lambda wl_raw=wl_raw: validate_variants(wl_raw, WorkloadSpec, "workload")))
     cases = [(tr, wl) for tr in trainings for wl in variants[_wl_key(tr)]]
     algos = collect(errors, lambda: _algorithms(raw["algorithms"]))
+    stack = collect(errors, lambda: _stack(raw.get("stack")))
     run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check", "data_scale", "engine", "values") if k in raw}
     runs = collect(errors, lambda: validate_variants(run_raw, RunSpec, ""))
     for run in runs:  # resolve (and validate) every network and compute variant before building points
@@ -319,6 +322,9 @@ def load_config(path: str | Path) -> Experiment:
         if tr is not None:
             point = replace(point, schedule=sname, schedule_params=sparams.model_dump(exclude_unset=True),
                             batch_size=spec.batch_size)
+            if stack is not None:
+                point = replace(point, stack=stack.model_dump(exclude_defaults=True),
+                                compute=stack.device_costs(comp, len(wl.layers)))
         problem = _scale_problem(point)
         if problem:
             errors.append(f"data_scale = {run.data_scale}: {problem}")
@@ -486,6 +492,21 @@ def _trainings(raw) -> list[tuple[TrainingSpec, tuple[str, BaseModel]]]:
         raise Err("; ".join(errs))
     scheds = _named_entries(raw["schedules"], "schedules", SCHEDULES)
     return [(t, s) for t in specs for s in scheds]
+
+
+def _stack(val):
+    """The ``stack:`` section (:class:`~simsparse.schedules.stack.Stack`), or None."""
+    from ..schedules.stack import Stack
+
+    if val is None:
+        return None
+    if not isinstance(val, dict):
+        raise Err(f"stack: expected a mapping of mechanisms ({', '.join(Stack.model_fields)}), got "
+                  f"{limits.show(val)}")
+    try:
+        return Stack.model_validate(val)
+    except ValidationError as e:
+        raise Err("; ".join(pyd_errors(e, Stack, "stack"))) from None
 
 
 def _algorithms(val) -> list[tuple[str, BaseModel]]:

@@ -46,6 +46,8 @@ class Point:
     #: whose times and bytes do not depend on values, and skips their check;
     #: "full": always values. The same times and bytes (not part of the id).
     values: str = "auto"
+    #: the software stack of a training point (schedules.stack.Stack as a dict; empty: none)
+    stack: dict = field(default_factory=dict)
 
     # -- identity ----------------------------------------------------------
     def to_dict(self) -> dict:
@@ -64,6 +66,8 @@ class Point:
         d.pop("values")
         if backend != "sim" or self.data_scale == 1.0:
             d.pop("data_scale")  # the real backend always runs full size; ids of full-size points stay as before
+        if not self.stack:  # ids of points without a stack stay as before
+            d.pop("stack")
         if self.schedule is None:  # ids of bare-collective points stay as before
             for key in ("schedule", "schedule_params", "batch_size"):
                 d.pop(key)
@@ -128,8 +132,10 @@ class Point:
             raise RuntimeError("the point's merge plan is not resolved (experiments.plan.with_plan)")
         cls = self.schedule_cls
         w = self.workload
+        from ..schedules.stack import Stack
+
         return cls(rank, self.P, tuple(w["layers"]), w["density"], w["dtype"], self.plan, self.algorithm_cls,
-                   self.params_model())
+                   self.params_model(), Stack.model_validate(self.stack) if self.stack else None)
 
     # -- description -----------------------------------------------------------
     def label_columns(self) -> dict:
@@ -161,6 +167,8 @@ class Point:
                 cols[f"wl_{key}"] = val
         if self.schedule_params:
             cols["schedule_params"] = json.dumps(self.schedule_params, sort_keys=True)
+        if self.stack:
+            cols["stack"] = ", ".join(k for k, v in self.stack.items() if v)
         return cols
 
 

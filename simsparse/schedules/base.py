@@ -23,6 +23,7 @@ model profile and cost models (:class:`PlanCosts`; planners in
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, ClassVar
 
 import numpy as np
@@ -81,10 +82,11 @@ class Schedule:
         return None
 
     def __init__(self, rank: int, P: int, sizes: tuple, density: float, dtype: str, plan: tuple,
-                 algorithm_cls, algorithm_params):
+                 algorithm_cls, algorithm_params, stack=None):
         """``sizes``: the tensors' elements in registration order (as carried:
         reduced by data_scale in the simulator); ``plan``: group lengths in
-        backward order."""
+        backward order; ``stack``: the software stack's mechanisms
+        (:class:`~.stack.Stack`; None: none)."""
         L = len(sizes)
         if sum(plan) != L or any(g <= 0 for g in plan):
             raise ValueError(f"merge plan {plan} does not cover the model's {L} tensors")
@@ -100,12 +102,13 @@ class Schedule:
         self.setups = [Setup(rank=rank, P=P, n=b - a, density=density, dtype=dtype, layers=tuple(sizes[lo:hi]))
                        for (lo, hi), (a, b) in zip(self.buckets, self.spans)]
         self.algs = [algorithm_cls(s, algorithm_params) for s in self.setups]
+        self.stack = stack if stack is not None and stack.active else None
 
     # -- the main program ------------------------------------------------------
     def run(self, ctx):
         yield ctx.forward()
         tasks = []
-        for g, (lo, hi) in enumerate(self.buckets):
+        for g, ((lo, hi), a) in enumerate(zip(self.buckets, self.algs)):
             parts = []
             for i in range(hi - 1, lo - 1, -1):
                 parts.append((yield ctx.grad_ready(i)))
@@ -114,9 +117,12 @@ class Schedule:
             else:
                 with ctx.phase("pack"):
                     buf = yield ctx.compute("concat", parts[::-1])
-            tasks.append(ctx.spawn(lambda c, a=self.algs[g], b=buf: a.iteration(c, b), stream="comm",
-                                   lane=f"comm/b{g}"))
-        return (yield ctx.waitall(tasks))
+            run = a.iteration if self.stack is None else partial(self.stack.collective, alg=a)
+            tasks.append(ctx.spawn(lambda c, run=run, b=buf: run(c, b), stream="comm", lane=f"comm/b{g}"))
+        results = yield ctx.waitall(tasks)
+        if self.stack is not None:
+            yield from self.stack.step(ctx, self.n)
+        return results
 
     # -- periodic work -------------------------------------------------------------
     def periodic_work(self) -> dict[str, int]:
