@@ -95,6 +95,7 @@ def main(argv=None) -> int:
     p.add_argument("--draw", metavar="PNG", help="draw the part of the machine that holds the ranks to this PNG")
     _add_analysis_parsers(sub)
     _add_testbed_parsers(sub)
+    _add_papers_parser(sub)
     args = ap.parse_args(argv)
     with _signals_as_interrupts() as received:
         return _dispatch(args, received)
@@ -125,6 +126,7 @@ def _signals_as_interrupts():
 def _dispatch(args, received: list) -> int:
     from .experiments.budget import BudgetError
     from .experiments.paths import OutsideError
+    from .experiments.papers import PapersError
     from .testbed import PlanError, TestbedError
 
     try:
@@ -149,8 +151,10 @@ def _dispatch(args, received: list) -> int:
             return _plot(args)
         if args.cmd in ("testbed", "validate"):
             return _testbed_commands(args)
+        if args.cmd == "papers":
+            return _papers(args)
         return _execute(load_config(args.config), args)
-    except (ConfigError, BudgetError, OutsideError, TestbedError, PlanError) as e:
+    except (ConfigError, BudgetError, OutsideError, TestbedError, PlanError, PapersError) as e:
         print(f"simsparse: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -290,6 +294,25 @@ def _report(exp: Experiment, store: ResultsStore, out_dir: Path, args, written: 
         print(f"simsparse: {len(bad)} points gave results that differ from the numpy reference", file=sys.stderr)
         return 1
     return 0
+
+
+# -- simsparse papers ------------------------------------------------------------------------
+
+def _add_papers_parser(sub) -> None:
+    p = sub.add_parser("papers", help="replay the seed papers' headline experiments (configs/papers/): the paper's "
+                                      "numbers beside ours, with the ratio")
+    p.add_argument("names", nargs="*", metavar="NAME", help="a paper (oktopk, omgs, fft, sparcml, deft) or an "
+                                                            "experiment (default: all)")
+    p.add_argument("--out", help="results folder (default results/papers; one subfolder per config)")
+    p.add_argument("--smoke", action="store_true", help="the reduced variants (fewer ranks, less data), as CI runs")
+    p.add_argument("--no-run", action="store_true", help="only read the results already there")
+    p.add_argument("--no-plot", action="store_true", help="skip papers.png")
+
+
+def _papers(args) -> int:
+    from .experiments.papers_run import main as papers_main
+
+    return papers_main(args.names, out=args.out, smoke=args.smoke, run=not args.no_run, plot=not args.no_plot)
 
 
 # -- simsparse sweep | advise | plot -------------------------------------------------------
