@@ -292,6 +292,16 @@ class Collective:
 
 
 @dataclass(slots=True)
+class Delay:
+    """Wait without occupying the device: until the next multiple of
+    ``align`` seconds (0: at once), then ``seconds`` more -- a framework's
+    timer and control messages (:mod:`simsparse.schedules.stack`)."""
+
+    seconds: float
+    align: float = 0.0
+
+
+@dataclass(slots=True)
 class Forward:
     """The model's forward pass (device work)."""
 
@@ -406,6 +416,10 @@ class ContextBase:
     @staticmethod
     def forward() -> Forward:
         return Forward()
+
+    @staticmethod
+    def delay(seconds: float, align: float = 0.0) -> Delay:
+        return Delay(seconds, align)
 
     @staticmethod
     def grad_ready(index: int) -> GradReady:

@@ -43,6 +43,14 @@ def test_host_reduce_moves_mpi_reductions_to_the_host(tmp_path):
     assert host["t_iter_s"] > staged["t_iter_s"]
 
 
+def test_horovod_waits_for_its_cycle_and_negotiation(tmp_path):
+    """The collective starts at the next cycle tick plus 2 log2(P) control messages; the device stays free."""
+    _, row0 = _training(tmp_path)
+    _, row1 = _training(tmp_path, "stack: {horovod: {cycle_s: 1.0, negotiation_latency_s: 1.0e-3}}")
+    assert 1.002 < row1["t_iter_s"] < 1.002 + row0["t_iter_s"]
+    assert row1["t_backward_s"] == row0["t_backward_s"] and row1["t_sparsify_s"] == row0["t_sparsify_s"]
+
+
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_optimizer_step_costs_its_kernels_and_bytes(tmp_path, name):
     point0, row0 = _training(tmp_path)
@@ -73,7 +81,8 @@ def test_sparse_staging_uses_the_selection(tmp_path):
 @pytest.mark.parametrize("stack, where", [
     ("stack: {host_staging: {d2h_Bps: 1.0e9}}", "stack.host_staging.h2d_Bps"),
     ("stack: {optimizer: {name: lamb}}", "stack.optimizer.name"),
-    ("stack: {horovod: {}}", "stack.horovod"),
+    ("stack: {horovod: {cycle_s: 0.005}}", "stack.horovod.negotiation_latency_s"),
+    ("stack: {fusion: {}}", "stack.fusion"),
     ("stack: [1]", "stack:"),
 ])
 def test_bad_stack_is_refused_with_its_key(tmp_path, stack, where):

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..ops import Collective, Compute, Forward, GradReady, Task, Waitall, Waitany, scope_id
+from ..ops import Collective, Compute, Delay, Forward, GradReady, Task, Waitall, Waitany, scope_id
 
 #: a handler's answer when the program must wait
 BLOCKED = object()
@@ -37,7 +37,7 @@ EXPANDED = object()
 
 #: request type -> name of the backend's handler method
 DISPATCH = {Waitall: "on_waitall", Waitany: "on_waitany", Compute: "on_compute", Forward: "on_forward",
-            GradReady: "on_grad_ready"}
+            GradReady: "on_grad_ready", Delay: "on_delay"}
 
 
 @dataclass

@@ -249,6 +249,10 @@ class MPIDriver(Driver):
 
     on_forward = on_compute
 
+    def on_delay(self, prog, req):
+        """A modelled framework delay: the real run has its real software stack, so nothing is added."""
+        return None
+
     def on_grad_ready(self, prog, req):
         if self.trainer is None:
             raise RuntimeError("ctx.grad_ready() needs a model: this run measures a bare collective")

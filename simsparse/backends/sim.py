@@ -352,6 +352,18 @@ class Simulator(Driver):
             w = Work(w.elems * self.byte_scale, w.bytes * self.byte_scale)
         return self.device.cost(k.name, w)
 
+    def on_delay(self, prog, req):
+        """Resume after the wait a :class:`~simsparse.ops.Delay` asks for; the device stays free."""
+        now = self.env.now
+        wait = req.seconds + ((-now) % req.align if req.align > 0 else 0.0)
+        if self.trace_on:
+            ctx = prog.ctx
+            self.trace.append(TraceRecord(ctx.rank, ctx._phase, "delay", -1, 0, now, now + wait, ctx.lane))
+        if wait <= 0:
+            return None
+        self.env.at(wait, self._resume, (prog, None))
+        return BLOCKED
+
     def on_forward(self, prog, req):
         return self._device(prog, self._model("forward").t_forward, None, "forward", "forward")
 

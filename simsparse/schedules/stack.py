@@ -25,6 +25,18 @@ its ``allreducer.py`` calls ``.cpu().numpy()`` before MPI and
     Gaussiank (scatter-add of the P gathered blocks) and gTopk (its
     reduction tree), and Ok-Topk's copies of its reduced region (4n/P bytes
     each way).
+``horovod`` (OMGS-SGD section V.A: Horovod over NCCL; Horovod's docs,
+``timeline.rst`` and ``tensor-fusion.rst``)
+    Horovod's background thread looks for ready tensors once per cycle
+    (``HOROVOD_CYCLE_TIME``), then negotiates them: every worker tells rank 0
+    it is ready and rank 0 tells every worker to start (a gather and a
+    broadcast, ``2 ceil(log2 P)`` control messages of ``negotiation_latency_s``).
+    A bucket's collective therefore waits, without the device, for the next
+    multiple of ``cycle_s`` and then for the negotiation before its messages
+    go out (one negotiation covers the values and indices of one group,
+    ready in the same cycle). Tensor fusion batches *allreduce* operations
+    only (tensor-fusion.rst), so OMGS-SGD's allgathers are not fused; it is
+    not modelled.
 ``optimizer`` (the step after the gradients are reduced; Ok-Topk section 5:
 "sparse allreduce is conducted on the gradients and Adam optimizer is applied
 afterwards")
@@ -38,6 +50,7 @@ afterwards")
 """
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -68,6 +81,18 @@ class HostStaging(BaseModel):
     source: str | None = None
 
 
+class Horovod(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cycle_s: float = Field(gt=0, le=1, description="HOROVOD_CYCLE_TIME: the background thread's period (s)")
+    negotiation_latency_s: float = Field(ge=0, le=1, description="latency of one control message of the "
+                                                                 "negotiation (MPI over the cluster's network)")
+    source: str | None = None
+
+    def negotiation_s(self, P: int) -> float:
+        """A gather to rank 0 and a broadcast back: 2 ceil(log2 P) messages."""
+        return 2 * math.ceil(math.log2(P)) * self.negotiation_latency_s if P > 1 else 0.0
+
+
 class Optimizer(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: Literal["adam", "sgd"] = Field(description="adam (BertAdam) or sgd (momentum, weight decay)")
@@ -79,12 +104,14 @@ class Stack(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     host_staging: HostStaging | None = None
+    horovod: Horovod | None = None
     optimizer: Optimizer | None = None
     unpack: bool = Field(False, description="copy each bucket's result back into the tensors' buffers")
 
     @property
     def active(self) -> bool:
-        return self.host_staging is not None or self.optimizer is not None or self.unpack
+        return (self.host_staging is not None or self.horovod is not None or self.optimizer is not None
+                or self.unpack)
 
     def device_costs(self, profile: dict | None, n_tensors: int) -> dict | None:
         """A device profile (as a dict) with the costs of the stack's kernels:
@@ -109,7 +136,11 @@ class Stack(BaseModel):
 
     # -- the timeline (generators run by Schedule.run) -----------------------------
     def collective(self, ctx, buf, alg):
-        """A bucket's collective program with host staging and unpacking around it."""
+        """A bucket's collective program with Horovod's cycle and negotiation,
+        host staging and unpacking around it."""
+        if self.horovod is not None:
+            with ctx.phase("negotiate"):
+                yield ctx.delay(self.horovod.negotiation_s(ctx.size), align=self.horovod.cycle_s)
         staged = staged_bytes(alg, buf) if self.host_staging is not None else None
         if staged:
             with ctx.phase("stage"):
