@@ -140,11 +140,12 @@ def _one(res: Results, where: dict) -> pd.Series:
 
 
 def _phase_time(res: Results, row: pd.Series, phases: list[str]) -> float:
-    """The slowest rank's span of ``phases``, weighted over the measured iterations."""
+    """The slowest rank's span of ``phases`` (and the phases nested in them,
+    ``split_reduce/allgather``), weighted over the measured iterations."""
     if res.trace_dir is None:
         raise LookupError("phase claims need the experiment's trace (trace: true)")
     tr = pd.read_csv(res.trace_dir / f"{row['point_id']}.csv")
-    tr = tr[tr["phase"].isin(phases)]
+    tr = tr[tr["phase"].astype(str).map(lambda ph: any(ph == p or ph.startswith(p + "/") for p in phases))]
     if "weight" in tr:
         tr = tr[tr["weight"] > 0]
     if tr.empty:
