@@ -1,0 +1,50 @@
+"""How a real-backend rank waits: the mode by setting and by cores, and the
+socket sleeper that lets ranks on a testbed wait without spinning."""
+import os
+import socket
+import time
+
+import pytest
+
+from simsparse.backends import wire
+
+
+def test_wait_mode_follows_the_setting_then_the_cores(monkeypatch):
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.delenv("SIMSPARSE_WAIT", raising=False)
+    assert wire.wait_mode(cores) == "spin"
+    assert wire.wait_mode(cores + 1) == "yield"
+    monkeypatch.setenv("SIMSPARSE_WAIT", "poll")
+    assert wire.wait_mode(cores + 1) == "poll"
+    monkeypatch.setenv("SIMSPARSE_WAIT", "busy")
+    with pytest.raises(ValueError, match="spin, yield, poll"):
+        wire.wait_mode(1)
+
+
+def test_socket_sleep_yields_first_then_backs_off_and_wakes_on_data():
+    s = wire.SocketSleep()
+    a, b = socket.socketpair()
+    try:
+        s.scanned, s.fds = time.monotonic(), [a.fileno()]   # as if the scan had found libfabric's socket
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < s.SPIN_S:
+            s.sleep()                                       # only yields within SPIN_S of the last progress
+        assert s.t == s.MIN_S
+        waits = []
+        for _ in range(8):                                  # then select() with a doubling timeout
+            t1 = time.perf_counter()
+            s.sleep()
+            waits.append(time.perf_counter() - t1)
+        assert s.t == s.MAX_S and waits[-1] >= s.MAX_S / 2 * 0.9
+        b.send(b"x")                                        # data wakes it at once
+        t1 = time.perf_counter()
+        s.sleep()
+        assert time.perf_counter() - t1 < s.MAX_S / 2
+        for _ in range(s.BLIND_AFTER):                      # readable without progress: after a few, by time alone
+            s.sleep()
+        assert s.fruitless >= s.BLIND_AFTER
+        s.woke()
+        assert (s.t, s.since, s.fruitless) == (s.MIN_S, None, 0)
+    finally:
+        a.close()
+        b.close()
