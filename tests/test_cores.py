@@ -1,0 +1,41 @@
+"""Processor sharing of a host's cores: closed forms for simultaneous and
+staggered jobs, and work conservation."""
+import pytest
+
+from simsparse.compute.cores import SharedCores
+from simsparse.engine import HeapEngine
+
+
+def run_jobs(cores, jobs):
+    """jobs: (start, work); returns each job's end time."""
+    env = HeapEngine()
+    pool = SharedCores(env, cores)
+    ends = {}
+    for i, (start, work) in enumerate(jobs):
+        env.at(start, lambda i: pool.run(jobs[i][1], lambda k: ends.__setitem__(k, env.now), i), i)
+    env.run()
+    return [ends[i] for i in range(len(jobs))], pool
+
+
+def test_fewer_jobs_than_cores_run_at_full_speed():
+    ends, _ = run_jobs(2, [(0.0, 1.0), (0.0, 2.0)])
+    assert ends == pytest.approx([1.0, 2.0])
+
+
+def test_eight_equal_jobs_on_two_cores_take_four_times_as_long():
+    ends, pool = run_jobs(2, [(0.0, 0.5)] * 8)
+    assert ends == pytest.approx([2.0] * 8)
+    assert pool.busy_s == pytest.approx(4.0)
+
+
+def test_staggered_jobs_are_re_rated_when_the_set_changes():
+    # one core: job A (2 s of work) alone for 1 s, then shares with B (0.5 s of work):
+    # both at 1/2 until B ends at 1 + 1 = 2 (A then has 0.5 left), A alone ends at 2.5
+    ends, pool = run_jobs(1, [(0.0, 2.0), (1.0, 0.5)])
+    assert ends == pytest.approx([2.5, 2.0])
+    assert pool.busy_s == pytest.approx(2.5)   # work is conserved
+
+
+def test_zero_work_ends_at_once():
+    ends, _ = run_jobs(2, [(0.5, 0.0)])
+    assert ends == [0.5]
