@@ -276,7 +276,8 @@ def field_values(field, wild: bool):
         elif a is bool:
             opts.append(st.booleans())
         elif a is int:
-            opts.append(st.integers(int(lo or 0), int(min(hi or 64, 64))))
+            low = int(lo or 0)   # small values from the lower bound up (mtu_B starts at 576)
+            opts.append(st.integers(low, int(min(hi if hi is not None else low + 64, low + 64))))
         elif a is float:
             opts.append(st.floats(lo if lo is not None else -10, min(hi if hi is not None else 1e3, 1e3),
                                   exclude_min=lo is not None, exclude_max=hi is not None))
