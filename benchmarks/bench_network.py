@@ -68,7 +68,7 @@ def child(network: str, algorithm: str, P: int, n: int, data_scale: float = 1.0)
 def model_bench() -> None:
     from simsparse.engine import HeapEngine
     from simsparse.experiments.config import _load_preset
-    from simsparse.network.flow import maxmin_rates
+    from simsparse.network.maxmin import maxmin_rates
     from simsparse.network.spec import NETWORK_SPECS, DragonflySpec
 
     P, steps = 1024, 200

@@ -4,7 +4,8 @@ two engines.
 An engine has a current time ``now``, schedules ``fn(arg)`` to be called
 ``delay`` seconds from now with :meth:`at` (``priority`` orders calls at the
 same time: lower first; among equals, first scheduled first; :meth:`soon`
-is ``at(0.0, fn, arg)``), runs until no
+is ``at(0.0, fn, arg)``; :meth:`at_time` takes the time itself, to the last
+bit, where ``now + delay`` would round), runs until no
 call is left with :meth:`run`, and counts the calls it scheduled in
 ``events``. Nothing else of an engine is used by the simulator, the rank
 programs' driver or the networks.
@@ -57,6 +58,14 @@ class HeapEngine:
         """``at(0.0, fn, arg)``: last among the ordinary calls due now."""
         self._seq += 1
         self._soon.append((self._seq, fn, arg))
+
+    def at_time(self, t: float, fn: Callable, arg=None) -> None:
+        """``fn(arg)`` at time ``t`` (>= now) exactly, priority NORMAL."""
+        if t <= self.now:
+            self.soon(fn, arg)
+            return
+        self._seq += 1
+        heapq.heappush(self._heap, (t, NORMAL, self._seq, fn, arg))
 
     @property
     def events(self) -> int:
@@ -114,6 +123,18 @@ class SimPyEngine:
 
     def soon(self, fn: Callable, arg=None) -> None:
         self.at(0.0, fn, arg)
+
+    def at_time(self, t: float, fn: Callable, arg=None) -> None:
+        if t <= self.env._now:
+            self.soon(fn, arg)
+            return
+        ev = self._Event(self.env)
+        ev._ok = True
+        ev._value = arg
+        ev.callbacks.append(lambda e: fn(e._value))
+        # Environment.schedule computes now + delay; the queue takes the time itself
+        heapq.heappush(self.env._queue, (t, NORMAL, next(self.env._eid), ev))
+        self._calls += 1
 
     @property
     def events(self) -> int:

@@ -283,9 +283,11 @@ class Collective:
     evaluates the collective for all ranks at once (``bulk``)."""
 
     __slots__ = ()
-    #: the simulator may evaluate it for all ranks at once (every rank's exit
-    #: waits for every rank's entry)
-    bulk = False
+    #: ``bulk(reqs, run)``: the collective for all ranks at once (every rank's
+    #: request, a :class:`simsparse.backends.bulk.BulkRun`), returning every
+    #: rank's result; only where every rank's exit waits for every rank's
+    #: entry. None: always expanded.
+    bulk = None
 
     def expand(self, ctx):  # pragma: no cover - interface
         raise NotImplementedError

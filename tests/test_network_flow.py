@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from simsparse.engine import HeapEngine
 from simsparse.backends.sim import Simulator
-from simsparse.network.flow import maxmin_rates
+from simsparse.network.maxmin import maxmin_rates
 from simsparse.network.spec import DragonflySpec, EthernetSpec, FatTreeSpec
 from simsparse.ops import Dense
 

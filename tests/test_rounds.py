@@ -122,14 +122,16 @@ def test_ring_rounds_are_the_generators_messages(P, n):
         assert np.array_equal(sum(c for _, c, _ in rounds), expect)
 
 
-def test_alphabeta_batch_declines_busy_ports():
+def test_alphabeta_bulk_wave_declines_a_busy_receive_port():
     ab = AlphaBetaNetwork(1e-6, 1e9)
-    ab.batch_start(3)
-    now = np.array([0.0])
-    first = ab.batch(now, np.array([0]), np.array([1]), np.array([1000]))
-    assert first[0] == pytest.approx(2e-6)
-    # rank 2 sends to 1 while the first message still holds 1's receive port
-    assert ab.batch(np.array([1e-6]), np.array([2]), np.array([1]), np.array([1000])) is None
+    ab.reset(None, 3)
+    ab.bulk_start(3)
+    one, firm = np.zeros(1, dtype=np.intp), np.ones(1, dtype=bool)
+    first, exact = ab.bulk_wave(np.array([0.0]), np.array([0]), np.array([1]), np.array([1000]), one, firm)
+    assert first[0] == pytest.approx(2e-6) and exact
+    # rank 2 sends to 1 while the first message still holds 1's receive port: not a wave of free ports
+    late, exact = ab.bulk_wave(np.array([1e-6]), np.array([2]), np.array([1]), np.array([1000]), one, firm)
+    assert late is None and not exact
 
 
 def test_two_receives_in_one_round_is_an_error():
@@ -140,15 +142,16 @@ def test_two_receives_in_one_round_is_an_error():
 
 
 def test_one_rank_and_a_network_without_bulk_path():
-    """P = 1 has only the copy; a network model without ``batch_start`` runs events."""
+    """P = 1 has only the copy; a network model without a bulk path runs events."""
     fast, events, took = rows_of(make_point("ring", 1, n=100, values="auto", compute=P100))
     assert_same(fast, events)
     assert took == [True] and fast["msgs_total"] == 0 and fast["time_s"] > 0
 
-    class Plain:
-        pass
+    class Plain(AlphaBetaNetwork):
+        def bulk_capable(self):
+            return False
 
-    assert run_rounds(Simulator(Plain()), 4, iter(()), "float32") is None
+    assert run_rounds(Simulator(Plain(1e-6, 1e9)), 4, iter(()), "float32") is None
 
 
 def test_the_budget_lets_bulk_rounds_run_and_stops_them_if_they_decline():

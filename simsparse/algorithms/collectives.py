@@ -30,6 +30,7 @@ import numpy as np
 
 from ..ops import Bundle, Collective, Payload, Scalars
 from .base import pof2_floor
+from .collectives_bulk import HOST_OPS, allgather_bulk, allreduce_host_bulk, alltoall_bulk
 
 
 def send(ctx, dst, payload, tag=0):
@@ -156,7 +157,7 @@ class Allgather(Collective):
     block: Payload
     algorithm: str = "rd"
     tag: int = 0
-    bulk = True
+    bulk = staticmethod(allgather_bulk)
 
     def __post_init__(self):
         if self.algorithm not in ("rd", "ring"):
@@ -277,7 +278,7 @@ class Alltoall(Collective):
     rotation: bool = True
     bucket_size: int | None = None
     reduce: Reduce | None = None
-    bulk = True
+    bulk = staticmethod(alltoall_bulk)
 
     def steps(self, P: int, r: int, i: int) -> tuple[list, list]:
         """Step i of rank r: (destinations, sources), self excluded."""
@@ -331,9 +332,6 @@ def _reduce(ctx, red: Reduce, acc, blocks):
     return (yield ctx.compute(red.kernel, acc, blocks, *red.args, **red.kwargs))
 
 
-HOST_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
-
-
 def _values(p):
     return p.values
 
@@ -348,7 +346,7 @@ class AllreduceHost(Collective):
     values: Any
     op: str = "sum"
     tag: int = 0
-    bulk = True
+    bulk = staticmethod(allreduce_host_bulk)
 
     def expand(self, ctx):
         fn = HOST_OPS[self.op]

@@ -52,6 +52,8 @@ class IterationStats:
     n_events: int = 0         # simulator events (0 in real runs)
     trace: list = field(default_factory=list)  # TraceRecord of these ranks
     busy: list = field(default_factory=list)   # {"forward", "backward", "compute"}: device seconds
+    #: how the simulator ran the helper collectives: "events", "bulk" (exact) or "bulk~" (approximate)
+    collectives: str = "events"
 
     @property
     def time_s(self) -> float:

@@ -24,8 +24,8 @@ The model is :class:`~simsparse.backends.sim.Simulator`'s:
 * an eager send (at most the eager threshold) starts moving at the
   sender's t; a rendezvous send at max(t_sender, t_receiver), plus the
   handshake's round trip when that is > 0;
-* the network model's ``batch(now, src, dst, nbytes)`` gives every
-  message's arrival as its ``transfer`` would;
+* the network model's ``bulk_wave`` gives every message's arrival as its
+  ``transfer`` would (:mod:`simsparse.backends.bulk`);
 * a rank leaves the round when its send and its receive are both complete,
   then runs the kernel for the seconds the simulator's device charges
   (``Simulator.kernel_seconds``). Its device is idle then: the program
@@ -33,11 +33,11 @@ The model is :class:`~simsparse.backends.sim.Simulator`'s:
 
 The path is exact only while no message waits for another. A port or link
 still busy from an earlier message would make the event simulation queue or
-share it. So ``batch`` returns None as soon as one message of a round would
-not find its port (alpha-beta) or all its links (flow level) idle. The
-check is conservative: a resource used out of round order also counts as a
-conflict. The caller then runs the event simulation, so results never
-depend on which path ran.
+share it. So the rounds give up (None) as soon as ``bulk_wave`` says one
+message of a round would not find its port (alpha-beta) or all its links
+(flow level) idle. The check is conservative: a resource used out of round
+order also counts as a conflict. The caller then runs the event simulation,
+so results never depend on which path ran.
 
 Events are counted as the engines count them:
 * one per arrival;
@@ -56,13 +56,15 @@ from .driver import IterationStats
 
 
 def run_rounds(sim, P: int, rounds, dtype) -> IterationStats | None:
-    """Evaluate ``rounds`` (module docstring) for P ranks on the network,
-    device and protocol of ``sim`` (a :class:`~simsparse.backends.sim.Simulator`);
-    None if the network has no bulk path or a message would wait."""
+    """Evaluate ``rounds`` (module docstring) for P ranks on the network
+    (reset to idle), device and protocol of ``sim`` (a
+    :class:`~simsparse.backends.sim.Simulator`); None if the network has no
+    bulk path or a message would wait."""
     network = sim.network
-    begin = getattr(network, "batch_start", None)   # a network model without a bulk path: events
-    if begin is None or not begin(P):
+    network.reset(None, P)
+    if not network.bulk_capable():
         return None
+    network.bulk_start(P)
     itemsize = np.dtype(dtype).itemsize
     seconds = _KernelTimes(sim, dtype)
     t = np.zeros(P)
@@ -92,8 +94,8 @@ def run_rounds(sim, P: int, rounds, dtype) -> IterationStats | None:
             if sim.rdv_rtt > 0:
                 start = np.where(rdv, start + sim.rdv_rtt, start)
                 events += int(rdv.sum())
-        arrival = network.batch(start, src, to, nb)
-        if arrival is None:
+        arrival, exact = network.bulk_wave(start, src, to, nb, np.zeros(len(src), dtype=np.intp), ~rdv | (t[to] <= ts))
+        if not exact:
             return None
         t[src] = np.maximum(t[src], arrival)
         t[to] = np.maximum(t[to], arrival)

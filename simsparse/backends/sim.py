@@ -34,6 +34,11 @@ Requests that take no simulated time (an all-complete waitall, a zero-cost
 kernel on an idle device) do not create SimPy events, which keeps large runs
 cheap. A program blocked on messages resumes through one zero-delay event,
 never from inside the network model's callbacks.
+
+Helper collectives are expanded into their messages, or with ``bulk`` (the
+default) evaluated for all ranks at once where they have a bulk schedule and
+the network a bulk path (:mod:`.bulk`), unless the run is traced (a trace
+holds every message); which path ran is in ``IterationStats.collectives``.
 """
 from __future__ import annotations
 
@@ -50,16 +55,8 @@ from ..compute.devices import Device, IdealDevice
 from ..compute.kernels import KERNELS, Work, get_kernel
 from ..engine import make_engine
 from ..ops import Bundle, ContextBase, Dense, Handle, Payload, TraceRecord
+from .bulk import _freeze, gather
 from .driver import BLOCKED, Driver, IterationStats, post
-
-
-def _freeze(a):
-    """A read-only copy of a writable array; read-only arrays are shared."""
-    if not a.flags.writeable:
-        return a
-    c = a.copy()
-    c.setflags(write=False)
-    return c
 
 
 @functools.lru_cache(maxsize=None)
@@ -184,12 +181,13 @@ class SimContext(ContextBase):
     # slots, not a dict: a large run touches every rank's context each step,
     # and the smaller it is the more of them stay in cache
     __slots__ = ("rank", "size", "_phase", "sim", "r", "byte_scale", "scope", "sid", "lane", "spawned", "streams",
-                 "program", "parent_program")
+                 "program", "parent_program", "nbulk")
 
     def __init__(self, sim: "Simulator", rs: _Rank, size: int, scope: tuple = (), sid: int = 0, lane: str = "main"):
         super().__init__(rs.rank, size, rs.streams, scope, sid, lane)
         self.sim, self.r = sim, rs
         self.byte_scale = sim.byte_scale
+        self.nbulk = 0   # bulk collectives this program posted: the next one's place in its scope
 
     def now(self) -> float:
         return self.sim.env.now
@@ -198,7 +196,7 @@ class SimContext(ContextBase):
         if not 0 <= dst < self.size or dst == self.rank:
             self._check_peer(dst)
         sim, rs = self.sim, self.r
-        if type(payload) is Dense:   # the common case: no new payload if already read-only
+        if type(payload) is Dense:   # the common case (sim.wire_bytes and freeze, inlined): no new payload if read-only
             v = payload.values
             nb = v.nbytes if sim.byte_scale == 1.0 else int(round(v.nbytes * sim.byte_scale))
             if v.flags.writeable:
@@ -235,8 +233,11 @@ class Simulator(Driver):
     """Runs one iteration of P rank programs on a network and device model."""
 
     def __init__(self, network, device: Device | None = None, eager_threshold_B: int = 65536,
-                 rendezvous_rtt_s: float = 0.0, trace: bool = False, byte_scale: float = 1.0, engine: str = "lean"):
+                 rendezvous_rtt_s: float = 0.0, trace: bool = False, byte_scale: float = 1.0, engine: str = "lean",
+                 bulk: bool = True):
         super().__init__()
+        #: evaluate helper collectives in bulk where they and the network can (.bulk)
+        self.bulk = bulk
         #: "lean" (a heap of calls) or "simpy" (the reference): the same times (simsparse.engine)
         self.engine = engine
         self.network = network
@@ -265,6 +266,10 @@ class Simulator(Driver):
             self._views = [(offs[i], offs[i] + model.sizes[i]) for i in range(L)]
         self.ranks = [_Rank(r, len(model.sizes) if model else 0) for r in range(P)]
         self.pending: dict = {}   # (src, dst, tag) -> unmatched sends or receives (see _post_send)
+        # a trace holds every message, as the real backend's does: then collectives run as messages
+        self._bulk = self.bulk and not self.trace_on and self.network.bulk_capable()
+        self.gathering: dict = {}   # (scope, place) -> the ranks that posted that bulk collective so far
+        self.bulk_runs = self.bulk_inexact = 0
         self.memo = {}     # memo kernels' results by content key
         self.digests = {}  # id -> (read-only array, digest)
         self.trace = []
@@ -288,9 +293,14 @@ class Simulator(Driver):
         if stuck:
             raise RuntimeError(f"deadlock: the programs of ranks {stuck[:8]}{' ...' if len(stuck) > 8 else ''} never "
                                f"returned (a receive without a matching send, or a wait that cannot complete)")
+        if self.gathering:
+            raise RuntimeError("deadlock: a collective was posted by some ranks but not all")
+        path = "events"
+        if self.bulk_runs:
+            path = "bulk" if not (self.bulk_inexact or self.network.bulk_touched) else "bulk~"
         return IterationStats(self.finish, self.results, [rs.bytes_sent for rs in self.ranks],
                               [rs.msgs_sent for rs in self.ranks], env.events, self.trace,
-                              [rs.busy for rs in self.ranks])
+                              [rs.busy for rs in self.ranks], path)
 
     # -- driver hooks ----------------------------------------------------------
     def child_context(self, parent, path, sid, lane):
@@ -333,7 +343,7 @@ class Simulator(Driver):
 
     def on_compute(self, prog, req):
         k = KERNELS.get(req.kernel) or get_kernel(req.kernel)
-        value = self._memo_call(k, req) if k.memo else k.numpy(*req.args, **req.kwargs)
+        value = self._memo_call(k, req.args, req.kwargs) if k.memo else k.numpy(*req.args, **req.kwargs)
         if self.ideal:
             if not self.trace_on and prog.ctx.r.device_free <= self.env.now:
                 return value   # no time, nothing queued before it, nothing to record
@@ -341,6 +351,12 @@ class Simulator(Driver):
         else:
             dt = self.kernel_seconds(k, value, req.args, req.kwargs)
         return self._device(prog, dt, value, "compute:" + req.kernel, "compute")
+
+    def run_kernel(self, name: str, args: tuple, kwargs: dict):
+        """A kernel's value and the device seconds it costs (``on_compute``'s work)."""
+        k = KERNELS.get(name) or get_kernel(name)
+        value = self._memo_call(k, args, kwargs) if k.memo else k.numpy(*args, **kwargs)
+        return value, self.kernel_seconds(k, value, args, kwargs)
 
     def kernel_seconds(self, k, value, args, kwargs) -> float:
         """Device seconds of kernel ``k`` called on ``args`` (returning
@@ -351,6 +367,22 @@ class Simulator(Driver):
         if self.byte_scale != 1.0:
             w = Work(w.elems * self.byte_scale, w.bytes * self.byte_scale)
         return self.device.cost(k.name, w)
+
+    def wire_bytes(self, payload: Payload) -> int:
+        """Bytes on the wire: data scaled back to full size, host metadata as is."""
+        if self.byte_scale == 1.0:
+            return payload.nbytes
+        if type(payload) is Dense:
+            return int(round(payload.values.nbytes * self.byte_scale))
+        return _scaled_nbytes(payload, self.byte_scale)
+
+    def on_collective(self, prog, req):
+        """Expand it into messages, or gather it for a bulk evaluation (held
+        back behind its stream like its messages would be)."""
+        if not self._bulk or type(req).bulk is None:
+            return self.expand(prog, req)
+        post(prog.ctx, lambda: gather(self, prog, req))
+        return BLOCKED
 
     def on_delay(self, prog, req):
         """Resume after the wait a :class:`~simsparse.ops.Delay` asks for; the device stays free."""
@@ -417,16 +449,16 @@ class Simulator(Driver):
             return BLOCKED
         return value
 
-    def _memo_call(self, k, req):
+    def _memo_call(self, k, args, kwargs):
         # by name, and with ``like`` (which only lends its dtype) replaced by that dtype
-        bound = _signature(k.numpy).bind(*req.args, **req.kwargs).arguments
-        args = tuple((n, ("like", v.dtype.str) if n == "like" else v) for n, v in bound.items())
-        key = _memo_key((k.name, args), self.digests)
+        bound = _signature(k.numpy).bind(*args, **kwargs).arguments
+        named = tuple((n, ("like", v.dtype.str) if n == "like" else v) for n, v in bound.items())
+        key = _memo_key((k.name, named), self.digests)
         if key is None:
-            return k.numpy(*req.args, **req.kwargs)
+            return k.numpy(*args, **kwargs)
         out = self.memo.get(key)
         if out is None:
-            out = k.numpy(*req.args, **req.kwargs)
+            out = k.numpy(*args, **kwargs)
             if isinstance(out, np.ndarray):
                 out.setflags(write=False)
             elif isinstance(out, Payload):

@@ -170,6 +170,10 @@ class RunSpec(BaseModel):
                                                                         "reference)")
     values: typing.Literal["auto", "full"] = Field("auto", description="simulator only: auto carries sizes only for "
                                                    "dense collectives (same times and bytes, no check); full: values")
+    collectives: typing.Literal["auto", "events"] = Field(
+        "auto", description="simulator only: auto evaluates helper collectives (allgather, alltoall, host allreduce) "
+                            "for all ranks at once where the network allows, exactly or as a recorded approximation "
+                            "(row column 'collectives'); events: always as their point-to-point messages")
 
 
 class TrainingSpec(BaseModel):
@@ -203,7 +207,7 @@ class TrainingSpec(BaseModel):
 
 
 TOP_KEYS = ["name", "description", "network", "compute", "model", "batch_size", "schedules", "workload", "algorithms",
-            "P", "iterations", "warmup", "check", "data_scale", "engine", "values", "stack"]
+            "P", "iterations", "warmup", "check", "data_scale", "engine", "values", "collectives", "stack"]
 #: workload keys the top-level ``model`` decides in a training config
 _MODEL_KEYS = ("model", "n", "layers", "source")
 
@@ -272,7 +276,8 @@ def load_config(path: str | Path) -> Experiment:
     cases = [(tr, wl) for tr in trainings for wl in variants[_wl_key(tr)]]
     algos = collect(errors, lambda: _algorithms(raw["algorithms"]))
     stack = collect(errors, lambda: _stack(raw.get("stack")))
-    run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check", "data_scale", "engine", "values") if k in raw}
+    run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check", "data_scale", "engine", "values",
+                                   "collectives") if k in raw}
     runs = collect(errors, lambda: validate_variants(run_raw, RunSpec, ""))
     for run in runs:  # resolve (and validate) every network and compute variant before building points
         networks(run.P), computes(run.P)
@@ -318,7 +323,7 @@ def load_config(path: str | Path) -> Experiment:
         point = Point(algorithm=aname, P=run.P, workload=wl.model_dump(), network=net,
                       params=params.model_dump(exclude_unset=True), compute=comp,
                       iterations=run.iterations, warmup=run.warmup, check=run.check, data_scale=run.data_scale,
-                      engine=run.engine, values=run.values)
+                      engine=run.engine, values=run.values, collectives=run.collectives)
         if tr is not None:
             point = replace(point, schedule=sname, schedule_params=sparams.model_dump(exclude_unset=True),
                             batch_size=spec.batch_size)

@@ -48,6 +48,10 @@ class Point:
     values: str = "auto"
     #: the software stack of a training point (schedules.stack.Stack as a dict; empty: none)
     stack: dict = field(default_factory=dict)
+    #: "auto": the simulator evaluates helper collectives in bulk where it can
+    #: (exactly, or as a recorded approximation); "events": always their
+    #: messages (not part of the id)
+    collectives: str = "auto"
 
     # -- identity ----------------------------------------------------------
     def to_dict(self) -> dict:
@@ -64,6 +68,7 @@ class Point:
         d.pop("plan")
         d.pop("engine")
         d.pop("values")
+        d.pop("collectives")
         if backend != "sim" or self.data_scale == 1.0:
             d.pop("data_scale")  # the real backend always runs full size; ids of full-size points stay as before
         if not self.stack:  # ids of points without a stack stay as before

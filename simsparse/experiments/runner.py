@@ -19,6 +19,10 @@ def rounds_may_apply(point: Point, trace: bool = False) -> bool:
             and not point.schedule and not trace)
 
 
+#: how helper collectives ran, from exact to approximate
+PATHS = ("events", "bulk", "bulk~")
+
+
 class SimBackend:
     """All P ranks in this process, at the point's ``data_scale`` (reduced
     data; bytes and compute work scaled back up)."""
@@ -32,7 +36,9 @@ class SimBackend:
         self.point, self.trace = small, trace
         self.local_ranks = range(point.P)
         self.sim = Simulator(spec.build(), point.device(), spec.eager_threshold_B, spec.rendezvous_rtt_s, trace=trace,
-                             byte_scale=byte_scale, engine=point.engine)
+                             byte_scale=byte_scale, engine=point.engine, bulk=point.collectives == "auto")
+        #: how the helper collectives ran, the least exact over the iterations (IterationStats.collectives)
+        self.collectives = "events"
         self.workload = small.workload_obj()
         #: size-only: every rank's gradient is a phantom (no values generated, carried or checked)
         self.size_only = point.size_only
@@ -64,8 +70,11 @@ class SimBackend:
         else:
             grads = self.workload.grads(self.point.P, it)
         if self.model is not None:
-            return self.sim.run([jobs[r].program() for r in self.local_ranks], self.model, grads)
-        return self.sim.run([jobs[r].program(g) for r, g in zip(self.local_ranks, grads)])
+            stats = self.sim.run([jobs[r].program() for r in self.local_ranks], self.model, grads)
+        else:
+            stats = self.sim.run([jobs[r].program(g) for r, g in zip(self.local_ranks, grads)])
+        self.collectives = max(self.collectives, stats.collectives, key=PATHS.index)
+        return stats
 
 
 def simulate_point(point: Point, trace: bool = False, keep_results: bool = False,
@@ -77,4 +86,7 @@ def simulate_point(point: Point, trace: bool = False, keep_results: bool = False
         from .plan import with_plan
 
         point = with_plan(point)
-    return run_point(point, SimBackend(point, trace, max_events), keep_results)
+    backend = SimBackend(point, trace, max_events)
+    out = run_point(point, backend, keep_results)
+    out.row["collectives"] = backend.collectives
+    return out

@@ -18,6 +18,7 @@ costs one simulator event.
 """
 from __future__ import annotations
 
+import copy
 from bisect import bisect_right
 from typing import Callable
 
@@ -25,14 +26,16 @@ import numpy as np
 
 
 class _Port:
-    """Busy intervals of one port, sorted and disjoint."""
+    """Busy intervals of one port, sorted and disjoint; ``bulk``: until when a
+    bulk evaluation's messages hold it (:meth:`AlphaBetaNetwork.bulk_replayed`)."""
 
-    __slots__ = ("starts", "ends", "last")
+    __slots__ = ("starts", "ends", "last", "bulk")
 
     def __init__(self):
         self.starts: list[float] = []
         self.ends: list[float] = []
         self.last = 0.0  # end of the last busy interval
+        self.bulk = 0.0
 
     def fit(self, t: float, d: float) -> float:
         """Earliest t' >= t with [t', t'+d) free."""
@@ -82,6 +85,7 @@ class AlphaBetaNetwork:
         self.env = env
         self._send = [_Port() for _ in range(P)]
         self._recv = [_Port() for _ in range(P)]
+        self.bulk_touched = 0   # messages that found a port a bulk evaluation's messages still held
 
     def transfer(self, src: int, dst: int, nbytes: int, done: Callable[[], None]) -> None:
         now = self.env.now
@@ -96,6 +100,8 @@ class AlphaBetaNetwork:
                 b.starts, b.ends, b.last = [now], [e], e
             self.env.at(now + d - now, type(done).__call__, done)   # done() without a wrapper frame
             return
+        if a.bulk > now or b.bulk > now:
+            self.bulk_touched += 1
         t = now
         while True:  # alternate until both ports agree on a start
             t1 = a.fit(t, d)
@@ -107,21 +113,129 @@ class AlphaBetaNetwork:
         b.book(t1, d, now)
         self.env.at(t1 + d - now, type(done).__call__, done)
 
-    # -- lockstep rounds (simsparse.backends.rounds) --------------------------------------
-    def batch_start(self, P: int) -> bool:
-        """Begin a bulk evaluation on an idle network of P ranks."""
-        self._send_last, self._recv_last = np.zeros(P), np.zeros(P)
+    # -- bulk evaluation (simsparse.backends.bulk) ---------------------------------------
+    # A wave whose ports are each used once and free when its messages are
+    # ready is timed as arrays: every message starts when ready, exactly as
+    # ``transfer`` would start it. Otherwise the evaluation replays the
+    # collective on a scratch copy of this model (``bulk_scratch``), exact
+    # unless a message found a port busy with traffic from outside the
+    # collective, or (``bulk_touched``) a later message finds one of its
+    # ports still held by the collective (its gaps are not kept).
+
+    def bulk_capable(self) -> bool:
         return True
 
-    def batch(self, now, src, dst, nbytes):
-        """Arrivals of messages starting at ``now`` (arrays; one per port at
-        most), as :meth:`transfer` would give them, or None if a port is
-        still busy (then ``transfer`` would queue or backfill)."""
-        if (self._send_last[src] > now).any() or (self._recv_last[dst] > now).any():
-            return None
+    def bulk_start(self, P: int, earliest: float = 0.0) -> None:
+        """Begin a bulk evaluation on the network as it is now; no message of
+        it is ready before ``earliest``."""
+        self._S0 = np.array([p.last for p in self._send])   # each port free from, as others left it
+        self._R0 = np.array([p.last for p in self._recv])
+        # ... and when their last message started: one ready after that was booked after it
+        self._S0s = np.array([p.starts[-1] if p.starts else -np.inf for p in self._send])
+        self._R0s = np.array([p.starts[-1] if p.starts else -np.inf for p in self._recv])
+        self._earliest = earliest
+        self.bulk_restart()
+
+    def bulk_restart(self) -> None:
+        """Forget what this evaluation timed so far."""
+        self._bS, self._bR = self._S0.copy(), self._R0.copy()
+        self._pending = []   # (src, dst, start, duration) the arrays booked
+
+    def bulk_wave(self, ready, src, dst, nbytes, pos, firm):
+        """Arrivals of messages ready at ``ready`` (arrays) if every port is
+        used once and free then (exact); else (None, False)."""
+        S, R = self._bS, self._bR
+        if pos.any() or (S[src] > ready).any() or (R[dst] > ready).any() or len(np.unique(dst)) < len(dst):
+            return None, False
         d = self.alpha + nbytes * self.beta
-        e = now + d
+        end = ready + d
         held = d > 0   # as in transfer: only a message that takes time books its ports
-        self._send_last[src[held]] = e[held]
-        self._recv_last[dst[held]] = e[held]
-        return now + (e - now)
+        S[src[held]], R[dst[held]] = end[held], end[held]
+        self._pending.append((src[held], dst[held], ready[held], d[held]))
+        return ready + (end - ready), True
+
+    def bulk_scratch(self, env, P: int) -> "AlphaBetaNetwork":
+        """A copy of this model as it is now, on ``env``, for a replay (``bulk_transfer``)."""
+        twin = self._twin = copy.copy(self)
+        twin.env = env
+        twin._send, twin._recv = [_copy_port(p) for p in self._send], [_copy_port(p) for p in self._recv]
+        twin._chain, twin._tied = {}, {}   # per sender: (ready, firm) of its last; (port, ready) -> sender, -1: several
+        twin._log = []                     # what it booked: (src, dst, start, duration)
+        return twin
+
+    def bulk_transfer(self, src: int, dst: int, nbytes: int, done, firm: bool) -> bool:
+        """``transfer`` on a scratch copy (``firm``: booked in posting order
+        among its sender's messages ready at the same time); whether the
+        booking order cannot differ from the event simulation's: it does not
+        wait for its receive port while another sender's message ready at
+        the same time is booked there, nor for its send port behind its
+        sender's message of the same ready time not booked in posting order."""
+        now = self.env.now
+        d = self.alpha + nbytes * self.beta
+        a, b = self._send[src], self._recv[dst]
+        ok = True
+        if a.last <= now and b.last <= now:
+            t1 = now
+        else:
+            own = a.fit(now, d)
+            t = now
+            while True:   # as in transfer
+                t1 = a.fit(t, d)
+                t2 = b.fit(t1, d)
+                if t2 == t1:
+                    break
+                t = t2
+            if t1 != own:
+                ok = self._tied.get((dst, now), src) == src
+            elif own != now:
+                prev = self._chain.get(src)
+                ok = prev is not None and (prev[0] < now or (prev[0] == now and prev[1] and firm))
+        if d > 0:
+            a.book(t1, d, now)
+            b.book(t1, d, now)
+            self._log.append((src, dst, t1, d))
+        self._chain[src] = (now, firm)
+        if self._tied.setdefault((dst, now), src) != src:
+            self._tied[(dst, now)] = -1
+        self.env.at(t1 + d - now, type(done).__call__, done)
+        return ok
+
+    def bulk_replayed(self, flows: list) -> bool:
+        """Take over what the replay booked (its messages (src, dst, start,
+        arrival)); whether each found its ports as the event simulation
+        would: free, or busy with a message of others that started before it
+        was ready (so was booked before it). The ports are held until their
+        last message's end: a later message that finds one held counts in
+        ``bulk_touched``."""
+        if not flows:
+            return True
+        src, dst, start = (np.array(c) for c in list(zip(*flows))[:3])
+        src, dst = src.astype(np.intp), dst.astype(np.intp)
+        free = bool(((self._S0[src] <= start) | (self._S0s[src] < start)).all() and
+                    ((self._R0[dst] <= start) | (self._R0s[dst] < start)).all())
+        log = self._twin._log
+        if log:
+            s, q, t1, d = (np.array(c) for c in zip(*log))
+            self._pending.append((s.astype(np.intp), q.astype(np.intp), t1, d))
+            for ports, idx in ((self._send, s), (self._recv, q)):
+                for p, e in zip(idx.tolist(), (t1 + d).tolist()):
+                    if e > ports[p].bulk:
+                        ports[p].bulk = e
+        self._twin = None
+        return free
+
+    def bulk_commit(self, now: float) -> None:
+        """Book what the evaluation timed into the ports: later messages find
+        the ports as in the event simulation (or count in ``bulk_touched``)."""
+        sp, rp, early = self._send, self._recv, self._earliest
+        for src, dst, start, d in self._pending:
+            for s, q, t, dm in zip(src.tolist(), dst.tolist(), start.tolist(), d.tolist()):
+                sp[s].book(t, dm, early)
+                rp[q].book(t, dm, early)
+        self._pending = []
+
+
+def _copy_port(p: _Port) -> _Port:
+    c = _Port()
+    c.starts, c.ends, c.last = list(p.starts), list(p.ends), p.last
+    return c

@@ -40,58 +40,12 @@ import random
 from typing import Callable
 
 import numpy as np
+
 from ..engine import NORMAL
+from .flow_bulk import BUSY, FlowBulk, Held
+from .maxmin import END_TOL, REL_TOL, maxmin_rates
 
 TICK_PRIORITY = NORMAL + 1   # after every ordinary event of the same timestamp
-REL_TOL = 1e-9               # bottleneck shares this close are equal
-END_TOL = 1e-12              # flows ending within now * END_TOL of a tick end at it
-
-
-def maxmin_rates(routes: np.ndarray, cap: np.ndarray) -> np.ndarray:
-    """Max-min fair rates by progressive filling (Bertsekas and Gallager,
-    *Data Networks*, section 6.5.2), freezing many bottlenecks per round.
-
-    ``routes`` is flows x hops of link ids padded with a link whose capacity
-    is ``inf`` (the flow model uses the last one). A link's *level* is the
-    rate its unfrozen flows would get if it were their bottleneck:
-    (capacity - rates of its frozen flows) / (its unfrozen flows). Levels
-    never decrease as flows freeze, so a link whose level is the lowest among
-    all links its flows cross is a bottleneck at that level: every round
-    freezes the flows of all such links at once (the global minimum is always
-    one, so each round makes progress). A round is a few numpy passes over
-    the flows x hops array; the link space is first compacted to the links in
-    use when that is smaller."""
-    F, H = routes.shape
-    rate = np.empty(F)
-    if F == 0:
-        return rate
-    if len(cap) > 2 * routes.size:   # np.unique(return_inverse), without its sort
-        used = np.zeros(len(cap), dtype=bool)
-        used[routes] = True
-        ids = np.flatnonzero(used)
-        number = np.cumsum(used) - 1
-        routes, cap = number[routes], cap[ids]
-    nl = len(cap)
-    cnt = np.bincount(routes.ravel(), minlength=nl).astype(np.float64)
-    avail = cap.astype(np.float64)            # the padding link keeps inf: never a bottleneck
-    todo = np.arange(F)
-    R = routes
-    with np.errstate(divide="ignore", invalid="ignore"):
-        while True:
-            lv = (avail / cnt)[R]                  # the level of every (flow, link)
-            mine = lv.min(axis=1)                  # each unfrozen flow's lowest level
-            # a link is a bottleneck unless one of its flows sees a lower level elsewhere
-            lower = mine[:, None] * (1.0 + REL_TOL) < lv
-            neck = np.bincount(R[lower], minlength=nl) == 0
-            hit = neck[R].any(axis=1)
-            rate[todo[hit]] = mine[hit]
-            if hit.all():
-                return rate
-            Rh = R[hit]
-            avail -= np.bincount(Rh.ravel(), weights=np.repeat(mine[hit], H), minlength=nl)
-            cnt -= np.bincount(Rh.ravel(), minlength=nl)
-            keep = ~hit
-            R, todo = R[keep], todo[keep]
 
 
 class _Routes:
@@ -134,15 +88,6 @@ class _Routes:
         return i
 
 
-class _Busy:
-    """Marks a link that carries shared flows (``end`` never passes)."""
-
-    end = np.inf
-
-
-BUSY = _Busy()
-
-
 class _Solo:
     """A flow alone on all its links: it runs at its route's bottleneck from
     ``start`` to ``end`` and fires ``done`` at ``end + latency + o_r`` unless
@@ -157,7 +102,7 @@ class _Solo:
         self.moved = False
 
 
-class FlowNetwork:
+class FlowNetwork(FlowBulk):
     """The flow-level model the simulator drives (``reset`` / ``transfer``).
 
     ``machine_for(P)`` builds the :class:`~.node.Machine` for P ranks and
@@ -221,6 +166,7 @@ class FlowNetwork:
         self._gen = 0
         self.solves = 0
         self.ticks = 0
+        self.bulk_touched = 0       # flows that found a link a bulk evaluation still held
 
     def route_id(self, es: int, ed: int, key=None) -> int:
         """Row of the route from endpoint es to endpoint ed (cached)."""
@@ -303,6 +249,10 @@ class FlowNetwork:
             g = own[x]
             if g is None or g is BUSY:
                 continue
+            if type(g) is Held:   # a bulk evaluation's flows: this one runs beside them unseen
+                own[x] = None
+                self.bulk_touched += 1
+                continue
             for y in self._routes.links[g.rid]:
                 if own[y] is g:
                     own[y] = None
@@ -323,100 +273,6 @@ class FlowNetwork:
             for x in self._routes.watch[rid]:
                 self._load[x] -= 1
         done()
-
-    # -- lockstep rounds (simsparse.backends.rounds) --------------------------------------
-    def batch_start(self, P: int) -> bool:
-        """Begin a bulk evaluation on an idle network of P ranks. Not with
-        adaptive routing (a route depends on the load when the message starts)
-        or a LogGP gap (an endpoint's messages queue in posting order)."""
-        self.reset(None, P)
-        if self._adaptive or self.gap > 0.0:
-            return False
-        n = len(self._cap)
-        self._link_end = np.full(n, -np.inf)   # per link: end of the last flow that held it
-        self._link_now = np.full(n, -np.inf)   # ... and when that flow was posted
-        self._stamp = np.zeros(n, dtype=np.intp)   # scratch: finds a link used twice in one batch
-        self._last_batch = None
-        return True
-
-    def _batch_routes(self, src, dst):
-        """For messages src[i] -> dst[i]: their route ids, their links as one
-        flat array (padding dropped), the message each link belongs to, and
-        whether no link occurs twice. The last answer is kept, as a schedule
-        often repeats its messages (the ring's every round)."""
-        last = self._last_batch
-        if last is not None and np.array_equal(last[0], src) and np.array_equal(last[1], dst):
-            return last[2]
-        rt, ep, ne = self._routes, self._ep, self._n_ep
-        rids = []
-        for s, d in zip(src.tolist(), dst.tolist()):
-            es, ed = ep[s], ep[d]
-            r = rt.pair.get(es * ne + ed)
-            rids.append(self._default_route(es, ed) if r is None else r)
-        rid = np.array(rids, dtype=np.intp)
-        R = rt.R[rid]
-        real = R != rt.dummy
-        links = R[real]
-        owner = np.nonzero(real)[0]
-        stamp = self._stamp
-        stamp[links] = np.arange(len(links))
-        got = (rid, links, owner, bool((stamp[links] == np.arange(len(links))).all()))
-        self._last_batch = (src, dst, got)
-        return got
-
-    def batch(self, now, src, dst, nbytes):
-        """Arrivals of messages posted at ``now`` (arrays), as :meth:`transfer`
-        would give them if every flow is solo; None if one would find a link
-        held by another flow, or be posted on a link at the same time as
-        another (their order would decide which is solo)."""
-        rt = self._routes
-        rid, links, owner, distinct = self._batch_routes(src, dst)
-        t0 = now + self.o_s
-        tail = rt.lat[rid]
-        out = np.empty(len(now))
-        empty = nbytes <= 0    # no bytes: no link held, latency only
-        if empty.any():
-            out[empty] = now[empty] + (((t0[empty] - now[empty]) + tail[empty]) + self.o_r)
-            keep = ~empty[owner]   # the links of messages with bytes, numbered among those
-            links, owner = links[keep], np.cumsum(~empty)[owner[keep]] - 1
-        f = ~empty
-        nf = now[f]
-        end = t0[f] + nbytes[f] / rt.bneck[rid[f]]
-        if not self._solo_batch(links, owner, distinct, nf, end):
-            return None
-        out[f] = nf + (((end + tail[f]) + self.o_r) - nf)
-        return out
-
-    def _solo_batch(self, links, flow, distinct, now, end) -> bool:
-        """Whether flows posted at ``now`` ending at ``end`` all start solo,
-        as :meth:`_solo` would find them (``links`` flat, ``flow`` the flow
-        of each, ``distinct``: no link twice), and if so claim their links.
-        Flows of one batch that share a link must follow one another, in
-        posting order."""
-        horizon = now * (1.0 + END_TOL)
-        if distinct:   # no link twice: no order to check
-            if (self._link_end[links] > horizon[flow]).any() or (self._link_now[links] >= now[flow]).any():
-                return False
-            self._link_end[links] = end[flow]
-            self._link_now[links] = now[flow]
-            return True
-        flat, fnow, fend = links, now[flow], end[flow]
-        order = np.lexsort((fnow, flat))
-        flat, fnow, fend = flat[order], fnow[order], fend[order]
-        horizon = fnow * (1.0 + END_TOL)
-        same = flat[1:] == flat[:-1]    # the next flow on the same link, later posted
-        if (same & ((fend[:-1] > horizon[1:]) | (fnow[:-1] >= fnow[1:]))).any():
-            return False
-        first = np.ones(len(flat), dtype=bool)
-        first[1:] = ~same
-        fl = flat[first]
-        if ((self._link_end[fl] > horizon[first]) | (self._link_now[fl] >= fnow[first])).any():
-            return False
-        last = np.ones(len(flat), dtype=bool)
-        last[:-1] = ~same
-        self._link_end[flat[last]] = fend[last]
-        self._link_now[flat[last]] = fnow[last]
-        return True
 
     # -- shared flows: event handling -----------------------------------------------------
     def _want_tick(self, t: float) -> None:

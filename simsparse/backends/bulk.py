@@ -1,0 +1,372 @@
+"""Collectives evaluated for all P ranks at once: the simulator's bulk path.
+
+A helper collective (:class:`~simsparse.ops.Collective`) with a ``bulk``
+schedule is not expanded into messages when the simulator runs in bulk mode
+(``collectives: auto``). Each rank that yields it blocks; when the last rank
+of the scope has posted it, its schedule runs once for all P ranks and
+every rank resumes at its own exit time with its result. Only collectives
+where every rank's exit waits for every rank's entry are bulk (allgather,
+alltoall, host allreduce), so no rank is resumed in the past.
+
+A schedule is recorded first (:class:`BulkRun`): *waves* of messages (what
+the ranks post at once; each rank then waits for its messages of the wave)
+and each rank's kernels, with their values. Then it is timed:
+
+* as arrays, wave after wave (``network.bulk_wave``), while every message
+  can start when it is ready: its alpha-beta ports free and used once, or
+  its flow solo. That is exactly what ``transfer`` gives (the lockstep
+  rounds of :mod:`.rounds` are the same test);
+* otherwise by replaying the schedule's messages, without rank programs,
+  handles or payloads, on a scratch copy of the network driven by a private
+  engine (``network.bulk_scratch``, ``bulk_transfer``): each rank posts its
+  next wave when the last message of the previous one arrives, its kernels
+  on its device, in the event simulation's order of events.
+
+The result is *exact*, the event simulation's times to the last bit, when
+the network says so for every message (on the alpha-beta model no message
+waited behind another one that the event simulation could have booked in
+the other order, i.e. ready at the same time), no message was ready while
+its port or link was busy with traffic from outside the collective, the
+kernels found the rank's device idle, and no message of the event
+simulation later finds a port or link the evaluation still held
+(``bulk_touched``: the gaps between its messages are not kept). Otherwise
+it is an approximation, and the run says so: ``IterationStats.collectives``
+is ``events`` (nothing ran in bulk), ``bulk`` (exact) or ``bulk~``
+(approximate), and so does the row's ``collectives`` column. A traced run
+expands its collectives (a trace holds every message).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..engine import HeapEngine
+from ..ops import Dense, Payload
+
+
+def _freeze(a):
+    """A read-only copy of a writable array; read-only arrays are shared."""
+    if not a.flags.writeable:
+        return a
+    c = a.copy()
+    c.setflags(write=False)
+    return c
+
+
+def freeze(p: Payload) -> Payload:
+    """The payload as the event path delivers it: read-only, shared."""
+    if type(p) is Dense:
+        return p if not p.values.flags.writeable else Dense(_freeze(p.values))
+    return p.map(_freeze)
+
+
+class Gathering:
+    """The ranks that have posted one collective (of type ``kind``) so far,
+    when, and in which order (``order``: ranks in the order they posted)."""
+
+    __slots__ = ("kind", "progs", "reqs", "t", "order")
+
+    def __init__(self, P: int, kind: type):
+        self.kind, self.progs, self.reqs, self.t, self.order = kind, [None] * P, [None] * P, np.zeros(P), []
+
+    def add(self, rank: int, prog, req, now: float) -> bool:
+        """Rank ``rank`` posted; whether every rank has."""
+        self.progs[rank], self.reqs[rank], self.t[rank] = prog, req, now
+        self.order.append(rank)
+        return len(self.order) == len(self.progs)
+
+
+def gather(sim, prog, req) -> None:
+    """Rank ``prog.ctx.rank`` posts bulk collective ``req`` (its scope's
+    next); the last rank to post it has it evaluated."""
+    ctx = prog.ctx
+    key = (ctx.sid, ctx.nbulk)
+    ctx.nbulk += 1
+    g = sim.gathering.get(key)
+    if g is None:
+        g = sim.gathering[key] = Gathering(len(sim.ranks), type(req))
+    elif type(req) is not g.kind:
+        raise RuntimeError(f"rank {ctx.rank} posted {type(req).__name__} where other ranks posted another "
+                           f"collective (every rank must post the same collectives in the same order)")
+    if g.add(ctx.rank, prog, req, sim.env.now):
+        del sim.gathering[key]
+        _evaluate(sim, g)
+
+
+def _evaluate(sim, g: Gathering) -> None:
+    """Run a collective's bulk schedule for all ranks, account what each
+    sent and computed, and resume each at its exit, to the last bit, in the
+    order the event simulation would."""
+    now = sim.env.now
+    run = BulkRun(sim, g.t, g.order)
+    results = g.kind.bulk(g.reqs, run)
+    run.evaluate()
+    sim.network.bulk_commit(now)
+    exits = run.t
+    sim.bulk_runs += 1
+    if not run.exact or exits.min() < now:
+        sim.bulk_inexact += 1
+    sent, msgs, busy = run.sent.tolist(), run.msgs.tolist(), run.busy.tolist()
+    for r, rs in enumerate(sim.ranks):
+        rs.bytes_sent += sent[r]
+        rs.msgs_sent += msgs[r]
+        if busy[r]:
+            rs.busy["compute"] += busy[r]
+            rs.device_free = max(rs.device_free, float(run.device[r]))
+    for r in run.done:
+        sim.env.at_time(float(exits[r]), sim._resume, (g.progs[r], results[r]))
+
+
+class BulkRun:
+    """One collective for all P ranks: what its bulk schedule
+    (``Collective.bulk(reqs, run)``) records (:meth:`wave`, :meth:`kernel`),
+    then :meth:`evaluate` times it. After that, ``t`` holds every rank's exit
+    time, ``done`` the ranks in the order the event simulation would resume
+    them, ``sent``/``msgs`` what each sent, ``exact`` whether it is exact."""
+
+    def __init__(self, sim, entry: np.ndarray, order: list):
+        self.sim, self.P, self.entry, self.order = sim, len(entry), entry, order
+        self.waves: list = []                        # (src, dst, nbytes, pos), messages in posting order
+        self.steps: list = [[] for _ in range(self.P)]   # per rank: its waves (int) and kernels after them (seconds)
+        self.during: dict = {}                       # (rank, wave) -> kernel seconds between posting and waiting
+        self.kernels = False
+
+    @staticmethod
+    def freeze(payload: Payload) -> Payload:
+        return freeze(payload)
+
+    def size(self, payload: Payload) -> int:
+        """Bytes on the wire, as ``isend`` counts them."""
+        return self.sim.wire_bytes(payload)
+
+    def wave(self, src, dst, nbytes, pos=None) -> None:
+        """Messages src[i] -> dst[i] of nbytes[i] that every rank taking part
+        posts at once (its sends in the order of ``pos``, default one each)
+        after its previous wave and kernels; then it waits for them."""
+        src, dst = np.asarray(src, dtype=np.intp), np.asarray(dst, dtype=np.intp)
+        if not len(src):
+            return
+        k = len(self.waves)
+        pos = np.zeros(len(src), dtype=np.intp) if pos is None else np.asarray(pos, dtype=np.intp)
+        self.waves.append((src, dst, np.asarray(nbytes, dtype=np.int64), pos))
+        for r in np.unique(np.concatenate((src, dst))).tolist():
+            self.steps[r].append(k)
+
+    def kernel(self, rank: int, name: str, args: tuple, kwargs: dict, during: bool = False):
+        """Rank ``rank`` runs a kernel after its last wave (``during``: after
+        posting it, before waiting for it); returns the kernel's value."""
+        value, dt = self.sim.run_kernel(name, args, kwargs)
+        if during:
+            self.during.setdefault((rank, self.steps[rank][-1]), []).append(dt)
+        else:
+            self.steps[rank].append(float(dt))
+        self.kernels = True
+        return value
+
+    # -- timing ------------------------------------------------------------------------
+    def evaluate(self) -> None:
+        sim, P = self.sim, self.P
+        self.sent = np.zeros(P, dtype=np.int64)
+        self.msgs = np.zeros(P, dtype=np.int64)
+        for src, _, nb, _ in self.waves:
+            np.add.at(self.sent, src, nb)
+            np.add.at(self.msgs, src, 1)
+        net = sim.network
+        net.bulk_start(P, float(self.entry.min()))
+        if self._waves():
+            return
+        net.bulk_restart()
+        self._replay()
+
+    def _reset(self) -> None:
+        self.t = self.entry.copy()
+        self.device = np.array([rs.device_free for rs in self.sim.ranks])
+        self.busy = np.zeros(self.P)
+        self.exact = True
+
+    def _device(self, r: int, dts) -> None:
+        """Rank r runs kernels of ``dts`` seconds one after another from its
+        time, as the simulator's device does (FIFO; the program waits and
+        goes on at ``now + (end - now)``, the engine's time of its resumption)."""
+        t, dev = self.t, self.device
+        for dt in dts:
+            now = t[r]
+            if dev[r] > now:
+                self.exact = False   # its device is busy with work issued elsewhere
+            start = dev[r] if dev[r] > now else now
+            end = start + dt
+            if dt > 0:
+                self.busy[r] += dt
+            if end > now:
+                dev[r] = end
+                t[r] = now + (end - now)
+
+    def _ready(self, src, dst, nbytes, post_s, post_r):
+        """When each message may move (eager: when sent; rendezvous: when both
+        sides have posted, plus the handshake), and whether the event
+        simulation books it in posting order among its sender's ties."""
+        sim = self.sim
+        rdv = nbytes > sim.eager
+        ready = post_s
+        if rdv.any():
+            ready = np.where(rdv, np.maximum(post_s, post_r), post_s)
+            if sim.rdv_rtt > 0:
+                ready = np.where(rdv, ready + sim.rdv_rtt, ready)
+        return ready, ~rdv | (post_r <= post_s)
+
+    def _waves(self) -> bool:
+        """Time the waves as arrays; whether every wave was exact (it stops at
+        the first that is not). Ranks that exit at the same time resume in
+        the event simulation's order: a rank's wait ends with the arrival
+        event of its last message (arrival events in booking order; of one
+        message, the sender's handle first), and ranks post a wave in the
+        order they resumed from the previous one."""
+        self._reset()
+        t, net, P = self.t, self.sim.network, self.P
+        before, after = self._kernels_by_wave()
+        rkey = np.empty(P)   # the place of each rank's last resumption among the events
+        rkey[self.order] = np.arange(P)
+        clock = P
+        for k, (src, dst, nb, pos) in enumerate(self.waves):
+            for r, dts in before[k]:
+                self._device(r, dts)
+            ready, firm = self._ready(src, dst, nb, t[src], t[dst])
+            arrival, exact = net.bulk_wave(ready, src, dst, nb, pos, firm)
+            if arrival is None:
+                return False
+            for r, dts in after[k]:
+                self._device(r, dts)
+            booked = np.empty(len(src))
+            booked[np.lexsort((pos, rkey[src], ready))] = clock + np.arange(len(src))   # booking order
+            clock += len(src)
+            ends = np.concatenate((src, dst))
+            when = np.concatenate((arrival, arrival))
+            place = np.concatenate((2 * booked, 2 * booked + 1))   # the sender's handle completes first
+            o = np.lexsort((place, when))   # the last event last
+            waited = when[o] >= t[ends[o]]
+            np.maximum.at(t, ends, arrival[np.arange(len(ends)) % len(src)])
+            rkey[ends[o][waited]] = place[o][waited]
+        for r, dts in before[len(self.waves)]:
+            self._device(r, dts)
+        self.done = np.lexsort((rkey, t)).tolist()
+        return True
+
+    def _kernels_by_wave(self):
+        """Per wave: (rank, kernel seconds) run before posting it, and during it."""
+        n = len(self.waves)
+        before, after = [[] for _ in range(n + 1)], [[] for _ in range(n)]
+        if not self.kernels:
+            return before, after
+        for r, items in enumerate(self.steps):
+            pending = []
+            for it in items:
+                if type(it) is int:
+                    if pending:
+                        before[it].append((r, pending))
+                        pending = []
+                    dur = self.during.get((r, it))
+                    if dur:
+                        after[it].append((r, dur))
+                else:
+                    pending.append(it)
+            if pending:
+                before[n].append((r, pending))
+        return before, after
+
+    def _mine(self):
+        """Per (rank, wave): its sends in posting order and its receives."""
+        mine: dict = {}
+        for k, (src, dst, _, pos) in enumerate(self.waves):
+            s, d = src.tolist(), dst.tolist()
+            order = np.lexsort((src, pos)).tolist()
+            for i in order:
+                mine.setdefault((s[i], k), ([], []))[0].append(i)
+            for i in order:
+                mine.setdefault((d[i], k), ([], []))[1].append(i)
+        return mine
+
+    def _replay(self) -> None:
+        """Time the schedule as the event simulation would: every message a
+        ``transfer`` on a scratch copy of the network driven by a private
+        engine, each rank posting its next wave when the last message of
+        the previous one arrives, kernels on its device."""
+        self._reset()
+        P, t, sim = self.P, self.t, self.sim
+        eng = HeapEngine()
+        net = sim.network.bulk_scratch(eng, P)
+        rtt, eager = sim.rdv_rtt, sim.eager
+        waves = [(s.tolist(), d.tolist(), nb.tolist()) for s, d, nb, _ in self.waves]
+        mine = self._mine()
+        left = {key: len(a) + len(b) for key, (a, b) in mine.items()}
+        posted: dict = {}
+        waiting: dict = {}
+        cursor = [0] * P
+        flows: list = []   # (src, dst, start, arrival) of every message
+        exact = True
+        self.done = []
+
+        def move(k, i, firm):
+            s, d, nb = waves[k]
+            start = eng.now
+
+            def arrived():
+                flows.append((s[i], d[i], start, eng.now))
+                for r in (s[i], d[i]):
+                    key = (r, k)
+                    left[key] -= 1
+                    if not left[key] and waiting.get(key):
+                        waiting[key] = False
+                        eng.soon(go, r)
+            nonlocal exact
+            exact = net.bulk_transfer(s[i], d[i], nb[i], arrived, firm) and exact
+
+        def go(r):   # rank r goes on at the engine's time: kernels, then its next wave
+            t[r] = eng.now
+            items = self.steps[r]
+            while cursor[r] < len(items):
+                it = items[cursor[r]]
+                cursor[r] += 1
+                if type(it) is not int:
+                    if kernel(r, it, go):
+                        return
+                    continue
+                k, key = it, (r, it)
+                posted[key] = eng.now
+                sends, recvs = mine[key]
+                s, d, nb = waves[k]
+                for i in recvs:   # a rendezvous send posted before moves now (plus the handshake)
+                    if nb[i] > eager and (s[i], k) in posted:
+                        eng.at(rtt, lambda _, k=k, i=i: move(k, i, False)) if rtt > 0 else move(k, i, False)
+                for i in sends:
+                    if nb[i] <= eager:
+                        move(k, i, True)
+                    elif (d[i], k) in posted:
+                        eng.at(rtt, lambda _, k=k, i=i: move(k, i, True)) if rtt > 0 else move(k, i, True)
+                if not settle(r, key, list(self.during.get(key, ()))):
+                    return
+            self.done.append(r)   # the collective returns
+
+        def kernel(r, dt, then) -> bool:   # True if the program waits for it (an event resumes it)
+            self._device(r, (dt,))
+            if t[r] > eng.now:
+                eng.at(self.device[r] - eng.now, then, r)
+                return True
+            return False
+
+        def settle(r, key, dts) -> bool:   # the kernels between posting and waiting, then the wait; True: go on now
+            while dts:
+                if kernel(r, dts.pop(0), lambda r: resume(r, key, dts)):
+                    return False
+            if left[key]:
+                waiting[key] = True
+                return False
+            return True   # everything arrived: the waitall returns at once
+
+        def resume(r, key, dts):   # one of those kernels ended
+            if settle(r, key, dts):
+                go(r)
+
+        for r in self.order:
+            eng.at(float(self.entry[r]), go, r)
+        eng.run()
+        free = sim.network.bulk_replayed(flows)   # (always: it also takes over what the replay booked)
+        self.exact = self.exact and exact and free
