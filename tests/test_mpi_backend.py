@@ -39,3 +39,16 @@ def test_trace_has_the_same_schema(tmp_path):
     ops = {t["op"] for t in m.trace}
     assert {"send", "recv"} <= ops and any(o.startswith("compute:") for o in ops)
     assert {"rank", "phase", "peer", "bytes", "start_s", "end_s"} <= set(m.trace[0])
+
+
+def test_measure_sends_the_same_bytes_as_run_for_every_algorithm(tmp_path):
+    """Every algorithm's helper collectives, requests of the contract, run as
+    the same point-to-point messages under mpiexec as the simulator counts
+    (whether it evaluates them in bulk or as messages)."""
+    from simsparse.algorithms import ALGORITHMS
+
+    points = [make_point(a, 3, n=600, density=0.05, seed=3) for a in sorted(ALGORITHMS)]
+    for point, m in zip(points, measure_points(points, device="cpu")):
+        s = simulate_point(point).row
+        assert m.row["correct"] is True, point.algorithm
+        assert (m.row["bytes_total"], m.row["msgs_total"]) == (s["bytes_total"], s["msgs_total"]), point.algorithm
