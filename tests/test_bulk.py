@@ -165,3 +165,18 @@ def test_ranks_posting_different_collectives_is_an_error():
 
     with pytest.raises(RuntimeError, match="posted AllreduceHost where other ranks posted another collective"):
         _run(2, prog)
+
+
+def test_the_network_models_and_backends_are_the_protocols():
+    from simsparse.experiments.backend import ExperimentBackend
+    from simsparse.experiments.runner import SimBackend
+    from simsparse.network.model import NetworkModel
+
+    for spec in (None, "ib_fdr_fattree"):
+        p = make_point("ring", 4) if spec is None else dataclasses.replace(make_point("ring", 4), network=net(spec))
+        model = p.network_spec().build()
+        model.reset(None, 4)
+        assert all(callable(getattr(model, m)) for m in NetworkModel.__dict__ if m.startswith(("bulk_", "reset",
+                                                                                                  "transfer")))
+    be = SimBackend(make_point("ring", 4))
+    assert all(hasattr(be, a) for a in ExperimentBackend.__annotations__)

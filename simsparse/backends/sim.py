@@ -54,6 +54,7 @@ import numpy as np
 from ..compute.devices import Device, IdealDevice
 from ..compute.kernels import KERNELS, Work, get_kernel
 from ..engine import make_engine
+from ..network.model import NetworkModel
 from ..ops import Bundle, ContextBase, Dense, Handle, Payload, TraceRecord
 from .bulk import _freeze, gather
 from .driver import BLOCKED, Driver, IterationStats, post
@@ -232,7 +233,7 @@ class SimContext(ContextBase):
 class Simulator(Driver):
     """Runs one iteration of P rank programs on a network and device model."""
 
-    def __init__(self, network, device: Device | None = None, eager_threshold_B: int = 65536,
+    def __init__(self, network: NetworkModel, device: Device | None = None, eager_threshold_B: int = 65536,
                  rendezvous_rtt_s: float = 0.0, trace: bool = False, byte_scale: float = 1.0, engine: str = "lean",
                  bulk: bool = True):
         super().__init__()

@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from .backend import ExperimentBackend
 from .metrics import IterationRecord, PointOutcome, summarize
 from .period import Cycle
 from .point import Point, to_dense, to_host
@@ -150,7 +151,7 @@ def _collective_breakdown(stats_finish: list, busy: list) -> dict:
     return {"t_compute_s": device, "t_comm_s": max(0.0, stats_finish[r] - device)}
 
 
-def run_point(point: Point, backend, keep_results: bool = False) -> PointOutcome | None:
+def run_point(point: Point, backend: ExperimentBackend, keep_results: bool = False) -> PointOutcome | None:
     """Run one point; the root returns its outcome, other processes None.
     Iteration ``it`` of the loop (its gradient's index) runs the algorithm's
     iteration ``counters[it]`` (:meth:`.period.Cycle.counters`)."""
@@ -162,7 +163,7 @@ def run_point(point: Point, backend, keep_results: bool = False) -> PointOutcome
     weights = [0.0] * point.warmup + cycle.weights(counters[point.warmup:])
     pid = point.point_id(backend.name)
     records, trace_rows = [], []
-    checking = point.check and not getattr(backend, "size_only", False)
+    checking = point.check and not backend.size_only
     correct, worst = (True if checking else None), 0.0
     results = None
     gather = backend.gather
@@ -194,5 +195,5 @@ def run_point(point: Point, backend, keep_results: bool = False) -> PointOutcome
     if not backend.root:
         return None
     row = summarize(point, backend.name, records, cycle, correct, worst, time.perf_counter() - t0)
-    row["values"] = getattr(backend, "values", "full")
+    row["values"] = backend.values
     return PointOutcome(row, trace_rows, results if keep_results else None)

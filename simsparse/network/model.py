@@ -1,0 +1,51 @@
+"""What the simulator needs of a network model (:class:`NetworkModel`)."""
+from __future__ import annotations
+
+from typing import Callable, Protocol
+
+import numpy as np
+
+
+class NetworkModel(Protocol):
+    """A network model the simulator drives: messages one by one as the
+    engine reaches them (``reset``, ``transfer``), and the bulk paths of
+    :mod:`simsparse.backends.bulk` and :mod:`simsparse.backends.rounds`.
+    :class:`~.alphabeta.AlphaBetaNetwork` and :class:`~.flow.FlowNetwork`
+    implement it."""
+
+    #: messages of the event simulation that found a port or link a bulk evaluation still held
+    bulk_touched: int
+
+    def reset(self, env, P: int) -> None:
+        """Bind to a fresh simulation of P ranks (idle network) on an engine."""
+
+    def transfer(self, src: int, dst: int, nbytes: int, done: Callable[[], None]) -> None:
+        """A message may start moving now; call ``done()`` when it has arrived."""
+
+    def bulk_capable(self) -> bool:
+        """Whether messages can be timed in bulk at all."""
+
+    def bulk_start(self, P: int, earliest: float = 0.0) -> None:
+        """Begin a bulk evaluation on the network as it is now."""
+
+    def bulk_restart(self) -> None:
+        """Forget what this evaluation timed so far."""
+
+    def bulk_wave(self, ready: np.ndarray, src: np.ndarray, dst: np.ndarray, nbytes: np.ndarray, pos: np.ndarray,
+                  firm: np.ndarray) -> tuple[np.ndarray | None, bool]:
+        """Arrivals of messages ready at ``ready`` if each starts then, exactly
+        as ``transfer`` gives them; else (None, False)."""
+
+    def bulk_scratch(self, env, P: int) -> "NetworkModel":
+        """A copy of this model for a replay on a private engine."""
+
+    def bulk_transfer(self, src: int, dst: int, nbytes: int, done: Callable[[], None], firm: bool) -> bool:
+        """``transfer`` on a scratch copy; whether its outcome cannot depend on
+        an order the event simulation may have chosen differently."""
+
+    def bulk_replayed(self, flows: list) -> bool:
+        """Take over a replay's messages (src, dst, start, arrival); whether
+        none met traffic from outside the evaluation."""
+
+    def bulk_commit(self, now: float) -> None:
+        """Keep what the evaluation used for the messages that come later."""
