@@ -39,3 +39,20 @@ def test_staggered_jobs_are_re_rated_when_the_set_changes():
 def test_zero_work_ends_at_once():
     ends, _ = run_jobs(2, [(0.5, 0.0)])
     assert ends == [0.5]
+
+
+def test_ranks_sharing_cores_stretch_their_kernels_in_the_simulator():
+    """Eight ranks whose kernels run at once on two shared cores take four
+    times as long as with a device each; the result rows say so in time and
+    in device-busy time (which stays the kernels' own work)."""
+    from conftest import make_point
+    from simsparse.experiments.runner import simulate_point
+
+    prof = {"name": "cpu", "mem_bandwidth_Bps": 1e9, "launch_s": 1e-3}
+    own = simulate_point(make_point("ring", 8, n=8000, compute=prof, alpha=0.0, bw=1e15))
+    shared = simulate_point(make_point("ring", 8, n=8000, compute={**prof, "shared_cores": 2}, alpha=0.0, bw=1e15))
+    four = simulate_point(make_point("ring", 8, n=8000, compute={**prof, "shared_cores": 8}, alpha=0.0, bw=1e15))
+    assert four.row["time_s"] == pytest.approx(own.row["time_s"], rel=1e-9)   # a core each: unchanged
+    assert shared.row["time_s"] == pytest.approx(4 * own.row["time_s"], rel=1e-6)
+    assert shared.row["t_compute_s"] == pytest.approx(own.row["t_compute_s"], rel=1e-9)
+    assert shared.row["correct"] is True

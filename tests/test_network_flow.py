@@ -275,3 +275,28 @@ def test_destination_rotation_takes_m_over_B_per_step():
     naive = run_programs(spec, P, exchange(P, m, rotate=False)).time_s
     assert rotated == pytest.approx((P - 1) * m / B, rel=1e-12)
     assert naive == pytest.approx(P * (P - 1) * m / B, rel=1e-12)   # every step is an incast
+
+
+# -- shaped links (token buckets: the testbed's tbf) ------------------------------------------
+
+def test_a_shaped_link_lets_its_burst_pass_after_an_idle_period():
+    """A token bucket of b bytes on the wire (b x payload efficiency of
+    payload) refilled at the link rate: a message on idle links sends its
+    first b bytes at once; a second one right behind finds the bucket empty;
+    after an idle period of b / rate it is full again."""
+    spec = star(P=3, bw=1.0, shaper_burst_B=100)
+    b = 100 * spec.payload_efficiency()
+    assert drive(spec, 3, [(0.0, 0, 1, 300)])[0] == pytest.approx([300 - b])
+    ends, _ = drive(spec, 3, [(0.0, 0, 1, 300), (300 - b, 0, 1, 300), (600 - b + b, 0, 1, 300)])
+    assert ends == pytest.approx([300 - b, 600 - b, 900 - b])
+    assert drive(spec, 3, [(0.0, 0, 1, 60)])[0] == pytest.approx([0.0], abs=1e-9)   # within the bucket: at once
+    assert drive(star(P=3, bw=1.0), 3, [(0.0, 0, 1, 300)])[0] == pytest.approx([300.0])   # a wire: no head start
+
+
+def test_shaped_links_are_not_evaluated_in_bulk():
+    net = star(P=4, shaper_burst_B=9000).build()
+    net.reset(HeapEngine(), 4)
+    assert not net.bulk_capable()
+    plain = star(P=4).build()
+    plain.reset(HeapEngine(), 4)
+    assert plain.bulk_capable()

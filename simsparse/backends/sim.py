@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..compute.cores import SharedCores
 from ..compute.devices import Device, IdealDevice
 from ..compute.kernels import KERNELS, Work, get_kernel
 from ..engine import make_engine
@@ -163,7 +164,8 @@ class TrainingModel:
 class _Rank:
     """Per-rank state shared by the rank's programs: device, streams, counters."""
 
-    __slots__ = ("rank", "device_free", "streams", "bytes_sent", "msgs_sent", "busy", "next_bwd", "ready_at")
+    __slots__ = ("rank", "device_free", "streams", "bytes_sent", "msgs_sent", "busy", "next_bwd", "ready_at",
+                 "core_q")
 
     def __init__(self, rank: int, n_tensors: int):
         self.rank = rank
@@ -174,6 +176,7 @@ class _Rank:
         self.busy = {"forward": 0.0, "backward": 0.0, "compute": 0.0}
         self.next_bwd = 0                       # tensors (in backward order) whose backward was issued
         self.ready_at = [0.0] * n_tensors       # backward order: when each gradient is ready
+        self.core_q: deque = deque()            # with shared cores: device work not yet run, in issue order
 
 
 class SimContext(ContextBase):
@@ -244,6 +247,8 @@ class Simulator(Driver):
         self.network = network
         self.device = device or IdealDevice()
         self.ideal = isinstance(self.device, IdealDevice)
+        #: ranks that share a host's cores (compute.cores): device work is processor-shared
+        self.shared_cores = getattr(self.device, "shared_cores", None)
         self.eager = int(eager_threshold_B)
         self.rdv_rtt = float(rendezvous_rtt_s)
         self.trace_on = trace
@@ -268,7 +273,9 @@ class Simulator(Driver):
         self.ranks = [_Rank(r, len(model.sizes) if model else 0) for r in range(P)]
         self.pending: dict = {}   # (src, dst, tag) -> unmatched sends or receives (see _post_send)
         # a trace holds every message, as the real backend's does: then collectives run as messages
-        self._bulk = self.bulk and not self.trace_on and self.network.bulk_capable()
+        self.cores = SharedCores(env, self.shared_cores) if self.shared_cores else None
+        # with shared cores a kernel's end depends on the other ranks' work: then collectives run as messages
+        self._bulk = self.bulk and not self.trace_on and self.network.bulk_capable() and self.cores is None
         self.gathering: dict = {}   # (scope, place) -> the ranks that posted that bulk collective so far
         self.bulk_runs = self.bulk_inexact = 0
         self.memo = {}     # memo kernels' results by content key
@@ -411,11 +418,12 @@ class Simulator(Driver):
         pos = L - 1 - i
         if pos >= rs.next_bwd:  # run the backward of tensors next_bwd..pos
             dt = self._bwd_cum[pos + 1] - self._bwd_cum[rs.next_bwd]
-            out = self._device(prog, dt, value, "backward", "backward")
-            end = max(rs.device_free, self.env.now)
-            for p in range(rs.next_bwd, pos + 1):
-                rs.ready_at[p] = end
+            covered = range(rs.next_bwd, pos + 1)
             rs.next_bwd = pos + 1
+            out = self._device(prog, dt, value, "backward", "backward", covered)
+            end = max(rs.device_free, self.env.now)
+            for p in covered:   # (with shared cores: when the backward has run, see _core_done)
+                rs.ready_at[p] = end
             return out
         delay = rs.ready_at[pos] - self.env.now
         if delay <= 0:
@@ -434,8 +442,11 @@ class Simulator(Driver):
             raise RuntimeError(f"ctx.{what}() needs a model: this run simulates a bare collective")
         return self.model
 
-    def _device(self, prog, dt, value, op, category):
-        """Occupy the rank's device for dt after everything issued before."""
+    def _device(self, prog, dt, value, op, category, covered=()):
+        """Occupy the rank's device for dt after everything issued before
+        (with shared cores: dt seconds of one core's work, see :meth:`_on_cores`)."""
+        if self.cores is not None and (dt > 0 or prog.ctx.r.core_q):
+            return self._on_cores(prog, dt, value, op, category, covered)
         ctx = prog.ctx
         rs, now = ctx.r, self.env.now
         start = rs.device_free if rs.device_free > now else now
@@ -449,6 +460,38 @@ class Simulator(Driver):
             self.env.at(end - now, self._resume, (prog, value))
             return BLOCKED
         return value
+
+    def _on_cores(self, prog, dt, value, op, category, covered):
+        """Device work on shared cores: the rank's work runs in issue order,
+        each piece as a job of :class:`~simsparse.compute.cores.SharedCores`
+        (its end depends on what the other ranks run meanwhile); the program
+        resumes when its piece has run."""
+        rs = prog.ctx.r
+        rs.busy[category] += dt
+        rs.device_free = float("inf")   # until the queue has run: nothing may start before it
+        rs.core_q.append((prog, dt, value, op, covered))
+        if len(rs.core_q) == 1:
+            self._core_next(rs)
+        return BLOCKED
+
+    def _core_next(self, rs) -> None:
+        prog, dt, *_ = rs.core_q[0]
+        self.cores.run(dt, self._core_done, (rs, self.env.now))
+
+    def _core_done(self, rs_start) -> None:
+        rs, start = rs_start
+        prog, dt, value, op, covered = rs.core_q.popleft()
+        now = self.env.now
+        for p in covered:
+            rs.ready_at[p] = now
+        if self.trace_on:
+            ctx = prog.ctx
+            self.trace.append(TraceRecord(rs.rank, ctx._phase, op, -1, 0, start, now, ctx.lane))
+        if rs.core_q:
+            self._core_next(rs)
+        else:
+            rs.device_free = now
+        self.env.at(0.0, self._resume, (prog, value))
 
     def _memo_call(self, k, args, kwargs):
         # by name, and with ``like`` (which only lends its dtype) replaced by that dtype

@@ -63,7 +63,9 @@ def testbed_network(p2p: dict, spec, name: str, source: str) -> tuple[dict, dict
                if large else None}
     if goodput["measured_Bps"]:
         goodput["ratio"] = goodput["measured_Bps"] / B
-    net = {**spec.model_dump(exclude={"name", "source"}), "name": name,
+    from ..testbed.plan import burst_of
+
+    net = {**spec.model_dump(exclude={"name", "source"}), "name": name, "shaper_burst_B": burst_of(spec),
            "source": f"{source}: the testbed's own description; per-message costs fitted from ping-pong time beyond "
                      f"bytes / payload rate, gap from back-to-back small messages",
            "send_overhead_s": o_s, "recv_overhead_s": max(0.0, alpha - o_s), "gap_s": gap,

@@ -54,6 +54,10 @@ class DeviceProfile(BaseModel):
     kernels: dict[str, KernelCost] = Field(default_factory=dict)
     models: dict[str, ModelTimes] = Field(default_factory=dict, description="measured per-tensor forward/backward "
                                           "times (simsparse calibrate); used instead of the roofline at that batch size")
+    shared_cores: float | None = Field(None, gt=0, le=4096,
+                                       description="the ranks of a run share this many cores: their device work is "
+                                                   "processor-shared (ranks on one host's CPU, e.g. the testbed); "
+                                                   "none: every rank has its device to itself")
     source: str | None = None
 
 
@@ -78,6 +82,7 @@ class ParametricDevice(Device):
     def __init__(self, profile: DeviceProfile):
         self.profile = profile
         self.name = profile.name
+        self.shared_cores = profile.shared_cores
 
     def cost_array(self, kernel: str, elems, nbytes):
         """:meth:`cost` of many calls at once (numpy arrays of elements and bytes)."""

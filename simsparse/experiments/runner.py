@@ -16,7 +16,7 @@ def rounds_may_apply(point: Point, trace: bool = False) -> bool:
     only, the lean engine (SimPy stays the reference), no schedule, no trace.
     The network model may still decline (a busy port or link)."""
     return (point.algorithm_cls.rounds is not None and point.size_only and point.engine == "lean"
-            and not point.schedule and not trace)
+            and not point.schedule and not trace and not (point.compute or {}).get("shared_cores"))
 
 
 #: how helper collectives ran, from exact to approximate

@@ -118,9 +118,11 @@ class FlowNetwork(FlowBulk):
     the max-min solver rates."""
 
     def __init__(self, machine_for: Callable, place: Callable, send_overhead_s: float = 0.0,
-                 recv_overhead_s: float = 0.0, gap_s: float = 0.0, seed: int = 0):
+                 recv_overhead_s: float = 0.0, gap_s: float = 0.0, seed: int = 0, burst_B: float = 0.0):
         self._machine_for, self._place = machine_for, place
         self.o_s, self.o_r, self.gap = float(send_overhead_s), float(recv_overhead_s), float(gap_s)
+        #: links are token buckets of this depth (payload bytes): see :meth:`_head_start`
+        self.burst = float(burst_B)
         self.seed = seed
         self._per_P: dict[int, tuple] = {}
         self.env = None
@@ -167,6 +169,8 @@ class FlowNetwork(FlowBulk):
         self.solves = 0
         self.ticks = 0
         self.bulk_touched = 0       # flows that found a link a bulk evaluation still held
+        if self.burst:              # per link: a token bucket's level _tb_v at time _tb_t (full at the start)
+            self._tb_t, self._tb_v = np.zeros(n), np.full(n, self.burst)
 
     def route_id(self, es: int, ed: int, key=None) -> int:
         """Row of the route from endpoint es to endpoint ed (cached)."""
@@ -225,11 +229,35 @@ class FlowNetwork(FlowBulk):
                     return False
                 own[x] = None         # a solo flow whose bytes have all left: the link is free
         rt = self._routes
+        if self.burst:
+            size = self._head_start(links, size, start, rt.rate[rid])
         f = _Solo(rid, size, start, rt.rate[rid], done)
         for x in links:
             own[x] = f
         self.env.at(f.end + rt.tail[rid] + self.o_r - now, self._solo_arrive, f)
         return True
+
+    def _head_start(self, links: list[int], size: float, start: float, rate: float) -> float:
+        """The bytes of a solo flow left after its links' token buckets let
+        the rest pass at once (a shaper such as Linux's tbf on an emulated
+        link: after an idle period up to ``burst`` bytes leave without
+        waiting for the rate). A bucket refills at its link's rate while the
+        link is idle, up to ``burst``; a flow drains it, and a link that
+        carried shared flows is left empty. Records every link's level at the
+        flow's end."""
+        cap, t, v, b = self._cap, self._tb_t, self._tb_v, self.burst
+        level = [min(b, v[x] + (start - t[x]) * cap[x]) for x in links]
+        rest = max(0.0, size - min(level))
+        end = start + rest / rate
+        for x, lv in zip(links, level):
+            v[x] = min(b, max(0.0, lv - size + (end - start) * cap[x]))
+            t[x] = end
+        return rest
+
+    def _drained(self, x: int) -> None:
+        """Link x is free again after carrying shared flows: its bucket is empty now."""
+        if self.burst:
+            self._tb_t[x], self._tb_v[x] = self.env.now, 0.0
 
     def _solo_arrive(self, f) -> None:
         if not f.moved:   # _arrive, inlined (once per message)
@@ -400,6 +428,7 @@ class FlowNetwork(FlowBulk):
         for x in np.unique(Rf[cnt[Rf] == 0.0]).tolist():
             if own[x] is BUSY:
                 own[x] = None
+                self._drained(x)
         arrive = rt.lat[rids] + self.o_r
         fired = list(zip(rids.tolist(), self._dones[idx].tolist()))
         keep = ~fin
@@ -426,6 +455,7 @@ class FlowNetwork(FlowBulk):
         for x in links:
             if cnt[x] == 0.0 and own[x] is BUSY:
                 own[x] = None
+                self._drained(x)
         fired = [(rid, self._dones[i])]
         keep = ~fin
         self._rid, self._rate, self._end, self._dones = \

@@ -43,9 +43,10 @@ class FlowBulk:
 
     def bulk_capable(self) -> bool:
         """Not with adaptive routing (a route depends on the load when the
-        message starts) or a LogGP gap (an endpoint's messages queue in
-        posting order)."""
-        return not self._adaptive and self.gap <= 0.0
+        message starts), a LogGP gap (an endpoint's messages queue in
+        posting order) or shaped links (a message's head start depends on
+        how long each link has been idle)."""
+        return not self._adaptive and self.gap <= 0.0 and not self.burst
 
     def bulk_start(self, P: int, earliest: float = 0.0) -> None:
         """Begin a bulk evaluation on the network as it is now (no message of

@@ -131,7 +131,12 @@ class FlowSpecBase(NetworkSpecBase):
         from .flow import FlowNetwork
 
         return FlowNetwork(lambda P: self.machine(P)[0], lambda m, P: self.machine(P)[1],
-                           self.send_overhead_s, self.recv_overhead_s, self.gap_s, self.routing_seed)
+                           self.send_overhead_s, self.recv_overhead_s, self.gap_s, self.routing_seed,
+                           self.burst_payload_B())
+
+    def burst_payload_B(self) -> float:
+        """Payload bytes a link lets pass at once after an idle period (0: a wire)."""
+        return 0.0
 
 
 class _SizedSpec(FlowSpecBase):
@@ -240,7 +245,9 @@ class EthernetSpec(_SizedSpec):
     9000). ``framing: none`` reads it as the payload rate itself (a measured
     goodput). ``port_buffer_B`` is a switch port's queue; the flow model
     assumes it never overflows, and the testbed (:mod:`simsparse.testbed`)
-    builds it and counts its drops."""
+    builds it and counts its drops. ``shaper_burst_B`` describes links that
+    are token buckets (the testbed's): a message on links idle for long
+    enough passes its first bytes at once (``FlowNetwork._head_start``)."""
 
     model: Literal["ethernet"] = "ethernet"
     topology: Literal["star", "leafspine"] = Field("star", description="star (one switch) or leafspine")
@@ -252,6 +259,9 @@ class EthernetSpec(_SizedSpec):
     mtu_B: int = Field(1500, ge=576, le=65535, description="IP MTU of every link (1500 standard, 9000 jumbo frames)")
     port_buffer_B: int = Field(1 << 20, ge=0, description="queue of a switch output port in bytes (the testbed builds "
                                                            "it; the flow model assumes it never overflows)")
+    shaper_burst_B: int = Field(0, ge=0, description="links are token-bucket shapers that let this many bytes (on the "
+                                                     "wire) pass at once after an idle period: the testbed's tbf burst; "
+                                                     "0 for a wire")
     link_latency_s: float = Field(0.0, ge=0, description="latency of every link (cable + the switch it enters)")
     switch_ports: int | None = Field(None, ge=2, description="ports per switch (star: limits hosts; leafspine: radix, "
                                                              "default 64)")
@@ -262,6 +272,9 @@ class EthernetSpec(_SizedSpec):
     def payload_efficiency(self) -> float:
         """TCP payload bytes per byte on the wire for full frames."""
         return (self.mtu_B - TCP_IP_HEADERS_B) / (self.mtu_B + ETHERNET_FRAMING_B)
+
+    def burst_payload_B(self) -> float:
+        return self.shaper_burst_B * self.payload_efficiency()
 
     def payload_rate(self) -> float:
         """What one TCP flow alone on a host link moves per second."""

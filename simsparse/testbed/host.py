@@ -20,8 +20,8 @@ Safety, in the order it is enforced:
   no state file claims).
 
 Queues (see :mod:`.plan`): ``tbf`` (token bucket) with ``rate`` the line
-rate, ``burst`` two full frames (a burst never lets more than one extra frame
-pass at once), ``limit`` the queue in bytes (a switch port's buffer; tail
+rate, ``burst`` the description's ``shaper_burst_B`` and at least two full
+frames (:func:`~.plan.burst_of`), ``limit`` the queue in bytes (a switch port's buffer; tail
 drop beyond it), and a size table adding the 24 bytes per frame Linux does
 not see. GSO is limited to one segment per packet so that every frame is
 charged its own framing. A link latency above zero needs ``netem`` as the
@@ -237,7 +237,7 @@ def _build(pl: Plan) -> None:
     for key, addr in pl.hosts.items():
         _run("ip", "-n", pl.netns(key), "addr", "add", addr, "dev", "eth0")
     for q in pl.queues:
-        _shape(pl.netns(q.ns), q, pl.mtu)
+        _shape(pl.netns(q.ns), q, pl.mtu, pl.burst_B)
     for ns in pl.namespaces():  # the promise of the module docstring, checked
         if _run("ip", "-n", ns, "route", "show", "default").stdout.strip():
             raise TestbedError(f"namespace {ns} has a default route; refusing to run")
@@ -248,9 +248,9 @@ def _sysctl(ns: str, *settings: str) -> None:
         _run("ip", "netns", "exec", ns, "sysctl", "-qw", s, check=not s.startswith("net.ipv6"))
 
 
-def _shape(ns: str, q, mtu: int) -> None:
+def _shape(ns: str, q, mtu: int, burst: int) -> None:
     frame = mtu + 14 + WIRE_EXTRA_B
-    tbf = ["tbf", "rate", f"{q.rate_Bps * 8:.0f}bit", "burst", str(2 * frame), "limit", str(max(q.limit_B, frame))]
+    tbf = ["tbf", "rate", f"{q.rate_Bps * 8:.0f}bit", "burst", str(burst), "limit", str(max(q.limit_B, frame))]
     stab = ["stab", "overhead", str(WIRE_EXTRA_B), "linklayer", "ethernet"]
     if q.latency_s > 0:
         proc = _run("tc", "-n", ns, "qdisc", "add", "dev", q.dev, "root", "handle", "1:", *stab, "netem", "delay",

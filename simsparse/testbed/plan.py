@@ -81,6 +81,7 @@ class Plan:
     name: str
     P: int
     mtu: int
+    burst_B: int                       # every queue's token bucket (wire bytes)
     endpoints: list[int]               # per rank
     hosts: dict[str, str]              # namespace key -> address (with prefix length)
     bridges: list[str]
@@ -163,5 +164,11 @@ def plan(spec: EthernetSpec, P: int) -> Plan:
         role = "host" if topo.kind[u] == ENDPOINT else "port"
         queues.append(Queue(vertex_ns[(u, v)], dev_of[(u, v)], float(topo.bw[lid]) / eff, float(topo.lat[lid]),
                             HOST_QUEUE_B if role == "host" else spec.port_buffer_B, lid, role))
-    return Plan(testbed_name(spec), P, spec.mtu_B, [int(e) for e in eps], hosts, bridges, veths, queues,
-                spec.model_dump())
+    return Plan(testbed_name(spec), P, spec.mtu_B, burst_of(spec), [int(e) for e in eps], hosts, bridges, veths,
+                queues, spec.model_dump())
+
+
+def burst_of(spec: EthernetSpec) -> int:
+    """The token bucket of every queue: the description's ``shaper_burst_B``,
+    and at least two full frames (see :mod:`.host`)."""
+    return max(spec.shaper_burst_B, 2 * (spec.mtu_B + ETHERNET_FRAMING_B))
