@@ -143,7 +143,10 @@ def test_testbed_profile_is_its_description_with_the_measured_costs():
     assert net["gap_s"] == pytest.approx(30e-6)
     assert fits["goodput"]["ratio"] == pytest.approx(1.0, rel=1e-6)
     rows = {(r["pattern"], r["bytes"]): r for r in check_patterns(p2p, net, 4)}
-    # the simulator reproduces the patterns it was fitted on, and predicts incast as three flows sharing one port
-    assert abs(rows[("pingpong", 1 << 20)]["error"]) < 1e-6
+    # the simulator reproduces the patterns it was fitted on (less the head start of the testbed's token
+    # bucket, two frames, which the synthetic timings lack), and predicts incast as three flows sharing a port
+    head = net["shaper_burst_B"] * spec.payload_efficiency() / B
+    assert net["shaper_burst_B"] == 2 * 9038
+    assert rows[("pingpong", 1 << 20)]["model_s"] == pytest.approx(o + rdv + (1 << 20) / B - head, rel=1e-9)
     assert abs(rows[("incast", 1 << 20)]["error"]) < 0.01
     assert abs(rows[("pingpong", 4)]["error"]) < 0.01

@@ -71,6 +71,33 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
         spec["exchange_sizes"] = [1 << 16, 1 << 20, 1 << 22]
         spec["concurrency_sizes"] = [1 << 18, 1 << 21]
         spec["p2p_sizes"] = [s for s in spec["p2p_sizes"] if s <= 1 << 22]
+    # Kernels and layers are timed with at most one rank per core, every one of them busy (they share the
+    # memory bus as in a run); a profile for more ranks than cores says so (shared_cores) and the simulator
+    # shares the cores among the ranks' work (simsparse.compute.cores) instead of timing contention once.
+    cores = host_cores()
+    compute_ranks = min(ranks, cores)
+    if testbed is None and compute_ranks == ranks:
+        raw = _launch(mpiexec, spec, ranks, None, timeout_s)
+    else:
+        net = _launch(mpiexec, {**spec, "parts": ["p2p"]}, ranks, testbed, timeout_s)
+        comp = _launch(mpiexec, {**spec, "parts": ["kernels", "layers"]}, max(compute_ranks, 2), None, timeout_s)
+        raw = {**net, **comp, "wall_s": net["wall_s"] + comp["wall_s"]}
+    raw["shared_cores"] = cores if ranks > cores else None
+    profile = build_profile(raw, ranks, device, command or " ".join(sys.argv), testbed)
+    write_profile(profile, out)
+    return out
+
+
+def host_cores() -> int:
+    """Cores this process may run on (what the ranks of a launch share)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def _launch(mpiexec: str, spec: dict, ranks: int, testbed, timeout_s: float) -> dict:
+    """One ``mpiexec`` of the worker (on a testbed if given); its raw timings."""
     with tempfile.TemporaryDirectory(prefix="simsparse-cal-") as td:
         sp, rp = os.path.join(td, "spec.json"), os.path.join(td, "raw.json")
         with open(sp, "w") as f:
@@ -90,10 +117,7 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
             raise CalibrationError(f"the calibration run failed (exit {proc.returncode}):\n{tail}")
         with open(rp) as f:
-            raw = json.load(f)
-    profile = build_profile(raw, ranks, device, command or " ".join(sys.argv), testbed)
-    write_profile(profile, out)
-    return out
+            return json.load(f)
 
 
 def _testbed_name(spec) -> str:
@@ -136,6 +160,8 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
     compute = {"name": name, "source": f"simsparse calibrate on {host} ({raw['device']}, {raw['torch_threads']} "
                                        f"torch threads per rank, {ranks} ranks)",
                "launch_s": mem["launch_s"], "mem_bandwidth_Bps": mem["mem_bandwidth_Bps"], "kernels": kernels}
+    if raw.get("shared_cores"):
+        compute["shared_cores"] = raw["shared_cores"]
     layer_fits, models = _layers(raw["layers"])
     if layer_fits:
         best = max(layer_fits.values(), key=lambda f: f["residuals"]["points"])
