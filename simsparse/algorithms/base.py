@@ -90,6 +90,10 @@ class Algorithm:
     #: the receivers apply) per round; the simulator may then evaluate it in
     #: bulk (:mod:`simsparse.backends.rounds`)
     rounds: ClassVar = None
+    #: works on a sampled gradient (``values: sampled``, :mod:`simsparse.sampling`):
+    #: it reads only its input's largest entries (a top-k, thresholds near the
+    #: k-th magnitude) and its moments, and values at a few indices
+    sampled: ClassVar[bool] = False
 
     def __init__(self, setup: Setup, params: BaseModel | None = None):
         self.setup = setup

@@ -45,6 +45,7 @@ from .dense import allreduce
 class CLTk(Algorithm):
     __doc__ = __doc__
     Params = SparseParams
+    sampled = True   # the non-leaders' values at the leader's indices: drawn below the floor
 
     def run(self, ctx, x):
         self.leader = self.iteration_no % ctx.size

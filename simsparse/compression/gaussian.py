@@ -20,11 +20,15 @@ from statistics import NormalDist
 import numpy as np
 
 from ..compute.kernels import Work, _isz, kernel
+from ..compute.sampled import Sampled
 
 
 @kernel("mean_std", work=lambda out, x: Work(len(x), len(x) * _isz(x)))
 def mean_std(x):
-    """(mean, unbiased standard deviation) of a dense vector, as Python floats."""
+    """(mean, unbiased standard deviation) of a dense vector, as Python floats
+    (of a sampled one: its distribution's)."""
+    if type(x) is Sampled:
+        return x.moments
     if len(x) < 2:
         return (float(x[0]) if len(x) else 0.0), 0.0
     return float(np.mean(x, dtype=np.float64)), float(np.std(x, dtype=np.float64, ddof=1))

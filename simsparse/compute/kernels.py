@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from ..ops import COO
+from .sampled import Sampled
 
 KERNELS: dict[str, "Kernel"] = {}
 
@@ -194,6 +195,8 @@ def _topk_work(out, x, k):
 def topk(x, k):
     """Exact top-k by magnitude: COO of the k entries of largest |x|, indices
     ascending. (Ties are broken arbitrarily, as torch.topk does.)"""
+    if type(x) is Sampled:
+        return x.topk(k)
     n = len(x)
     k = min(int(k), n)
     if k == n:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops import COO
+from .sampled import Sampled
 from .kernels import Work, _isz, kernel
 
 
@@ -47,6 +48,8 @@ def _kth_abs_torch(x, k):
 @kernel("count_above", work=lambda out, x, thr: Work(len(x), len(x) * _isz(x)))
 def count_above(x, thr):
     """How many |x| >= thr."""
+    if type(x) is Sampled:
+        return x.count_above(thr)
     return int(np.count_nonzero(np.abs(x) >= thr))
 
 
@@ -62,6 +65,8 @@ def _select_work(out, x, thr):
 @kernel("threshold_select", work=_select_work)
 def threshold_select(x, thr):
     """COO of the entries of dense x with |x| >= thr."""
+    if type(x) is Sampled:
+        return x.threshold_select(thr)
     idx = np.flatnonzero(np.abs(x) >= thr).astype(_idx_dtype(len(x)))
     return COO(idx, x[idx], len(x))
 
@@ -197,6 +202,8 @@ def _sparsify_torch(x, offset=0, n=None):
 @kernel("gather_at", work=lambda out, x, idx: Work(len(idx), 2 * len(idx) * _isz(x) + len(idx) * 4))
 def gather_at(x, idx):
     """x[idx]: the values of a dense vector at given indices."""
+    if type(x) is Sampled:
+        return x.gather_at(idx)
     return x[idx]
 
 
@@ -208,6 +215,8 @@ def _gather_at_torch(x, idx):
 @kernel("zero_at", work=lambda out, x, idx: Work(len(x), 2 * len(x) * _isz(x) + len(idx) * 4))
 def zero_at(x, idx):
     """A copy of x with x[idx] = 0 (the error-feedback residual update)."""
+    if type(x) is Sampled:
+        return x.zero_at(idx)
     out = x.copy()
     out[idx] = 0
     return out

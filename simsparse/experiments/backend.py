@@ -17,8 +17,7 @@ class ExperimentBackend(Protocol):
     trace: bool
     point: Point                  # the point as this backend runs it (the simulator's at data_scale)
     local_ranks: Sequence[int]
-    size_only: bool               # gradients are sizes only: nothing to check
-    values: str                   # the row's values column: "sizes" or "full"
+    values: str                   # the row's values column: "full" (checked), "sizes" or "sampled" (not)
 
     def gather(self, values: list) -> list | None:
         """Per-rank values of the local ranks, gathered on the root (None elsewhere)."""

@@ -43,6 +43,7 @@ from ..algorithms import ALGORITHMS
 from ..compute.devices import DeviceProfile, builtin_profiles, load_profile
 from ..schedules import SCHEDULES, get_schedule
 from ..network.spec import NETWORK_SPECS
+from ..sampling import sampled_problem
 from ..workload import FileSource, Workload, model_layer_params, resolve_layers
 from . import limits
 from .grid import Err, check_size, collect, pyd_errors, validate_variants
@@ -168,8 +169,10 @@ class RunSpec(BaseModel):
                                                                         "results; lean also evaluates dense collectives "
                                                                         "on sizes as bulk rounds; simpy is the "
                                                                         "reference)")
-    values: typing.Literal["auto", "full"] = Field("auto", description="simulator only: auto carries sizes only for "
-                                                   "dense collectives (same times and bytes, no check); full: values")
+    values: typing.Literal["auto", "full", "sampled"] = Field(
+        "auto", description="simulator only: auto carries sizes only for dense collectives (same times and bytes, no "
+                            "check); full: values; sampled: also sizes for dense collectives, and for sparse ones only "
+                            "the gradient entries above a floor near the top k, exact in distribution (no check)")
     collectives: typing.Literal["auto", "events"] = Field(
         "auto", description="simulator only: auto evaluates helper collectives (allgather, alltoall, host allreduce) "
                             "for all ranks at once where the network allows, exactly or as a recorded approximation "
@@ -333,6 +336,10 @@ def load_config(path: str | Path) -> Experiment:
         problem = _scale_problem(point)
         if problem:
             errors.append(f"data_scale = {run.data_scale}: {problem}")
+            continue
+        problem = sampled_problem(point) if run.values == "sampled" else None
+        if problem:
+            errors.append(f"values: sampled with {aname}: {problem}")
             continue
         points.append(point)
     for tr in trainings if training else []:

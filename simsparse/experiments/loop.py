@@ -163,7 +163,7 @@ def run_point(point: Point, backend: ExperimentBackend, keep_results: bool = Fal
     weights = [0.0] * point.warmup + cycle.weights(counters[point.warmup:])
     pid = point.point_id(backend.name)
     records, trace_rows = [], []
-    checking = point.check and not backend.size_only
+    checking = point.check and backend.values == "full"
     correct, worst = (True if checking else None), 0.0
     results = None
     gather = backend.gather

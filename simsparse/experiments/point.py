@@ -124,7 +124,7 @@ class Point:
     @property
     def size_only(self) -> bool:
         """Whether the simulator runs this point on size-only vectors."""
-        return self.values == "auto" and self.algorithm_cls.value_free
+        return self.values in ("auto", "sampled") and self.algorithm_cls.value_free
 
     def instances(self) -> list:
         """One algorithm instance per rank (they keep per-rank state)."""

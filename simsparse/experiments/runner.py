@@ -4,6 +4,7 @@ from __future__ import annotations
 from ..backends.rounds import run_rounds
 from ..backends.sim import Simulator, TrainingModel
 from ..compute.kernels import phantom
+from ..sampling import sampled_gradient
 from .budget import declined
 from .loop import run_point
 from .metrics import PointOutcome
@@ -13,8 +14,9 @@ from .point import Point
 def rounds_may_apply(point: Point, trace: bool = False) -> bool:
     """Whether the simulator tries the point as lockstep rounds in bulk
     (:mod:`simsparse.backends.rounds`): an algorithm that has them, on sizes
-    only, the lean engine (SimPy stays the reference), no schedule, no trace.
-    The network model may still decline (a busy port or link)."""
+    only, the lean engine (SimPy stays the reference), no schedule, no trace,
+    no cores shared between ranks (a kernel's end depends on the others').
+    The network model may still decline (a busy port or link or a shaped link)."""
     return (point.algorithm_cls.rounds is not None and point.size_only and point.engine == "lean"
             and not point.schedule and not trace and not (point.compute or {}).get("shared_cores"))
 
@@ -42,7 +44,7 @@ class SimBackend:
         self.workload = small.workload_obj()
         #: size-only: every rank's gradient is a phantom (no values generated, carried or checked)
         self.size_only = point.size_only
-        self.values = "sizes" if self.size_only else "full"
+        self.values = "sizes" if self.size_only else "sampled" if point.values == "sampled" else "full"
         self.model = None
         self.rounds = point.algorithm_cls.rounds if rounds_may_apply(point, trace) else None
         self.max_events = max_events
@@ -67,6 +69,8 @@ class SimBackend:
                     return stats
                 declined(self.point, self.max_events)   # the budget did not count its events (P, not n, decides them)
                 self.rounds = None   # a message would wait: the same happens every iteration
+        elif self.values == "sampled":
+            grads = [sampled_gradient(self.workload, r, it) for r in self.local_ranks]
         else:
             grads = self.workload.grads(self.point.P, it)
         if self.model is not None:

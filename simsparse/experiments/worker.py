@@ -31,7 +31,7 @@ from .point import Point
 
 class MPIBackend:
     name = "mpi"
-    size_only, values = False, "full"   # real tensors, always checked
+    values = "full"   # real tensors, always checked
 
     def __init__(self, point: Point, device_kind: str = "auto", trace: bool = False):
         from mpi4py import MPI

@@ -1,0 +1,87 @@
+"""A sampled gradient: the entries above a floor of a length-n vector.
+
+With ``values: sampled`` the simulator does not draw a rank's n gradient
+values. It draws only the entries whose magnitude reaches a *floor*, about
+``margin x k`` of them (:mod:`simsparse.sampling`): their number, positions
+and values exactly as the full draw would give the entries above that
+floor. Every selection a sparse algorithm makes at or above the floor (its
+top-k, a threshold that selects about k) is then the full draw's, in
+distribution, at O(k) memory and time per rank.
+
+A :class:`Sampled` vector answers the kernels that sparse algorithms apply
+to their input: top-k, threshold selection and counting (exact while the
+threshold is at or above the floor; below it, a clear error), the mean and
+standard deviation (the distribution's, analytically), values at given
+indices (the carried ones, and for the others a draw from the distribution
+below the floor, the same for the same index), and zeroing entries.
+Kernels are charged for n elements, as for the full vector.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..ops import COO
+
+
+class BelowFloor(ValueError):
+    """A threshold under the sampled floor: the selection needs entries that were not drawn."""
+
+
+class Sampled:
+    """Length ``n``; carries the entries with |value| >= ``floor`` (``indices``
+    ascending, ``values``); ``rest(idx)`` draws the values of other indices
+    from the distribution below the floor; ``moments`` = (mean, std) of the
+    whole vector's distribution."""
+
+    __slots__ = ("n", "indices", "values", "floor", "rest", "moments", "dtype", "itemsize")
+
+    def __init__(self, n: int, indices: np.ndarray, values: np.ndarray, floor: float,
+                 rest: Callable[[np.ndarray], np.ndarray], moments: tuple[float, float]):
+        self.n, self.indices, self.values, self.floor = n, indices, values, float(floor)
+        self.rest, self.moments = rest, moments
+        self.dtype, self.itemsize = values.dtype, values.dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _above(self, thr: float, what: str) -> np.ndarray:
+        if thr < self.floor:
+            raise BelowFloor(f"{what} at {thr:.6g} reaches below the sampled floor {self.floor:.6g} (values: sampled "
+                             f"draws only the entries above it); use values: full for this point")
+        return np.abs(self.values) >= thr
+
+    def topk(self, k: int) -> COO:
+        """The k entries of largest magnitude, indices ascending."""
+        k = min(int(k), self.n)
+        if k > len(self.values):
+            raise BelowFloor(f"top-{k} of a sampled vector that carries {len(self.values)} entries; use values: full "
+                             f"for this point")
+        sel = np.sort(np.argpartition(np.abs(self.values), len(self.values) - k)[len(self.values) - k:]) \
+            if k < len(self.values) else np.arange(len(self.values))
+        return COO(self.indices[sel], self.values[sel], self.n)
+
+    def count_above(self, thr: float) -> int:
+        return int(np.count_nonzero(self._above(thr, "a threshold count")))
+
+    def threshold_select(self, thr: float) -> COO:
+        keep = self._above(thr, "a threshold selection")
+        return COO(self.indices[keep], self.values[keep], self.n)
+
+    def gather_at(self, idx) -> np.ndarray:
+        """Values at ``idx``: carried ones as they are, the others drawn below the floor."""
+        idx = np.asarray(idx)
+        pos = np.searchsorted(self.indices, idx)
+        found = (pos < len(self.indices)) & (self.indices[np.minimum(pos, len(self.indices) - 1)] == idx) \
+            if len(self.indices) else np.zeros(len(idx), dtype=bool)
+        out = np.empty(len(idx), dtype=self.dtype)
+        out[found] = self.values[pos[found]]
+        if not found.all():
+            out[~found] = self.rest(idx[~found])
+        return out
+
+    def zero_at(self, idx) -> "Sampled":
+        """The vector with ``idx`` zeroed (an error-feedback residual)."""
+        keep = ~np.isin(self.indices, np.asarray(idx))
+        return Sampled(self.n, self.indices[keep], self.values[keep], self.floor, self.rest, self.moments)

@@ -1,0 +1,231 @@
+"""Sampled gradients (``values: sampled``): each rank draws only the entries
+above a floor, exactly in distribution, at O(k) instead of O(n).
+
+A synthetic gradient (:mod:`simsparse.workload`) is ``g_i = s_l(i) sign_i
+Q(tau_i)``: a layer scale, a random sign and the upper quantile ``Q`` of
+``|X|`` at a tail probability ``tau_i``, i.i.d. uniform on (0, 1), on (0, k/n)
+for a planted hot coordinate and on (k/n, 1) for a cold one. Entry i reaches
+the floor F iff ``tau_i <= T_i = P(|X| >= F / s_l(i))``, independently of
+the others. So the entries above F are, per layer and class (hot, cold): a
+binomial number of them, at a uniformly random subset of that class's
+coordinates, with ``tau`` i.i.d. uniform on the class's range below ``T``
+and random signs: drawing exactly that gives the entries above F with the
+full draw's joint distribution. F is set once per workload so that about
+``margin x k`` entries reach it (the selections of sparse algorithms stay
+above it: :class:`~simsparse.compute.sampled.Sampled` refuses any that
+would not). Values at other indices, when an algorithm asks (CLT-k's
+leader indices), come from the distribution below the floor, hashed from
+(seed, iteration, rank, index).
+
+What cannot be sampled: gradients replayed from files, and gradients that
+drift slowly over iterations (``0 < drift < 1``: the AR(1) noise needs
+every coordinate's previous value); ``drift: 0`` (the same gradient every
+iteration) and ``drift: 1`` can.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+from scipy import special
+
+from .compression.rng import _M32, _fmix, seed_of
+from .compute.sampled import Sampled
+
+#: entropy tag of the sampled draws (never an iteration number)
+_TAG_SAMPLED = 2**40 + 3
+
+
+def sampled_problem(point) -> str | None:
+    """Why a point cannot run with ``values: sampled``, or None (dense
+    collectives run on sizes, as with ``values: auto``)."""
+    cls = point.algorithm_cls
+    if point.schedule:
+        return "sampled gradients are for bare collectives, not training iterations"
+    if cls.value_free:
+        return None
+    if not cls.sampled:
+        return (f"{point.algorithm} reads every value of its input (not only the largest ones), which a sampled "
+                f"gradient does not carry; use values: full")
+    if getattr(point.params_model(), "error_feedback", False) and point.iterations + point.warmup > 1:
+        return ("error feedback adds every unsent value to the next iteration's gradient, which a sampled gradient "
+                "does not carry; use one iteration, no error feedback or values: full")
+    return sample_problem(point.workload_obj())
+
+
+def sample_problem(workload) -> str | None:
+    """Why this workload cannot be sampled, or None."""
+    if workload.source is not None:
+        return "gradients replayed from files (workload.source) cannot be sampled"
+    if 0 < workload.drift < 1:
+        return (f"workload.drift = {workload.drift} makes each gradient depend on every value of the previous one; "
+                f"only drift 0 or 1 can be sampled")
+    return None
+
+
+def _log_tail(distribution: str, df: float, x: np.ndarray) -> np.ndarray:
+    """log P(|X| >= x) of the unit-variance marginal."""
+    x = np.asarray(x, dtype=np.float64)
+    if distribution == "normal":
+        return math.log(2.0) + special.log_ndtr(-x)
+    if distribution == "laplace":
+        return -math.sqrt(2.0) * x
+    unit = math.sqrt((df - 2.0) / df)
+    return np.log(2.0 * special.stdtr(df, -x / unit))
+
+
+@lru_cache(maxsize=16)
+def _plan(workload, margin: float):
+    """The floor F; per layer its start, size, scale and tail probability T
+    of reaching F; the standard deviation of the whole vector. F is solved
+    once per workload, by bisection on log F."""
+    from .workload import layer_scales
+
+    sizes = workload.layers or (workload.n,)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    scales = layer_scales(workload) if workload.layers and workload.layer_spread > 0 else np.ones(len(sizes))
+    n, k = workload.n, workload.k
+    want = min(float(n), margin * k + 10.0)
+    dist, df = workload.distribution, workload.df
+    d = k / n
+    hot = workload.planted
+
+    def expected(F):   # entries at or above F
+        T = np.exp(_log_tail(dist, df, F / scales))
+        if not hot:
+            return float(np.dot(sizes, T))
+        # hot coordinates: tau uniform on (0, d); cold: on (d, 1); their share per layer is d
+        return float(np.dot(sizes, d * np.minimum(1.0, T / d) + (1 - d) * np.clip((T - d) / (1 - d), 0, 1)))
+
+    lo, hi = -30.0, 30.0   # log F
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if expected(math.exp(mid)) > want else (lo, mid)
+    F = math.exp(hi)
+    T = np.exp(_log_tail(dist, df, F / scales))
+    return F, starts, np.asarray(sizes, dtype=np.int64), scales, T, _below(dist, df, T, d if hot else None)
+
+
+def _below(dist: str, df: float, T: np.ndarray, d: float | None):
+    """Per layer and class (cold, hot), the mean and variance of X^2 for a
+    value below the floor (tail probability uniform on (T, 1), or the
+    class's part of it), by quadrature over the tail probability."""
+    from .workload import _abs_quantile
+
+    q = _abs_quantile(dist, df)
+    grid = (np.arange(4000) + 0.5) / 4000
+
+    def stats(a, b):
+        if b <= a:
+            return 0.0, 0.0
+        x2 = q(np.log(a + (b - a) * grid)) ** 2
+        return float(x2.mean()), float(x2.var())
+
+    out = []
+    for t in T.tolist():
+        t = min(t, 1.0)
+        out.append([stats(t, 1.0)] if d is None else [stats(max(t, d), 1.0), stats(min(t, d), d)])
+    return out
+
+
+def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0) -> Sampled:
+    """Rank's gradient at ``iteration`` as the entries reaching the floor (module docstring)."""
+    from .workload import _abs_quantile
+
+    if workload.drift == 0:
+        iteration = 0   # the same gradient every iteration
+    F, starts, sizes, scales, T, below = _plan(workload, margin)
+    n, k, d = workload.n, workload.k, workload.k / workload.n
+    rng = np.random.default_rng([workload.seed, _TAG_SAMPLED, iteration, rank])
+    q = _abs_quantile(workload.distribution, workload.df)
+    hot = workload.hot_set(rank) if workload.planted else None
+    idx_parts, tau_parts, layer_parts = [], [], []
+    rest_mean, rest_var = 0.0, 0.0   # of the sum of squares of the entries not drawn
+    for li, (a, m, t) in enumerate(zip(starts.tolist(), sizes.tolist(), T.tolist())):
+        if hot is None:
+            classes = [(None, m, 0.0, 1.0)]
+        else:
+            h = hot[(hot >= a) & (hot < a + m)]
+            classes = [(h, len(h), 0.0, d), (h, m - len(h), d, 1.0)]
+        for ci, (h, size, lo, hi) in enumerate(classes):
+            top = min(t, hi)
+            count = rng.binomial(size, (top - lo) / (hi - lo)) if size and top > lo else 0
+            e2, v2 = below[li][ci if hot is None else 1 - ci]
+            rest_mean += (size - count) * e2 * scales[li] ** 2
+            rest_var += (size - count) * v2 * scales[li] ** 4
+            if count == 0:
+                continue
+            if h is None:
+                pos = a + np.sort(rng.choice(m, count, replace=False))
+            elif ci == 0:
+                pos = rng.choice(h, count, replace=False)
+            else:
+                pos = _cold_positions(rng, a, m, h, count)
+            idx_parts.append(pos)
+            tau_parts.append(lo + (top - lo) * rng.random(count))
+            layer_parts.append(np.full(count, li))
+    if idx_parts:
+        idx = np.concatenate(idx_parts)
+        tau = np.concatenate(tau_parts)
+        layer = np.concatenate(layer_parts)
+    else:
+        idx, tau, layer = np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
+    if hot is not None:   # a layer's hot and cold parts interleave (without hot sets, the parts are sorted already)
+        order = np.argsort(idx, kind="stable")
+        idx, tau, layer = idx[order], tau[order], layer[order]
+    mag = q(np.log(np.maximum(tau, 1e-300))) * scales[layer]
+    sign = np.where(rng.random(len(idx)) < 0.5, -1.0, 1.0)
+    values = (sign * mag).astype(workload.dtype)
+    values.setflags(write=False)
+    rest = _Rest(workload, rank, iteration, hot, starts, scales, T)
+    idx = idx.astype(np.int32 if n < 2**31 else np.int64)   # the index dtype of the selection kernels
+    idx.setflags(write=False)
+    # the vector's mean and standard deviation: its drawn entries as they are, the
+    # sums over the others (many, i.i.d. below the floor, symmetric) by the central limit theorem
+    v = values.astype(np.float64)
+    total = float(v.sum()) + rng.normal(0.0, math.sqrt(rest_mean))
+    squares = float(np.dot(v, v)) + rest_mean + rng.normal(0.0, math.sqrt(rest_var))
+    mean = total / n
+    std = math.sqrt(max(squares - n * mean * mean, 0.0) / max(n - 1, 1))
+    return Sampled(n, idx, values, F, rest, (mean, std))
+
+
+def _cold_positions(rng, a: int, m: int, hot: np.ndarray, count: int) -> np.ndarray:
+    """``count`` distinct positions of layer [a, a+m) outside ``hot``, uniformly."""
+    got = np.zeros(0, dtype=np.int64)
+    while len(got) < count:
+        draw = a + rng.integers(0, m, 2 * (count - len(got)) + 8)
+        draw = draw[~np.isin(draw, hot)]
+        got = np.unique(np.concatenate((got, draw)))
+    return rng.permutation(got)[:count]
+
+
+class _Rest:
+    """Values of a sampled gradient's entries below the floor, at any index:
+    tau uniform on its class's range below T (hot: (T, k/n), cold: (max(T,
+    k/n), 1)), hashed from (seed, iteration, rank, index), so an index always
+    gets the same value."""
+
+    def __init__(self, workload, rank, iteration, hot, starts, scales, T):
+        from .workload import _abs_quantile
+
+        self.q = _abs_quantile(workload.distribution, workload.df)
+        self.seeds = [seed_of(workload.seed, _TAG_SAMPLED, iteration, rank, j) for j in (0, 1)]
+        self.hot, self.d = hot, workload.k / workload.n
+        self.starts, self.scales, self.T, self.dtype = starts, scales, np.minimum(T, 1.0), workload.dtype
+
+    def _uniform(self, seed: int, idx: np.ndarray) -> np.ndarray:
+        h = _fmix((idx.astype(np.int64) * 0x9E3779B1 + seed) & _M32, np.bitwise_and)
+        return ((h >> 8).astype(np.float64) + 0.5) / float(1 << 24)
+
+    def __call__(self, idx: np.ndarray) -> np.ndarray:
+        layer = np.searchsorted(self.starts, idx, side="right") - 1
+        lo, hi = self.T[layer], np.ones(len(idx))
+        if self.hot is not None:
+            is_hot = np.isin(idx, self.hot)
+            hi = np.where(is_hot, self.d, 1.0)
+            lo = np.where(is_hot, np.minimum(lo, self.d), np.maximum(lo, self.d))
+        tau = lo + (hi - lo) * self._uniform(self.seeds[0], idx)
+        sign = np.where(self._uniform(self.seeds[1], idx) < 0.5, -1.0, 1.0)
+        return (sign * self.q(np.log(tau)) * self.scales[layer]).astype(self.dtype)
