@@ -62,6 +62,36 @@ def instances(draw):
 
 
 @settings(max_examples=150, deadline=None)
+@given(instances(), st.sampled_from([1e9, 2.5e9, 1.0 / 3.0]))
+def test_compiled_and_numpy_solvers_agree_to_the_last_bit(inst, unit):
+    """numba's maxmin_rates and the pure numpy path: the same rates."""
+    from simsparse.network.maxmin import _SOLVE, maxmin_rates_numpy
+
+    routes, caps = inst
+    R, cap = pad(routes, len(caps)), np.append(np.asarray(caps, float) * unit, INF)
+    assert np.array_equal(maxmin_rates(R, cap), maxmin_rates_numpy(R, cap))
+    assert _SOLVE is not None   # numba is a dependency: the compiled path is the one the simulator runs
+
+
+def test_the_numpy_path_is_selectable_and_simulates_the_same(tmp_path):
+    """SIMSPARSE_NUMBA=0 runs the numpy solver; a flow-level run with shared
+    flows (Piz Daint's adaptive routing) gives the same row."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import dataclasses, json, sys; sys.path.insert(0, 'tests'); from conftest import make_point; "
+            "from test_engine import net; from simsparse.experiments.runner import simulate_point; "
+            "from simsparse.network import maxmin; "
+            "p = dataclasses.replace(make_point('oktopk', 8, n=20000, density=0.01), network=net('piz_daint_aries')); "
+            "r = simulate_point(p).row; print(json.dumps([maxmin._SOLVE is None, r['time_s'], r['bytes_total']]))")
+    rows = [json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                      env={**os.environ, "SIMSPARSE_NUMBA": flag}).stdout) for flag in ("0", "1")]
+    assert rows[0][0] is True and rows[1][0] is False and rows[0][1:] == rows[1][1:]
+
+
+@settings(max_examples=150, deadline=None)
 @given(instances())
 def test_maxmin_is_feasible_and_every_flow_has_a_bottleneck(inst):
     """The defining property: no link is overloaded, and every flow crosses a
