@@ -140,13 +140,20 @@ def plot_claims(table: pd.DataFrame, path: Path) -> Path:
                     continue
                 if x > 0 and y > 0:
                     xs.append(x), ys.append(y), labels.append(r["claim"])
+        met, judged = int(part["meets_aim"].eq(True).sum()), int(part["meets_aim"].notna().sum())
+        note = f"{met} of {judged} claims meet the aim"
         if xs:
             lo, hi = min(xs + ys) / 2, max(xs + ys) * 2
             ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
             ax.fill_between([lo, hi], [lo * 0.75, hi * 0.75], [lo * 1.25, hi * 1.25], color="0.85")
             ax.scatter(xs, ys, s=14)
             ax.set_xscale("log"), ax.set_yscale("log")
-        ax.set_title(name), ax.set_xlabel("paper"), ax.set_ylabel("ours")
+            ax.set_xlabel("paper"), ax.set_ylabel("ours")
+            ax.text(0.03, 0.97, note, transform=ax.transAxes, va="top", fontsize=8)
+        else:   # orderings only
+            ax.axis("off")
+            ax.text(0.5, 0.5, note + "\n(orderings and relations)", ha="center", va="center")
+        ax.set_title(name)
     fig.tight_layout()
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)
