@@ -1,35 +1,37 @@
-"""How the simulator's cost grows with P: wall time, peak memory and events
-per second of the issue-11 runs, each point as ``simsparse run`` runs it.
+"""The scale table of issue 23: wall time and peak memory of each row, the
+event path beside it where it finishes, and the growth exponent in P.
 
-    python benchmarks/bench_scale.py                                  # every case, P = 64 256 1024 4096, lean engine
-    python benchmarks/bench_scale.py --engine both --P 64 256         # lean and SimPy side by side, with the ratio
-    python benchmarks/bench_scale.py --case flow_ring ab_ring --cap 300
+    python benchmarks/bench_scale.py                                     # every row, P up to its target
+    python benchmarks/bench_scale.py --case ab_oktopk --P 256 1024 4096 --cap 600
+    python benchmarks/bench_scale.py --path fast                         # without the event path
 
-Cases (one iteration, no warm-up, no check; ``values: auto``):
+Rows (one iteration of the config, as ``simsparse run`` runs it: the loop
+adds an iteration of each kind of an algorithm's periodic work it would
+otherwise miss; no check):
 
-* ``flow_ring``: ring allreduce of 1M float32 on ``ib_fdr_fattree`` (flow level);
-* ``ab_ring``, ``ab_oktopk``: ring and Ok-Topk (1 %) of 1M float32 on
-  ``aries_alphabeta``;
-* ``bert_oktopk``: Ok-Topk of BERT-base's gradient (133.5M, 1 %) on
-  ``piz_daint_aries`` with P100 compute at ``data_scale: 0.01``;
+* ``ab_oktopk``, ``ab_topka``, ``ab_gaussiank``: 1M float32, 1 %, on
+  ``aries_alphabeta``, ``values: sampled``; target P = 4096;
+* ``bert_oktopk``: Ok-Topk of BERT-base (133.5M, 1 %) on ``piz_daint_aries``
+  with P100 compute at ``data_scale: 0.01``; target P = 1024;
+* ``bert_oktopk_sampled``: the same at ``data_scale: 0.1``, ``values: sampled``;
 * ``bert_omgs``: one BERT-base iteration, ``omgs_sgd`` over Ok-Topk, same
-  machine (the plan's simulated microbenchmarks included).
+  machine (the plan's simulated microbenchmarks included); target P = 1024;
+* ``bert_paper``: ``configs/papers/oktopk_bert.yaml`` (every scheme) at P = 256;
+* ``flow_ring``, ``ab_ring``: the ring allreduce of 1M float32 (lockstep rounds).
 
-Every point runs in a fresh process that writes the case as a YAML config,
-loads it with the config loader and simulates it with ``simulate_point``
-(what ``simsparse run`` does per point). Wall and CPU times are that call's;
-on a shared machine CPU time is the steadier figure, so events/s, the
-``simpy/lean`` ratio (with ``--engine both``, the two engines back to back,
-``same`` when their simulated times are equal) and the growth exponents
-(least-squares slopes of log time against log P) are also given in CPU
-time. ``path`` says whether the lean engine evaluated the schedule as
-lockstep rounds (:mod:`simsparse.backends.rounds`; events then counts the
-events the engines would have run) or ran the events. Peak RSS is the
-process's own (``ru_maxrss``). A point is killed at ``--cap`` seconds; a larger P is skipped when the last one, scaled by the
-growth seen so far (P^2 before two points exist), would pass the cap, or
-when its peak RSS scaled linearly in P would pass ``--max-rss-gb`` (the
-machine is shared: a run must not push others out of memory). The load
-average is printed with every point.
+Two paths per point: ``fast`` is the default configuration (helper
+collectives in bulk where the network allows, ``values`` as the row says);
+``events`` is ``collectives: events`` with full values, the reference. The
+``err`` column is the relative difference of their simulated times (the
+fast one is exact where its ``coll`` is ``bulk`` and ``values`` is not
+``sampled``; sampled values differ in distribution only). Each point runs
+in a fresh process that writes the case as a YAML config, loads it with the
+config loader and simulates every point with ``simulate_point``. Peak RSS is
+the process's own (``ru_maxrss``). A point is killed at ``--cap`` seconds; a
+larger P is skipped when the last one, scaled by the growth seen so far
+(P^2 before two points exist), would pass the cap, or when its peak RSS
+scaled linearly in P would pass ``--max-rss-gb``. The load average is
+printed with every point: this machine is shared, so figures are under load.
 """
 from __future__ import annotations
 
@@ -44,51 +46,60 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 VEC = {"n": 1048576, "density": 0.01, "dtype": "float32", "seed": 0}
-CASES = {
-    "flow_ring": dict(network="ib_fdr_fattree", workload=VEC, algorithms=["ring"]),
-    "ab_ring": dict(network="aries_alphabeta", workload=VEC, algorithms=["ring"]),
-    "ab_oktopk": dict(network="aries_alphabeta", workload=VEC, algorithms=["oktopk"]),
-    "bert_oktopk": dict(network="piz_daint_aries", compute="p100", algorithms=["oktopk"], data_scale=0.01,
-                        workload={"model": "bert_base", "density": 0.01, "seed": 0}),
-    "bert_omgs": dict(network="piz_daint_aries", compute="p100", model="bert_base", schedules=["omgs_sgd"],
-                      algorithms=["oktopk"], data_scale=0.01, workload={"seed": 0}),
+BERT = {"model": "bert_base", "density": 0.01, "seed": 0}
+CASES = {   # (config, the P the issue targets)
+    "ab_oktopk": (dict(network="aries_alphabeta", workload=VEC, algorithms=["oktopk"], values="sampled"), 4096),
+    "ab_topka": (dict(network="aries_alphabeta", workload=VEC, algorithms=["topka"], values="sampled"), 4096),
+    "ab_gaussiank": (dict(network="aries_alphabeta", workload=VEC, algorithms=["gaussiank"], values="sampled"), 4096),
+    "bert_oktopk": (dict(network="piz_daint_aries", compute="p100", algorithms=["oktopk"], data_scale=0.01,
+                         workload=BERT), 1024),
+    "bert_oktopk_sampled": (dict(network="piz_daint_aries", compute="p100", algorithms=["oktopk"], data_scale=0.1,
+                                 workload=BERT, values="sampled"), 1024),
+    "bert_omgs": (dict(network="piz_daint_aries", compute="p100", model="bert_base", schedules=["omgs_sgd"],
+                       algorithms=["oktopk"], data_scale=0.01, workload={"seed": 0}), 1024),
+    "bert_paper": ("configs/papers/oktopk_bert.yaml", 256),
+    "flow_ring": (dict(network="ib_fdr_fattree", workload=VEC, algorithms=["ring"]), 4096),
+    "ab_ring": (dict(network="aries_alphabeta", workload=VEC, algorithms=["ring"]), 4096),
 }
 
 
-def child(case: str, P: int, engine: str) -> dict:
-    """Run one point in this process and describe it."""
-    import yaml
+def config(case: str, P: int, path: str) -> dict:
+    cfg, _ = CASES[case]
+    if isinstance(cfg, str):
+        cfg = yaml.safe_load((ROOT / cfg).read_text())
+    else:
+        cfg = dict(name=f"scale_{case}", iterations=1, warmup=0, check=False, **cfg)
+    cfg = {**cfg, "P": P}
+    if path == "events":
+        cfg.update(collectives="events", values="full")
+    return cfg
 
-    from simsparse.experiments import runner
+
+def child(case: str, P: int, path: str) -> dict:
+    """Run one point (every point of the case's config) in this process and describe it."""
     from simsparse.experiments.config import load_config
     from simsparse.experiments.runner import simulate_point
 
-    took = []   # which path the lean engine took: lockstep rounds or events
-
-    def spy(*args):
-        out = bulk(*args)
-        took.append(out is not None)
-        return out
-
-    bulk, runner.run_rounds = runner.run_rounds, spy
-
-    cfg = dict(name=f"scale_{case}", P=P, iterations=1, warmup=0, check=False, engine=engine, **CASES[case])
     with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "scale.yaml"
-        path.write_text(yaml.safe_dump(cfg))
-        (point,) = load_config(path).points
-    t0, c0 = time.perf_counter(), time.process_time()
-    row = simulate_point(point).row
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    return {"wall_s": wall, "cpu_s": cpu, "rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "events": row["sim_events"], "msgs": row["msgs_total"], "time_s": row["time_s"],
-            "path": "rounds" if took and all(took) else "events"}
+        file = Path(d) / "scale.yaml"
+        file.write_text(yaml.safe_dump(config(case, P, path)))
+        points = load_config(file).points
+    t0 = time.perf_counter()
+    rows = [simulate_point(p).row for p in points]
+    wall = time.perf_counter() - t0
+    paths = {r["collectives"] for r in rows}
+    return {"wall_s": wall, "rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "time_s": [r["time_s"] for r in rows], "points": len(rows),
+            "coll": "bulk~" if "bulk~" in paths else "bulk" if "bulk" in paths else "events",
+            "values": rows[0]["values"]}
 
 
-def run_point(case: str, P: int, engine: str, cap: float) -> dict:
-    args = json.dumps({"case": case, "P": P, "engine": engine})
+def run_point(case: str, P: int, path: str, cap: float) -> dict:
+    args = json.dumps({"case": case, "P": P, "path": path})
     try:
         out = subprocess.run([sys.executable, __file__, "--child", args], capture_output=True, text=True,
                              timeout=cap, cwd=ROOT)
@@ -96,7 +107,7 @@ def run_point(case: str, P: int, engine: str, cap: float) -> dict:
         return {"error": f"> {cap:.0f} s (killed)"}
     if out.returncode:
         lines = out.stderr.strip().splitlines() or [f"exit {out.returncode}"]
-        return {"error": lines[-1][:60]}
+        return {"error": lines[-1][:70]}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -127,8 +138,8 @@ def predicted(points: list[tuple[int, float]], P: int) -> float:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", nargs="+", default=list(CASES), choices=list(CASES))
-    ap.add_argument("--P", type=int, nargs="+", default=[64, 256, 1024, 4096])
-    ap.add_argument("--engine", default="lean", choices=["lean", "simpy", "both"])
+    ap.add_argument("--P", type=int, nargs="+", help="the P ladder (default: 64, 256, 1024, 4096 up to the row's target)")
+    ap.add_argument("--path", default="both", choices=["fast", "events", "both"])
     ap.add_argument("--cap", type=float, default=600.0, help="seconds a point may run (default 600)")
     ap.add_argument("--max-rss-gb", type=float, default=round(mem_total_gb() / 2, 1),
                     help="skip a point whose predicted peak RSS passes this (default: half the memory)")
@@ -137,51 +148,50 @@ def main():
     if a.child:
         print(json.dumps(child(**json.loads(a.child))))
         return
-    engines = ["lean", "simpy"] if a.engine == "both" else [a.engine]
+    paths = ["fast", "events"] if a.path == "both" else [a.path]
     print(f"bench_scale: {os.cpu_count()} cores, cap {a.cap:.0f} s and {a.max_rss_gb:g} GB per point, "
           f"python {sys.version.split()[0]}, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    head = f"{'case':<12} {'P':>5} {'engine':<6} {'wall s':>8} {'cpu s':>8} {'RSS MB':>7} {'events':>10} {'events/s':>9} " \
-           f"{'msgs':>10} {'sim time s':>12} {'path':>6} {'load':>5}"
-    if len(engines) == 2:
-        head += f" {'simpy/lean':>10} {'same':>5}"   # CPU time ratio; same simulated time
-    print(head)
+    print(f"{'case':<20} {'P':>5} {'wall s':>8} {'RSS MB':>7} {'coll':>6} {'values':>7} {'sim time s':>12} "
+          f"{'events wall s':>13} {'err':>9} {'load':>5}")
     summary = []
     for case in a.case:
-        seen = {e: [] for e in engines}
-        stop = {e: None for e in engines}
-        rss = {e: None for e in engines}
-        cpu = {e: [] for e in engines}   # (P, MB) of the last point
-        for P in a.P:
+        ladder = a.P or [p for p in (64, 256, 1024, 4096) if p <= CASES[case][1]]
+        seen = {p: [] for p in paths}
+        stop = {p: None for p in paths}
+        rss = {p: None for p in paths}
+        for P in ladder:
             got = {}
-            for e in engines:
-                if stop[e] is None and seen[e] and predicted(seen[e], P) > a.cap:
-                    stop[e] = f"skipped: ~{predicted(seen[e], P):.0f} s predicted"
-                if stop[e] is None and rss[e] and rss[e][1] * P / rss[e][0] > a.max_rss_gb * 1024:
-                    stop[e] = f"skipped: ~{rss[e][1] * P / rss[e][0] / 1024:.1f} GB predicted"
-                if stop[e]:
-                    print(f"{case:<12} {P:>5} {e:<6} {stop[e]}")
+            for path in paths:
+                if stop[path] is None and seen[path] and predicted(seen[path], P) > a.cap:
+                    stop[path] = f"~{predicted(seen[path], P):.0f} s predicted"
+                if stop[path] is None and rss[path] and rss[path][1] * P / rss[path][0] > a.max_rss_gb * 1024:
+                    stop[path] = f"~{rss[path][1] * P / rss[path][0] / 1024:.1f} GB predicted"
+                if stop[path]:
+                    got[path] = {"error": f"skipped: {stop[path]}"}
                     continue
-                r = run_point(case, P, e, a.cap)
-                load = os.getloadavg()[0]
+                r = run_point(case, P, path, a.cap)
+                got[path] = r
                 if "error" in r:
-                    stop[e] = "skipped: a smaller P failed"
-                    print(f"{case:<12} {P:>5} {e:<6} {r['error']}  (load {load:.1f})")
+                    stop[path] = "a smaller P failed"
                     continue
-                got[e] = r
-                seen[e].append((P, r["wall_s"]))
-                cpu[e].append((P, r["cpu_s"]))
-                rss[e] = (P, r["rss_MB"])
-                line = f"{case:<12} {P:>5} {e:<6} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} {r['rss_MB']:7.0f} " \
-                       f"{r['events']:>10} {r['events'] / max(r['cpu_s'], 1e-9):9.0f} {r['msgs']:>10} {r['time_s']:12.9g} {r['path']:>6} {load:5.1f}"
-                if len(got) == 2:
-                    same = got["lean"]["time_s"] == got["simpy"]["time_s"]
-                    line += f" {got['simpy']['cpu_s'] / got['lean']['cpu_s']:10.2f} {'yes' if same else 'NO':>5}"
-                print(line, flush=True)
-        for e in engines:
-            k, kc = exponent(seen[e]), exponent(cpu[e])
-            summary.append(f"{case:<12} {e:<6} wall ~ P^{k:.2f}, cpu ~ P^{kc:.2f} over P = "
-                           f"{', '.join(str(p) for p, _ in seen[e])}"
-                           if k is not None else f"{case:<12} {e:<6} (fewer than two points: no exponent)")
+                seen[path].append((P, r["wall_s"]))
+                rss[path] = (P, r["rss_MB"])
+            load = os.getloadavg()[0]
+            f, e = got.get("fast"), got.get("events")
+            main_r = f if f is not None else e
+            if "error" in main_r:
+                print(f"{case:<20} {P:>5} {main_r['error']}  (load {load:.1f})", flush=True)
+                continue
+            ev = "" if e is None or f is None else (e["error"] if "error" in e else f"{e['wall_s']:.2f}")
+            err = ""
+            if f is not None and e is not None and "error" not in e:
+                err = f"{max(abs(x - y) / y for x, y in zip(f['time_s'], e['time_s'])):.2e}"
+            print(f"{case:<20} {P:>5} {main_r['wall_s']:8.2f} {main_r['rss_MB']:7.0f} {main_r['coll']:>6} "
+                  f"{main_r['values']:>7} {max(main_r['time_s']):12.6g} {ev:>13} {err:>9} {load:5.1f}", flush=True)
+        for path in paths:
+            k = exponent(seen[path])
+            summary.append(f"{case:<20} {path:<6} wall ~ P^{k:.2f} over P = {', '.join(str(p) for p, _ in seen[path])}"
+                           if k is not None else f"{case:<20} {path:<6} (fewer than two points: no exponent)")
     print("\ngrowth of wall time in P (log-log least squares):")
     print("\n".join(summary))
 

@@ -150,18 +150,21 @@ def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0) -
             classes = [(h, len(h), 0.0, d), (h, m - len(h), d, 1.0)]
         for ci, (h, size, lo, hi) in enumerate(classes):
             top = min(t, hi)
-            count = rng.binomial(size, (top - lo) / (hi - lo)) if size and top > lo else 0
+            p = (top - lo) / (hi - lo) if size and top > lo else 0.0
+            # each coordinate of the class reaches the floor with probability p, independently
+            if h is None:
+                pos = a + _bernoulli(rng, m, p)
+            elif ci == 0:
+                pos = h[_bernoulli(rng, len(h), p)]
+            else:
+                pos = a + _bernoulli(rng, m, p)
+                pos = pos[~np.isin(pos, h)]
+            count = len(pos)
             e2, v2 = below[li][ci if hot is None else 1 - ci]
             rest_mean += (size - count) * e2 * scales[li] ** 2
             rest_var += (size - count) * v2 * scales[li] ** 4
             if count == 0:
                 continue
-            if h is None:
-                pos = a + np.sort(rng.choice(m, count, replace=False))
-            elif ci == 0:
-                pos = rng.choice(h, count, replace=False)
-            else:
-                pos = _cold_positions(rng, a, m, h, count)
             idx_parts.append(pos)
             tau_parts.append(lo + (top - lo) * rng.random(count))
             layer_parts.append(np.full(count, li))
@@ -191,14 +194,22 @@ def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0) -
     return Sampled(n, idx, values, F, rest, (mean, std))
 
 
-def _cold_positions(rng, a: int, m: int, hot: np.ndarray, count: int) -> np.ndarray:
-    """``count`` distinct positions of layer [a, a+m) outside ``hot``, uniformly."""
-    got = np.zeros(0, dtype=np.int64)
-    while len(got) < count:
-        draw = a + rng.integers(0, m, 2 * (count - len(got)) + 8)
-        draw = draw[~np.isin(draw, hot)]
-        got = np.unique(np.concatenate((got, draw)))
-    return rng.permutation(got)[:count]
+def _bernoulli(rng, m: int, p: float) -> np.ndarray:
+    """The ascending positions among 0 .. m-1 kept by independent coin flips
+    of probability p, in O(kept): the gaps between kept positions are i.i.d.
+    geometric."""
+    if p <= 0.0 or m == 0:
+        return np.zeros(0, dtype=np.int64)
+    if p >= 1.0:
+        return np.arange(m, dtype=np.int64)
+    parts, end = [], -1
+    while True:
+        want = int(m * p + 6.0 * math.sqrt(m * p) + 16)
+        pos = end + np.cumsum(rng.geometric(p, want))
+        parts.append(pos[pos < m])
+        if pos[-1] >= m:
+            return np.concatenate(parts)
+        end = int(pos[-1])
 
 
 class _Rest:

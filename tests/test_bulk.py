@@ -128,7 +128,7 @@ ONE = {   # a program of one collective: what it returns
 
 
 def _plain(x):
-    if isinstance(x, list):
+    if isinstance(x, (list, tuple)):
         return [_plain(y) for y in x]
     return x.values.tolist() if hasattr(x, "values") else np.asarray(x).tolist()
 

@@ -152,7 +152,7 @@ class Allgather(Collective):
     recursive doubling, every step exchanging everything gathered so far
     with the partner at distance 2^j as a :class:`~simsparse.ops.Bundle`;
     ``ring``: P - 1 steps forwarding the block received last). The result
-    is the P blocks in rank order."""
+    is the P blocks in rank order, a tuple."""
 
     block: Payload
     algorithm: str = "rd"
@@ -171,7 +171,7 @@ class Allgather(Collective):
 def _allgather_rd(ctx, block, tag):
     P, r = ctx.size, ctx.rank
     if P == 1:
-        return [block]
+        return (block,)
     f = Fold(P)
     have = {r: block}
 
@@ -202,7 +202,7 @@ def _allgather_rd(ctx, block, tag):
                 have[q] = part
             mask <<= 1
     have = yield from f.fold_out(ctx, have, rest, spread, tag)
-    return [have[q] for q in range(P)]
+    return tuple(have[q] for q in range(P))
 
 
 def _allgather_ring(ctx, block, tag):
@@ -212,7 +212,7 @@ def _allgather_ring(ctx, block, tag):
     right, left = (r + 1) % P, (r - 1) % P
     for s in range(P - 1):
         have[(r - s - 1) % P] = yield Sendrecv(right, have[(r - s) % P], left, tag)
-    return have
+    return tuple(have)
 
 
 @dataclass(slots=True)

@@ -108,7 +108,7 @@ def run_rounds(sim, P: int, rounds, dtype) -> IterationStats | None:
         if kernel is not None:   # the receivers reduce or copy what they got
             events += _compute(t, busy, to, seconds(kernel, count[src], 2))
     busy_of = [{"forward": 0.0, "backward": 0.0, "compute": b} for b in busy.tolist()]
-    return IterationStats(t.tolist(), [None] * P, sent.tolist(), msgs.tolist(), events, [], busy_of)
+    return IterationStats(t.tolist(), [None] * P, sent.tolist(), msgs.tolist(), events, [], busy_of, "bulk")
 
 
 def _compute(t, busy, ranks, dt) -> int:

@@ -74,25 +74,42 @@ def _memo_key(obj, digests: dict):
     """Hashable content key of kernel arguments, or None when not memoisable.
     Arrays are keyed by a digest of their bytes; read-only arrays (shared
     received data, which the simulator never writes) are hashed once and
-    remembered by identity in ``digests``."""
+    remembered by identity in ``digests``, and so are the keys of payloads
+    and tuples made only of read-only data (a bulk allgather gives every
+    rank one such tuple)."""
+    return _key(obj, digests)[0]
+
+
+def _key(obj, digests: dict):
+    """(key, whether it can be remembered by the object's identity)."""
     if isinstance(obj, np.ndarray):
         if obj.flags.writeable:
-            return ("a", _digest(obj), obj.dtype.str, obj.shape)
+            return ("a", _digest(obj), obj.dtype.str, obj.shape), False
         hit = digests.get(id(obj))
         if hit is None or hit[0] is not obj:
-            hit = digests[id(obj)] = (obj, _digest(obj))  # keeps obj alive, so its id stays unique
-        return ("a", hit[1], obj.dtype.str, obj.shape)
+            hit = digests[id(obj)] = (obj, ("a", _digest(obj), obj.dtype.str, obj.shape))  # keeps obj alive
+        return hit[1], True
+    if isinstance(obj, (tuple, Payload)):
+        hit = digests.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1], True
     if isinstance(obj, (list, tuple)):
-        parts = tuple(_memo_key(o, digests) for o in obj)
-        return None if any(p is None for p in parts) else ("l", parts)
-    if isinstance(obj, Payload):
-        arrays = tuple(_memo_key(a, digests) for a in obj.arrays())
-        if any(a is None for a in arrays):
-            return None
-        return ("p", type(obj).__name__, arrays, repr(obj.meta()))
-    if isinstance(obj, (int, float, str, bool, type(None), np.generic)):
-        return ("s", obj)
-    return None
+        parts = [_key(o, digests) for o in obj]
+        if any(k is None for k, _ in parts):
+            return None, False
+        key, fixed = ("l", tuple(k for k, _ in parts)), all(f for _, f in parts) and isinstance(obj, tuple)
+    elif isinstance(obj, Payload):
+        parts = [_key(a, digests) for a in obj.arrays()]
+        if any(k is None for k, _ in parts):
+            return None, False
+        key, fixed = ("p", type(obj).__name__, tuple(k for k, _ in parts), repr(obj.meta())), all(f for _, f in parts)
+    elif isinstance(obj, (int, float, str, bool, type(None), np.generic)):
+        return ("s", obj), True
+    else:
+        return None, False
+    if fixed:
+        digests[id(obj)] = (obj, key)
+    return key, fixed
 
 
 def _scaled_nbytes(p: Payload, s: float) -> int:

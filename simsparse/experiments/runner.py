@@ -14,11 +14,13 @@ from .point import Point
 def rounds_may_apply(point: Point, trace: bool = False) -> bool:
     """Whether the simulator tries the point as lockstep rounds in bulk
     (:mod:`simsparse.backends.rounds`): an algorithm that has them, on sizes
-    only, the lean engine (SimPy stays the reference), no schedule, no trace,
-    no cores shared between ranks (a kernel's end depends on the others').
-    The network model may still decline (a busy port or link or a shaped link)."""
+    only, the lean engine (SimPy stays the reference), ``collectives: auto``,
+    no schedule, no trace, no cores shared between ranks (a kernel's end
+    depends on the others'). The network model may still decline (a busy
+    port or link or a shaped link)."""
     return (point.algorithm_cls.rounds is not None and point.size_only and point.engine == "lean"
-            and not point.schedule and not trace and not (point.compute or {}).get("shared_cores"))
+            and point.collectives == "auto" and not point.schedule and not trace
+            and not (point.compute or {}).get("shared_cores"))
 
 
 #: how helper collectives ran, from exact to approximate
