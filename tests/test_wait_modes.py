@@ -36,13 +36,19 @@ def test_socket_sleep_yields_first_then_backs_off_and_wakes_on_data():
             s.sleep()
             waits.append(time.perf_counter() - t1)
         assert s.t == s.MAX_S and waits[-1] >= s.MAX_S / 2 * 0.9
-        b.send(b"x")                                        # data wakes it at once
+        b.send(b"x")                                        # data wakes it at once ...
         t1 = time.perf_counter()
         s.sleep()
         assert time.perf_counter() - t1 < s.MAX_S / 2
-        for _ in range(s.BLIND_AFTER):                      # readable without progress: after a few, by time alone
+        assert s.since is None and s.fruitless == 1         # ... and it polls MPI again before sleeping
+        for _ in range(s.BLIND_AFTER - 1):                  # readable without progress: after a few, by time alone
+            s.since = time.perf_counter() - s.SPIN_S
             s.sleep()
         assert s.fruitless >= s.BLIND_AFTER
+        s.since = time.perf_counter() - s.SPIN_S
+        t1 = time.perf_counter()
+        s.sleep()                                           # blind: sleeps its timeout although data is there
+        assert time.perf_counter() - t1 >= s.t / 2 * 0.9
         s.woke()
         assert (s.t, s.since, s.fruitless) == (s.MIN_S, None, 0)
     finally:

@@ -336,7 +336,8 @@ class SocketSleep:
     yields its core (a send completes, a reply comes within tens of
     microseconds); then it sleeps in ``select`` on this process's sockets
     until one has data to read -- an arriving message, a rendezvous reply --
-    or a timeout. The timeout covers what no read signals: room freed in a
+    or a timeout. Data restarts the yielding phase: MPI may need several
+    progress calls to complete what arrived. The timeout covers what no read signals: room freed in a
     socket's send buffer, which the kernel keeps draining onto the link
     meanwhile (a send buffer holds milliseconds at the testbed's rates), and
     completions of sends. It starts at :attr:`MIN_S` and doubles up to
@@ -345,18 +346,21 @@ class SocketSleep:
     closed peer) are slept on by time alone after :attr:`BLIND_AFTER` such
     wake-ups."""
 
-    SPIN_S, MIN_S, MAX_S = 100e-6, 50e-6, 2e-3
+    SPIN_S, MIN_S, MAX_S = 300e-6, 50e-6, 2e-3
     BLIND_AFTER = 3
-    RESCAN_S = 0.25   # libfabric connects to a peer on its first message: look for new sockets
+    #: libfabric connects to a peer on its first message: after a timeout, look for new sockets
+    #: if the last look is older than this (listing /proc/self/fd costs tens of microseconds)
+    RESCAN_S = 5e-3
 
     def __init__(self):
         self.fds: list[int] = []
         self.scanned = -1.0
+        self.timed_out = True   # a select that saw nothing: maybe a socket it does not know
         self.woke()
 
     def _scan(self) -> None:
         now = time.monotonic()
-        if now - self.scanned < self.RESCAN_S:
+        if now - self.scanned < self.RESCAN_S or (self.fds and not self.timed_out):
             return
         self.scanned = now
         fds = []
@@ -385,6 +389,10 @@ class SocketSleep:
                 self.scanned = -1.0
                 ready = []
             self.fruitless = self.fruitless + 1 if ready else 0
+            self.timed_out = not ready
+            if ready:   # data arrived: MPI may need a few progress calls to complete it; poll again first
+                self.since = None
+                return
         self.t = min(2 * self.t, self.MAX_S)
 
     def woke(self) -> None:
