@@ -107,7 +107,7 @@ def _launch(mpiexec: str, spec: dict, ranks: int, testbed, timeout_s: float) -> 
         with _launcher(testbed, ranks) as tb:
             if tb is not None:
                 cmd = tb.wrap(cmd)
-                env.update(tb.env, SIMSPARSE_WAIT=os.environ.get("SIMSPARSE_WAIT", "poll"))
+                env.update(tb.env)
             try:
                 proc = subprocess.run([mpiexec, "-n", str(ranks), *cmd], capture_output=True, text=True,
                                       timeout=timeout_s, env=env)

@@ -171,7 +171,7 @@ def measure_points(points: list[Point], device: str = "auto", trace: bool = Fals
         env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
         if testbed is not None:
             cmd = cmd[:3] + testbed.wrap(cmd[3:])
-            env.update(testbed.env, SIMSPARSE_WAIT=os.environ.get("SIMSPARSE_WAIT", "poll"))
+            env.update(testbed.env)
         label = testbed.label if testbed is not None else None
         done: list[PointOutcome] = []
 

@@ -13,6 +13,7 @@ description and P, else makes one for the run and removes it afterwards.
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from pathlib import Path
@@ -26,7 +27,9 @@ __all__ = ["Testbed", "TestbedError", "PlanError", "load_spec", "plan", "why_not
 #: MPICH over the testbed's links: no shared memory between ranks, the OFI
 #: netmod with libfabric's TCP provider bound to the host namespace's eth0
 #: (UCX would move data through shared memory and never touch the links)
-MPI_ENV = {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth0"}
+MPI_ENV = {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth0",
+           # the real backend: wait for sockets without spinning, one message per payload (backends/wire.py)
+           "SIMSPARSE_WAIT": "poll", "SIMSPARSE_SPLIT": "off"}
 
 
 def load_spec(name: str, base: Path | None = None):
@@ -90,7 +93,8 @@ class Testbed:
 
     @property
     def env(self) -> dict:
-        return dict(MPI_ENV)
+        """:data:`MPI_ENV`; the real backend's settings may be overridden from the environment."""
+        return {**MPI_ENV, **{k: os.environ[k] for k in ("SIMSPARSE_WAIT", "SIMSPARSE_SPLIT") if k in os.environ}}
 
     def wrap(self, cmd: list[str]) -> list[str]:
         return [sys.executable, "-m", "simsparse.testbed.launch", self.plan.name, "--", *cmd]

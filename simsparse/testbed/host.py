@@ -8,7 +8,8 @@ Safety, in the order it is enforced:
   namespace, and dies with it. Nothing outside the prefix is read-modified.
 * **Nothing routed out.** The namespaces hold only the testbed's veths and
   their loopback: no default route, ``ip_forward`` 0, IPv6 off, addresses
-  from 198.18.0.0/15. There is no link to any real interface, so traffic can
+  from 198.18.0.0/15. (TCP's small-queue limit is set per namespace too,
+  :data:`TSQ_B`.) There is no link to any real interface, so traffic can
   only flow between the testbed's own namespaces.
 * **Always torn down.** A state file (``/run/simsparse/testbed/<name>.json``)
   is written *before* anything is created, naming the namespaces and the
@@ -40,6 +41,12 @@ from pathlib import Path
 from .plan import PREFIX, WIRE_EXTRA_B, Plan
 
 STATE_DIR = Path(os.environ.get("SIMSPARSE_TESTBED_STATE", "/run/simsparse/testbed"))
+#: TCP Small Queues: the bytes one socket may keep in its host's transmit queue. Linux 6.6 raised the
+#: default to 4 MiB for 100 Gb/s NICs; at 100 Mb/s that is 320 ms of queue, through which the ACKs of the
+#: other direction wait (an exchange lost up to 20 % of its goodput). A real host's queue is kept short by
+#: its qdisc (fq_codel, 5 ms target), which this kernel lacks; the testbed restores TSQ's original default
+#: (128 KiB, Linux 3.6, commit 46d3ceab "tcp: TCP Small Queues"), 10 ms at 100 Mb/s.
+TSQ_B = 131072
 CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21
 
 
@@ -220,7 +227,7 @@ def _build(pl: Plan) -> None:
     for ns in pl.namespaces():
         _run("ip", "netns", "add", ns)
         _sysctl(ns, "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1",
-                "net.ipv4.ip_forward=0")
+                "net.ipv4.ip_forward=0", f"net.ipv4.tcp_limit_output_bytes={TSQ_B}")
         _run("ip", "-n", ns, "link", "set", "lo", "up")
     for br in pl.bridges:
         _run("ip", "-n", fab, "link", "add", br, "type", "bridge", "stp_state", "0", "forward_delay", "0")
