@@ -323,6 +323,27 @@ def test_a_shaped_link_lets_its_burst_pass_after_an_idle_period():
     assert drive(star(P=3, bw=1.0), 3, [(0.0, 0, 1, 300)])[0] == pytest.approx([300.0])   # a wire: no head start
 
 
+def test_the_next_iteration_finds_the_buckets_the_last_one_left():
+    """Iterations of a point run back to back: a reset for the same P keeps
+    every bucket's level (refilled up to the last run's end), a new P starts full."""
+    spec = star(P=4, bw=1.0, shaper_burst_B=100)
+    b = 100 * spec.payload_efficiency()
+    net = spec.build()
+
+    def one(P, nb=300):
+        env = HeapEngine()
+        net.reset(env, P)
+        end = []
+        env.at(0.0, lambda _: net.transfer(0, 1, nb, lambda: end.append(env.now)), None)
+        env.run()
+        return end[0]
+
+    assert one(4) == pytest.approx(300 - b)    # full bucket: b bytes at once
+    assert one(4) == pytest.approx(300.0)      # drained by the last iteration: at the rate
+    assert one(4, 50) == pytest.approx(50.0)   # still empty (the last run ended as its bucket drained)
+    assert one(3) == pytest.approx(300 - b)    # another P: a fresh network
+
+
 def test_shaped_links_are_not_evaluated_in_bulk():
     net = star(P=4, shaper_burst_B=9000).build()
     net.reset(HeapEngine(), 4)
