@@ -46,6 +46,25 @@ def test_kernel_constants_are_recovered(complexity):
     assert f["launch_s"] == pytest.approx(8e-6, rel=0.02) and f["per_elem_s"] == pytest.approx(3e-10, rel=0.02)
 
 
+def test_a_kernel_that_changes_memory_regime_gets_a_size_scale():
+    """Past a size the cost per element triples (pages fault in): one line
+    misses it, the profile's size_scale follows it, and the device model
+    gives back the measured times."""
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.compute.kernels import Work
+
+    d = np.array([3e3, 1e4, 3e4, 1e5, 3e5, 1e6, 3e6, 1e7])
+    t = 5e-6 + 1e-9 * d * np.where(d > 2e6, 3.0, 1.0)
+    f = fit.fit_kernel(d, t)
+    assert f["size_scale"] and f["residuals"]["max_rel"] < 0.05
+    dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e10, kernels={
+        "topk": {k: f[k] for k in ("launch_s", "per_elem_s", "complexity", "size_scale")}}))
+    got = [dev.cost("topk", Work(int(x), int(4 * x))) for x in d]
+    assert got == pytest.approx(t, rel=0.05)
+    assert dev.cost_array("topk", d, 4 * d) == pytest.approx(got, rel=1e-9)
+    assert "size_scale" not in fit.fit_kernel(d, 5e-6 + 1e-9 * d)   # one regime: one line
+
+
 def test_roofline_constants_are_recovered_from_layer_times():
     table = model_costs()["resnet20_cifar10"]["tensors"]
     bs, launch, rate, bw = 8, 2e-5, 3e10, 1.5e10

@@ -36,6 +36,9 @@ from . import fit
 
 #: where a profile for R ranks goes by default; configs name it with {P} (resolved per point)
 DEFAULT_OUT = "results/calibration/local-{ranks}r.yaml"
+#: every algorithm runs at these n, and its kernels are timed: up to the largest n of the validation suites
+#: (1e7), since a kernel's cost per element changes across memory regimes (calibration.fit.size_scale)
+KERNEL_SIZES = [3000, 30000, 300000, 3000000, 10000000]
 #: likewise for a testbed: its name, then the rank count
 TESTBED_OUT = "results/calibration/testbed-{name}-{ranks}r.yaml"
 
@@ -63,12 +66,12 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
     spec = {"device": device, "quick": quick, "models": list(models), "batch_size": batch_size,
             "p2p_sizes": [4 << i for i in range(0, 21, 3 if quick else 1)],
             "reps": 20 if quick else 100,
-            "kernel_sizes": [3000, 30000, 300000] if quick else [3000, 30000, 300000, 3000000],
+            "kernel_sizes": [3000, 30000, 300000] if quick else KERNEL_SIZES,
             "layer_reps": 2 if quick else 5}
     if testbed is None:   # both directions at once, up to the suite's largest message (10^7 float32)
         spec["exchange_sizes"] = [1 << i for i in range(12, 27, 4 if quick else 2)]
     else:                 # the bandwidth is the description's; these check it, and the sharing
-        spec["exchange_sizes"] = [1 << 16, 1 << 20, 1 << 22]
+        spec["exchange_sizes"] = [1 << 10, 1 << 13, 1 << 16, 1 << 20, 1 << 22]   # small ones: every rank busy
         spec["concurrency_sizes"] = [1 << 18, 1 << 21]
         spec["p2p_sizes"] = [s for s in spec["p2p_sizes"] if s <= 1 << 22]
     # Kernels and layers are timed with at most one rank per core, every one of them busy (they share the
@@ -190,7 +193,7 @@ def _kernels(calls) -> tuple[dict, dict]:
         if len(elems) < 2 or min(times) <= 0:
             continue
         f = fit.fit_kernel(elems, times)
-        kernels[name] = {"launch_s": f["launch_s"], "per_elem_s": f["per_elem_s"], "complexity": f["complexity"]}
+        kernels[name] = {k: f[k] for k in ("launch_s", "per_elem_s", "complexity", "size_scale") if k in f}
         fits[name] = {**f, "sizes": len(elems), "calls": sum(len(v) for v in pts.values())}
     return kernels, fits
 

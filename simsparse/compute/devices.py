@@ -12,6 +12,7 @@ stem) or any path; every number in them cites its source.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
@@ -28,6 +29,21 @@ class KernelCost(BaseModel):
     launch_s: float | None = Field(None, ge=0, description="overrides the device's launch_s")
     per_elem_s: float = Field(ge=0, description="seconds per element (or per n*log2(n) unit)")
     complexity: Literal["n", "nlogn"] = "n"
+    size_scale: list[tuple[float, float]] | None = Field(
+        None, description="[[elements, factor], ...]: the line's time times this factor, interpolated in log size and "
+                          "constant beyond the ends (memory regimes one line cannot follow; simsparse calibrate)")
+
+    def scale(self, elems: float) -> float:
+        sc = self.size_scale
+        if not sc:
+            return 1.0
+        if elems <= sc[0][0]:
+            return sc[0][1]
+        for (x0, f0), (x1, f1) in zip(sc, sc[1:]):
+            if elems <= x1:
+                w = math.log(elems / x0) / math.log(x1 / x0)
+                return f0 + w * (f1 - f0)
+        return sc[-1][1]
 
 
 class ModelTimes(BaseModel):
@@ -95,7 +111,11 @@ class ParametricDevice(Device):
             return p.launch_s + nbytes / p.mem_bandwidth_Bps
         n = np.maximum(elems, 1.0)
         units = n * np.log2(np.maximum(n, 2.0)) if kc.complexity == "nlogn" else elems
-        return (p.launch_s if kc.launch_s is None else kc.launch_s) + kc.per_elem_s * units
+        t = (p.launch_s if kc.launch_s is None else kc.launch_s) + kc.per_elem_s * units
+        if kc.size_scale:
+            xs, fs = zip(*kc.size_scale)
+            t = t * np.interp(np.log(n), np.log(xs), fs)
+        return t
 
     def cost(self, kernel: str, work: Work) -> float:
         p = self.profile
@@ -104,7 +124,8 @@ class ParametricDevice(Device):
             return p.launch_s + work.bytes / p.mem_bandwidth_Bps
         units = work.nlogn if kc.complexity == "nlogn" else work.elems
         launch = p.launch_s if kc.launch_s is None else kc.launch_s
-        return launch + kc.per_elem_s * units
+        t = launch + kc.per_elem_s * units
+        return t * kc.scale(max(work.elems, 1.0)) if kc.size_scale else t
 
 
 def builtin_profiles() -> list[str]:
