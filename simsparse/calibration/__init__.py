@@ -36,9 +36,10 @@ from . import fit
 
 #: where a profile for R ranks goes by default; configs name it with {P} (resolved per point)
 DEFAULT_OUT = "results/calibration/local-{ranks}r.yaml"
-#: every algorithm runs at these n, and its kernels are timed: up to the largest n of the validation suites
-#: (1e7), since a kernel's cost per element changes across memory regimes (calibration.fit.size_scale)
-KERNEL_SIZES = [3000, 30000, 300000, 3000000, 10000000]
+#: every algorithm runs at these n, and its kernels are timed: past the largest n of the validation suites
+#: (1e7, not itself a calibration size), since a kernel's cost per element changes across memory regimes
+#: (calibration.fit.size_scale)
+KERNEL_SIZES = [3000, 30000, 300000, 3000000, 12000000]
 #: likewise for a testbed: its name, then the rank count
 TESTBED_OUT = "results/calibration/testbed-{name}-{ranks}r.yaml"
 
