@@ -50,8 +50,14 @@ def host_network(p2p: dict, name: str, source: str) -> tuple[dict, dict]:
 def testbed_network(p2p: dict, spec, name: str, source: str) -> tuple[dict, dict]:
     B = spec.payload_rate()
     sizes, times = (np.asarray(a, float) for a in zip(*p2p["pingpong"]))
-    resid = times - sizes / B
-    step = fit.fit_step(sizes, resid)
+    from ..testbed.plan import burst_of
+
+    b = burst_of(spec) * spec.payload_efficiency()
+    kept, resid = _beyond_the_wire(sizes, times, B, b)
+    step = fit.fit_step(kept, resid)
+    gap = sizes[~np.isin(sizes, kept) & (sizes > step["threshold_B"])]
+    if step["high_s"] > step["low_s"] and len(gap):   # the switch lies in the sizes left out: at their top
+        step["threshold_B"] = int(gap.max())
     alpha = step["low_s"]
     post = float(p2p["window"][0][2])
     o_s = min(post, alpha)
@@ -59,11 +65,10 @@ def testbed_network(p2p: dict, spec, name: str, source: str) -> tuple[dict, dict
     large = [(m, t) for m, t in p2p["pingpong"] if m >= 1 << 20]
     goodput = {"model_Bps": B, "line_rate_Bps": spec.link_bw_Bps if spec.framing == "tcp" else B
                / spec.payload_efficiency(),
-               "measured_Bps": float(np.median([m / max(t - step["high_s"], 1e-12) for m, t in large]))
+               "measured_Bps": float(np.median([(m - b) / max(t - step["high_s"], 1e-12) for m, t in large]))
                if large else None}
     if goodput["measured_Bps"]:
         goodput["ratio"] = goodput["measured_Bps"] / B
-    from ..testbed.plan import burst_of
 
     net = {**spec.model_dump(exclude={"name", "source"}), "name": name, "shaper_burst_B": burst_of(spec),
            "source": f"{source}: the testbed's own description; per-message costs fitted from ping-pong time beyond "
@@ -71,6 +76,22 @@ def testbed_network(p2p: dict, spec, name: str, source: str) -> tuple[dict, dict
            "send_overhead_s": o_s, "recv_overhead_s": max(0.0, alpha - o_s), "gap_s": gap,
            "eager_threshold_B": step["threshold_B"], "rendezvous_rtt_s": step["high_s"] - step["low_s"]}
     return net, {"overheads": step, "goodput": goodput}
+
+
+def _beyond_the_wire(sizes, times, B, burst):
+    """Ping-pong time beyond the wire's, at the sizes where the wire's is
+    known: those a token bucket of ``burst`` payload bytes lets pass at once
+    (m <= burst / 16: the bucket refills within the reply's round trip) and
+    those past twice its depth (each message finds the bucket full after the
+    reply's m / B and pays (m - burst) / B). Between them the
+    bucket's level depends on the round trip itself (a series of 16 KiB
+    ping-pongs reads m / 2B, not 0 nor m / B), so they are left out. No
+    bucket: every size, t - m / B."""
+    if burst <= 0:
+        return sizes, times - sizes / B
+    keep = (sizes <= burst / 16) | (sizes >= 2 * burst)
+    wire = np.where(sizes <= burst / 16, 0.0, np.maximum(sizes - burst, 0.0) / B)
+    return sizes[keep], (times - wire)[keep]
 
 
 def check_patterns(p2p: dict, network: dict, P: int) -> list[dict]:
