@@ -56,3 +56,37 @@ def test_ranks_sharing_cores_stretch_their_kernels_in_the_simulator():
     assert shared.row["time_s"] == pytest.approx(4 * own.row["time_s"], rel=1e-6)
     assert shared.row["t_compute_s"] == pytest.approx(own.row["t_compute_s"], rel=1e-9)
     assert shared.row["correct"] is True
+
+
+def _exchange(m, reps):
+    """Ranks r and r xor 1 exchange m bytes, reps times (a collective's step)."""
+    from simsparse.calibration import patterns
+    from simsparse.ops import Dense
+    import numpy as np
+
+    a = np.zeros(m // 4, np.float32)
+    return lambda ctx: patterns.exchange(ctx, lambda: Dense(a), reps)
+
+
+@pytest.mark.parametrize("P", [4, 8])
+def test_requests_cost_cpu_on_shared_cores_beside_the_wire(P):
+    """With message_cpu_s c, P ranks exchanging small messages on 2 cores are
+    CPU-bound (2P requests of c over 2 cores: P c per exchange), large ones
+    wire-bound (the CPU work overlaps the wire's); with a core per rank, or
+    c = 0, nothing changes."""
+    from simsparse.backends.sim import Simulator
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.network.spec import EthernetSpec
+
+    c, B = 100e-6, 1.25e7
+    spec = EthernetSpec(topology="star", link_bw_Bps=B)
+
+    def time(m, reps=3, **prof):
+        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, **prof))
+        return max(Simulator(spec.build(), dev).run([_exchange(m, reps)] * P).finish_s) / reps
+
+    assert time(4, shared_cores=2, message_cpu_s=c) == pytest.approx(P * c, rel=1e-6)
+    assert time(4) == pytest.approx(4 / B, rel=1e-6)                     # no cores shared: the wire alone
+    assert time(4, shared_cores=P, message_cpu_s=c) == pytest.approx(2 * c, rel=1e-6)   # a core each
+    big = 1 << 16
+    assert time(big, shared_cores=2, message_cpu_s=c) == pytest.approx(big / B, rel=1e-6)

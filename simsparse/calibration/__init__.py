@@ -72,7 +72,7 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
     if testbed is None:   # both directions at once, up to the suite's largest message (10^7 float32)
         spec["exchange_sizes"] = [1 << i for i in range(12, 27, 4 if quick else 2)]
     else:                 # the bandwidth is the description's; these check it, and the sharing
-        spec["exchange_sizes"] = [1 << 10, 1 << 13, 1 << 16, 1 << 20, 1 << 22]   # small ones: every rank busy
+        spec["exchange_sizes"] = [1 << 8, 1 << 10, 1 << 13, 1 << 16, 1 << 20, 1 << 22]   # small: CPU per request
         spec["concurrency_sizes"] = [1 << 18, 1 << 21]
         spec["p2p_sizes"] = [s for s in spec["p2p_sizes"] if s <= 1 << 22]
     # Kernels and layers are timed with at most one rank per core, every one of them busy (they share the
@@ -157,7 +157,8 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
         network, net_fits = netfit.testbed_network(p2p, testbed, name, f"simsparse calibrate --testbed on {host}")
     loggp = {"o_send_s": p2p["window"][0][2], "g_s": p2p["window"][0][1],
              "window": [{"bytes": m, "per_message_s": g, "post_s": o} for m, g, o in p2p["window"]]}
-    concurrency = netfit.check_patterns(p2p, network, ranks)
+    cpu = netfit.message_cpu(p2p, ranks, raw.get("shared_cores"))
+    concurrency = netfit.check_patterns(p2p, network, ranks, raw.get("shared_cores"), cpu)
 
     kernels, kfits = _kernels(raw["kernels"])
     mem = _memory_roofline(raw["kernels"])
@@ -166,6 +167,8 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
                "launch_s": mem["launch_s"], "mem_bandwidth_Bps": mem["mem_bandwidth_Bps"], "kernels": kernels}
     if raw.get("shared_cores"):
         compute["shared_cores"] = raw["shared_cores"]
+        if cpu:
+            compute["message_cpu_s"] = cpu
     layer_fits, models = _layers(raw["layers"])
     if layer_fits:
         best = max(layer_fits.values(), key=lambda f: f["residuals"]["points"])

@@ -94,19 +94,39 @@ def _beyond_the_wire(sizes, times, B, burst):
     return sizes[keep], (times - wire)[keep]
 
 
-def check_patterns(p2p: dict, network: dict, P: int) -> list[dict]:
-    """Each measured pattern beside the simulator's time for it on ``network``."""
+#: exchanges up to this size measure the CPU per request (the wire's time is negligible within a token bucket)
+SMALL_EXCHANGE_B = 1024
+
+
+def message_cpu(p2p: dict, P: int, cores) -> float | None:
+    """Core-seconds per posted send or receive when P ranks share ``cores``
+    cores (``message_cpu_s``): an exchange of small messages with every rank
+    busy is CPU-bound there, P ranks x 2 requests over the cores, so each
+    request costs t x cores / 2P. None with a core per rank, or without
+    small exchanges."""
+    small = [t for m, t in p2p.get("exchange", []) if m <= SMALL_EXCHANGE_B]
+    if not cores or P <= cores or not small:
+        return None
+    return float(np.median(small)) * cores / (2 * P)
+
+
+def check_patterns(p2p: dict, network: dict, P: int, cores=None, cpu=None) -> list[dict]:
+    """Each measured pattern beside the simulator's time for it on ``network``
+    (with ``cores`` shared by the ranks and ``cpu`` per request, as the profile runs)."""
+    from ..compute.devices import DeviceProfile, ParametricDevice
     from ..network.spec import NETWORK_SPECS
     from ..ops import Dense
 
     spec = NETWORK_SPECS[network["model"]].model_validate(network)
+    device = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=cores, message_cpu_s=cpu)) \
+        if cores else None
 
     def maker(m):
         a = np.zeros(max(1, m // 4), np.float32)
         return lambda: Dense(a)
 
     def sim(program, pick):
-        results, finish = patterns.simulate(spec, None, P, program)
+        results, finish = patterns.simulate(spec, device, P, program)
         return results[0] if pick == "rank0" else max(finish)
 
     # repeated as measured, so shaped links' token buckets reach the level they have there

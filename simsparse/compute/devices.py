@@ -74,6 +74,9 @@ class DeviceProfile(BaseModel):
                                        description="the ranks of a run share this many cores: their device work is "
                                                    "processor-shared (ranks on one host's CPU, e.g. the testbed); "
                                                    "none: every rank has its device to itself")
+    message_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds each posted send and "
+                                        "receive costs its rank, beside the transfer (simsparse calibrate --testbed: "
+                                        "from an exchange of small messages with every rank busy)")
     source: str | None = None
 
 
