@@ -72,7 +72,7 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
     if testbed is None:   # both directions at once, up to the suite's largest message (10^7 float32)
         spec["exchange_sizes"] = [1 << i for i in range(12, 27, 4 if quick else 2)]
     else:                 # the bandwidth is the description's; these check it, and the sharing
-        spec["exchange_sizes"] = [1 << 8, 1 << 10, 1 << 13, 1 << 16, 1 << 20, 1 << 22]   # small: CPU per request
+        spec["exchange_sizes"] = [4, 1 << 8, 1 << 10, 1 << 13, 1 << 16, 1 << 20, 1 << 22]   # small: CPU per request
         spec["concurrency_sizes"] = [1 << 18, 1 << 21]
         spec["p2p_sizes"] = [s for s in spec["p2p_sizes"] if s <= 1 << 22]
     # Kernels and layers are timed with at most one rank per core, every one of them busy (they share the

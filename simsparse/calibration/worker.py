@@ -76,6 +76,8 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
         n = max(3, reps if m <= 1 << 16 else reps // 4)
         t = run(lambda c, mk=mk, n=n: patterns.pingpong(c, mk, n))
         out["pingpong"].append((4 * max(1, m // 4), _median(t) if rs.rank == 0 else None))
+    if exchange_sizes:   # libfabric connects to a peer on its first message: not inside a timed exchange
+        span(lambda c, mk=maker(4): patterns.exchange(c, mk, 1), repeat=1)
     for m in exchange_sizes:
         mk = maker(m)
         n = 3 if m <= 1 << 20 else 1
