@@ -657,7 +657,7 @@ class Simulator(Driver):
             self._complete(h, *done)
 
     def _complete(self, h: Handle, value, nbytes, owner):
-        if h in self.on_cpu:   # transferred; its CPU work has not run yet
+        if self.on_cpu and h in self.on_cpu:   # transferred; its CPU work has not run yet
             self.on_cpu[h] = (value, nbytes, owner)
             return
         h.done = True
