@@ -18,7 +18,7 @@ from simsparse.network.spec import EthernetSpec, FatTreeSpec
 from simsparse.testbed import Testbed, host, plan
 from simsparse.testbed.plan import PREFIX, WIRE_EXTRA_B, PlanError
 
-from conftest import HAVE_MPI, make_point
+from tests.helpers import HAVE_MPI, make_point
 
 RATE = 12.5e6
 STAR = dict(name="t-star", topology="star", link_bw_Bps=RATE, framing="tcp", mtu_B=9000)

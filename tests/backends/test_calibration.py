@@ -1,0 +1,173 @@
+"""Calibration: the fits recover known constants from synthetic timings, the
+profile is accepted as network and compute, and an end-to-end quick run works."""
+import numpy as np
+import pytest
+import yaml
+
+from simsparse.calibration import build_profile, fit, write_profile
+from simsparse.compute.devices import load_profile
+from simsparse.compute.models import model_costs, model_profile
+from simsparse.experiments.config import load_config
+
+from tests.helpers import requires_mpi
+
+NOISE = 0.005
+
+
+def noisy(x, seed=0):
+    return np.asarray(x) * (1 + NOISE * np.random.default_rng(seed).standard_normal(len(x)))
+
+
+def test_alpha_beta_and_the_eager_switch_are_recovered():
+    m = np.array([4 << i for i in range(0, 22)], float)
+    alpha, bw, rtt, bw2, eager = 3e-6, 4e9, 1.2e-5, 6e9, 65536
+    t = noisy(np.where(m <= eager, alpha + m / bw, alpha + rtt + m / bw2))
+    f = fit.fit_eager_switch(m, t)
+    assert f["split"] and f["eager_threshold_B"] == eager
+    assert f["alpha_s"] == pytest.approx(alpha, rel=0.02)
+    assert f["bandwidth_Bps"] == pytest.approx(bw, rel=0.02)
+    assert f["rendezvous_bandwidth_Bps"] == pytest.approx(bw2, rel=0.02)
+    assert f["rendezvous_rtt_s"] == pytest.approx(rtt, rel=0.05)
+    assert f["residuals"]["median_rel"] < 0.01
+
+
+def test_one_protocol_gives_no_split():
+    m = np.array([4 << i for i in range(0, 20)], float)
+    f = fit.fit_eager_switch(m, noisy(2e-6 + m / 5e9, 1))
+    assert not f["split"] and f["bandwidth_Bps"] == pytest.approx(5e9, rel=0.02)
+
+
+@pytest.mark.parametrize("complexity", ["n", "nlogn"])
+def test_kernel_constants_are_recovered(complexity):
+    d = np.array([1e3, 3e3, 1e4, 3e4, 1e5, 3e5, 1e6, 3e6])
+    u = d if complexity == "n" else d * np.log2(d)
+    f = fit.fit_kernel(d, noisy(8e-6 + 3e-10 * u, 2))
+    assert f["complexity"] == complexity
+    assert f["launch_s"] == pytest.approx(8e-6, rel=0.02) and f["per_elem_s"] == pytest.approx(3e-10, rel=0.02)
+
+
+def test_a_kernel_that_changes_memory_regime_gets_a_size_scale():
+    """Past a size the cost per element triples (pages fault in): one line
+    misses it, the profile's size_scale follows it, and the device model
+    gives back the measured times."""
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.compute.kernels import Work
+
+    d = np.array([3e3, 1e4, 3e4, 1e5, 3e5, 1e6, 3e6, 1e7])
+    t = 5e-6 + 1e-9 * d * np.where(d > 2e6, 3.0, 1.0)
+    f = fit.fit_kernel(d, t)
+    assert f["size_scale"] and f["residuals"]["max_rel"] < 0.05
+    dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e10, kernels={
+        "topk": {k: f[k] for k in ("launch_s", "per_elem_s", "complexity", "size_scale")}}))
+    got = [dev.cost("topk", Work(int(x), int(4 * x))) for x in d]
+    assert got == pytest.approx(t, rel=0.05)
+    assert dev.cost_array("topk", d, 4 * d) == pytest.approx(got, rel=1e-9)
+    assert "size_scale" not in fit.fit_kernel(d, 5e-6 + 1e-9 * d)   # one regime: one line
+
+
+def test_roofline_constants_are_recovered_from_layer_times():
+    table = model_costs()["resnet20_cifar10"]["tensors"]
+    bs, launch, rate, bw = 8, 2e-5, 3e10, 1.5e10
+    rows = [e for e in table if e["bwd_ops"] > 0]
+    ops = np.array([e["bwd_ops"] for e in rows], float)
+    flops = np.array([e["bwd_flops"] * bs for e in rows], float)
+    mm = np.array([e["bwd_mm_bytes"] * bs + 8 * e["size"] for e in rows], float)
+    other = np.array([(e["bwd_bytes"] - e["bwd_mm_bytes"]) * bs for e in rows], float)
+    t = noisy(fit.roofline_time(launch, rate, bw, ops, flops, mm, other), 3)
+    f = fit.fit_roofline(ops, flops, mm, other, t)
+    assert f["launch_s"] == pytest.approx(launch, rel=0.02)
+    assert f["flops_per_s"] == pytest.approx(rate, rel=0.02)
+    assert f["mem_bandwidth_Bps"] == pytest.approx(bw, rel=0.05)
+
+
+def synthetic_raw(alpha=5e-6, bw=2e9):
+    table = model_costs()["resnet20_cifar10"]["tensors"]
+    sizes = [4 << i for i in range(0, 21)]
+    kernels = [(k, d, 8 * d, 1e-5 + c * d) for k, c in (("add", 1e-9), ("copy", 5e-10), ("topk", 2e-8))
+               for d in (1e3, 1e4, 1e5, 1e6)]
+    return {"p2p": {"pingpong": [(m, alpha + m / bw) for m in sizes],
+                    "window": [(4, 1e-6, 2e-6), (64, 1e-6, 2e-6), (1024, 1.5e-6, 2e-6)],
+                    "pairs": [(65536, alpha + 65536 / bw)], "incast": [(65536, alpha + 65536 / bw)]},
+            "kernels": kernels,
+            "layers": {"resnet20_cifar10": {"batch_size": 8, "forward_s": 0.01,
+                                            "backward_s": [1e-4 if e["bwd_ops"] else 0.0 for e in table]}},
+            "device": "cpu:cpu", "torch_threads": 1, "wall_s": 1.0}
+
+
+def test_profile_is_accepted_as_network_and_compute(tmp_path):
+    prof = build_profile(synthetic_raw(), 2, "cpu", "test")
+    assert prof["network"]["alpha_s"] == pytest.approx(5e-6, rel=0.02)
+    assert prof["network"]["bandwidth_Bps"] == pytest.approx(2e9, rel=0.02)
+    assert prof["compute"]["kernels"]["copy"]["per_elem_s"] == pytest.approx(5e-10, rel=0.02)
+    path = tmp_path / "local-2r.yaml"
+    write_profile(prof, path)
+    assert yaml.safe_load(path.read_text())["kind"] == "machine"
+    dev = load_profile(str(path))
+    assert dev.kernels["topk"].complexity == "n"
+    mp = model_profile("resnet20_cifar10", 8, dev)   # the measured layer times, as recorded
+    assert mp.t_backward == pytest.approx(sum(prof["compute"]["models"]["resnet20_cifar10"]["t_bwd"]))
+    assert mp.t_forward == pytest.approx(0.01)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"network: {tmp_path}/local-{{P}}r.yaml\ncompute: {tmp_path}/local-{{P}}r.yaml\n"
+                   "workload: {n: 1000}\nalgorithms: [ring]\nP: 2\n")
+    (pt,) = load_config(cfg).points
+    assert pt.network["alpha_s"] == pytest.approx(5e-6, rel=0.02) and pt.compute["kernels"]
+
+
+@requires_mpi
+@pytest.mark.mpi
+def test_quick_calibration_end_to_end(tmp_path):
+    from simsparse.calibration import calibrate
+
+    out = calibrate("cpu", 2, tmp_path / "p-{ranks}r.yaml", quick=True)
+    assert out.name == "p-2r.yaml"
+    prof = yaml.safe_load(out.read_text())
+    assert prof["provenance"]["ranks"] == 2 and prof["provenance"]["torch"]
+    assert prof["network"]["alpha_s"] > 0 and prof["network"]["bandwidth_Bps"] > 0
+    assert {"topk", "add", "scatter_add", "concat"} <= set(prof["compute"]["kernels"])
+    assert prof["compute"]["models"]["resnet20_cifar10"]["batch_size"] == 8
+    assert all("residuals" in f for f in prof["fits"]["kernels"].values())
+    load_profile(str(out))
+
+
+def test_a_step_in_the_per_message_cost_is_found_where_mpi_changes_protocol():
+    m = np.array([4 << i for i in range(0, 21)], float)
+    resid = noisy(np.where(m <= 16384, 60e-6, 60e-6 + 150e-6), 4)
+    f = fit.fit_step(m, resid)
+    assert f["threshold_B"] == 16384
+    assert f["low_s"] == pytest.approx(60e-6, rel=0.02) and f["high_s"] == pytest.approx(210e-6, rel=0.02)
+    flat = fit.fit_step(m, noisy(np.full(len(m), 80e-6), 5))
+    assert flat["high_s"] == flat["low_s"] == pytest.approx(80e-6, rel=0.02)
+
+
+def test_testbed_profile_is_its_description_with_the_measured_costs():
+    """A testbed's network is not fitted: the rates are the description's
+    (line rate x TCP framing); the per-message costs are what the ping-pong
+    takes beyond the wire, and the patterns are simulated on that machine."""
+    from simsparse.calibration.network import testbed_network, check_patterns
+    from simsparse.network.spec import EthernetSpec
+
+    spec = EthernetSpec(name="t", topology="star", link_bw_Bps=1.25e7, framing="tcp", mtu_B=9000)
+    B = spec.payload_rate()
+    o, rdv = 80e-6, 120e-6
+    b = 2 * 9038 * spec.payload_efficiency()   # the testbed's token bucket: a message passes b bytes at once
+    sizes = [4 << i for i in range(0, 21)]
+    # a series of ping-pongs: small ones within the bucket, large ones find it full, mid-sized ones in between
+    pp = [(m, o + (rdv if m > 65536 else 0.0) + (0.0 if m <= b / 16 else max(m - b, m / 2) / B)) for m in sizes]
+    p2p = {"pingpong": pp, "exchange": [(1 << 20, o + rdv + (1 << 20) / B)],
+           "window": [(4, 30e-6, 25e-6), (64, 30e-6, 25e-6), (1024, 31e-6, 26e-6)],
+           "pairs": [(1 << 20, o + rdv + (1 << 20) / B)], "incast": [(1 << 20, o + rdv + 3 * (1 << 20) / B)]}
+    net, fits = testbed_network(p2p, spec, "testbed-t-4r", "test")
+    assert net["model"] == "ethernet" and net["link_bw_Bps"] == 1.25e7 and net["mtu_B"] == 9000
+    assert net["send_overhead_s"] == pytest.approx(25e-6) and net["recv_overhead_s"] == pytest.approx(o - 25e-6)
+    assert net["rendezvous_rtt_s"] == pytest.approx(rdv, rel=1e-6) and net["eager_threshold_B"] == 65536
+    assert net["gap_s"] == pytest.approx(30e-6)
+    assert fits["goodput"]["ratio"] == pytest.approx(1.0, rel=1e-6)
+    rows = {(r["pattern"], r["bytes"]): r for r in check_patterns(p2p, net, 4)}
+    # the simulator reproduces the patterns it was fitted on (less the head start of the testbed's token
+    # bucket, two frames, which the synthetic timings lack), and predicts incast as three flows sharing a port
+    head = net["shaper_burst_B"] * spec.payload_efficiency() / B
+    assert net["shaper_burst_B"] == 2 * 9038
+    assert rows[("pingpong", 1 << 20)]["model_s"] == pytest.approx(o + rdv + (1 << 20) / B - head, rel=1e-9)
+    assert abs(rows[("incast", 1 << 20)]["error"]) < 0.01
+    assert abs(rows[("pingpong", 4)]["error"]) < 0.01

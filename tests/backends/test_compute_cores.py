@@ -1,0 +1,92 @@
+"""Processor sharing of a host's cores: closed forms for simultaneous and
+staggered jobs, and work conservation."""
+import pytest
+
+from simsparse.compute.cores import SharedCores
+from simsparse.engine import HeapEngine
+
+
+def run_jobs(cores, jobs):
+    """jobs: (start, work); returns each job's end time."""
+    env = HeapEngine()
+    pool = SharedCores(env, cores)
+    ends = {}
+    for i, (start, work) in enumerate(jobs):
+        env.at(start, lambda i: pool.run(jobs[i][1], lambda k: ends.__setitem__(k, env.now), i), i)
+    env.run()
+    return [ends[i] for i in range(len(jobs))], pool
+
+
+def test_fewer_jobs_than_cores_run_at_full_speed():
+    ends, _ = run_jobs(2, [(0.0, 1.0), (0.0, 2.0)])
+    assert ends == pytest.approx([1.0, 2.0])
+
+
+def test_eight_equal_jobs_on_two_cores_take_four_times_as_long():
+    ends, pool = run_jobs(2, [(0.0, 0.5)] * 8)
+    assert ends == pytest.approx([2.0] * 8)
+    assert pool.busy_s == pytest.approx(4.0)
+
+
+def test_staggered_jobs_are_re_rated_when_the_set_changes():
+    # one core: job A (2 s of work) alone for 1 s, then shares with B (0.5 s of work):
+    # both at 1/2 until B ends at 1 + 1 = 2 (A then has 0.5 left), A alone ends at 2.5
+    ends, pool = run_jobs(1, [(0.0, 2.0), (1.0, 0.5)])
+    assert ends == pytest.approx([2.5, 2.0])
+    assert pool.busy_s == pytest.approx(2.5)   # work is conserved
+
+
+def test_zero_work_ends_at_once():
+    ends, _ = run_jobs(2, [(0.5, 0.0)])
+    assert ends == [0.5]
+
+
+def test_ranks_sharing_cores_stretch_their_kernels_in_the_simulator():
+    """Eight ranks whose kernels run at once on two shared cores take four
+    times as long as with a device each; the result rows say so in time and
+    in device-busy time (which stays the kernels' own work)."""
+    from tests.helpers import make_point
+    from simsparse.experiments.runner import simulate_point
+
+    prof = {"name": "cpu", "mem_bandwidth_Bps": 1e9, "launch_s": 1e-3}
+    own = simulate_point(make_point("ring", 8, n=8000, compute=prof, alpha=0.0, bw=1e15))
+    shared = simulate_point(make_point("ring", 8, n=8000, compute={**prof, "shared_cores": 2}, alpha=0.0, bw=1e15))
+    four = simulate_point(make_point("ring", 8, n=8000, compute={**prof, "shared_cores": 8}, alpha=0.0, bw=1e15))
+    assert four.row["time_s"] == pytest.approx(own.row["time_s"], rel=1e-9)   # a core each: unchanged
+    assert shared.row["time_s"] == pytest.approx(4 * own.row["time_s"], rel=1e-6)
+    assert shared.row["t_compute_s"] == pytest.approx(own.row["t_compute_s"], rel=1e-9)
+    assert shared.row["correct"] is True
+
+
+def _exchange(m, reps):
+    """Ranks r and r xor 1 exchange m bytes, reps times (a collective's step)."""
+    from simsparse.calibration import patterns
+    from simsparse.ops import Dense
+    import numpy as np
+
+    a = np.zeros(m // 4, np.float32)
+    return lambda ctx: patterns.exchange(ctx, lambda: Dense(a), reps)
+
+
+@pytest.mark.parametrize("P", [4, 8])
+def test_requests_cost_cpu_on_shared_cores_beside_the_wire(P):
+    """With message_cpu_s c, P ranks exchanging small messages on 2 cores are
+    CPU-bound (2P requests of c over 2 cores: P c per exchange), large ones
+    wire-bound (the CPU work overlaps the wire's); with a core per rank, or
+    c = 0, nothing changes."""
+    from simsparse.backends.sim import Simulator
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.network.spec import EthernetSpec
+
+    c, B = 100e-6, 1.25e7
+    spec = EthernetSpec(topology="star", link_bw_Bps=B)
+
+    def time(m, reps=3, **prof):
+        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, **prof))
+        return max(Simulator(spec.build(), dev).run([_exchange(m, reps)] * P).finish_s) / reps
+
+    assert time(4, shared_cores=2, message_cpu_s=c) == pytest.approx(P * c, rel=1e-6)
+    assert time(4) == pytest.approx(4 / B, rel=1e-6)                     # no cores shared: the wire alone
+    assert time(4, shared_cores=P, message_cpu_s=c) == pytest.approx(2 * c, rel=1e-6)   # a core each
+    big = 1 << 16
+    assert time(big, shared_cores=2, message_cpu_s=c) == pytest.approx(big / B, rel=1e-6)

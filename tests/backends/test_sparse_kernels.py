@@ -1,0 +1,107 @@
+"""Sparse kernels against dense numpy, and torch against numpy."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from simsparse.compute.kernels import KERNELS, get_kernel
+from simsparse.ops import COO
+
+from tests.helpers import requires_torch
+
+
+def K(name):
+    return get_kernel(name).numpy
+
+
+def rand_coo(rng, n, m):
+    idx = np.sort(rng.choice(n, size=min(m, n), replace=False)).astype(np.int32)
+    return COO(idx, rng.standard_normal(len(idx)).astype(np.float32), n)
+
+
+def dense(c):
+    out = np.zeros(c.n)
+    out[c.indices] = c.values
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 200), st.integers(1, 6), st.integers(0, 10**6))
+def test_coo_add_split_concat(n, parts, seed):
+    rng = np.random.default_rng(seed)
+    cs = [rand_coo(rng, n, rng.integers(0, n + 1)) for _ in range(parts)]
+    s = K("coo_add")(cs)
+    np.testing.assert_allclose(dense(s), sum(dense(c) for c in cs), rtol=1e-6, atol=1e-6)
+    assert np.all(np.diff(s.indices) > 0)
+    bounds = sorted({0, n, *rng.integers(0, n + 1, size=3).tolist()})
+    pieces = K("coo_split")(s, bounds)
+    assert len(pieces) == len(bounds) - 1
+    for (lo, hi), p in zip(zip(bounds, bounds[1:]), pieces):
+        assert np.all((p.indices >= lo) & (p.indices < hi))
+    back = K("coo_concat")(pieces)
+    np.testing.assert_array_equal(back.indices, s.indices)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 300), st.integers(0, 10**6))
+def test_thresholds_select_exactly_k(n, k, seed):
+    x = np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+    k = min(k, n)
+    thr = K("kth_abs")(x, k)
+    assert K("count_above")(x, thr) == k
+    sel = K("threshold_select")(x, thr)
+    np.testing.assert_array_equal(sel.indices, K("topk")(x, k).indices)
+    c = K("sparsify")(np.where(np.abs(x) >= thr, x, 0))
+    np.testing.assert_array_equal(c.indices, sel.indices)
+    t = K("coo_topk")(c, max(1, k // 2))
+    assert t.nnz == max(1, k // 2) and np.abs(t.values).min() >= np.abs(np.setdiff1d(c.values, t.values)).max(initial=0)
+    np.testing.assert_array_equal(K("coo_threshold")(c, thr).indices, c.indices)
+
+
+def test_residual_helpers():
+    x = np.arange(6, dtype=np.float32)
+    idx = np.array([1, 4], np.int32)
+    np.testing.assert_array_equal(K("zero_at")(x, idx), [0, 0, 2, 3, 0, 5])
+    np.testing.assert_array_equal(K("gather_at")(x, idx), [1, 4])
+    np.testing.assert_array_equal(K("intersect")(np.array([2, 3, 5], np.int32), idx), [])
+    np.testing.assert_array_equal(K("intersect")(np.array([1, 3, 4], np.int32), idx), [1, 4])
+    np.testing.assert_array_equal(K("sparsify")(np.array([0, 2, 0], np.float32), offset=10, n=20).indices, [11])
+
+
+@requires_torch
+@pytest.mark.parametrize("name", ["kth_abs", "count_above", "threshold_select", "coo_add", "coo_split", "coo_concat",
+                                  "coo_topk", "coo_threshold", "sparsify", "gather_at", "zero_at", "intersect"])
+def test_torch_matches_numpy(name):
+    import torch
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(300).astype(np.float32)
+    a, b = rand_coo(rng, 300, 40), rand_coo(rng, 300, 60)
+    T = torch.from_numpy
+    args = {
+        "kth_abs": (x, 17), "count_above": (x, 1.0), "threshold_select": (x, 1.5), "coo_add": ([a, b],),
+        "coo_split": (a, [0, 100, 250, 300]), "coo_concat": (K("coo_split")(a, [0, 100, 300]),),
+        "coo_topk": (b, 7), "coo_threshold": (b, 0.8), "sparsify": (np.where(x > 1, x, 0), 5, 400),
+        "gather_at": (x, a.indices), "zero_at": (x, a.indices), "intersect": (a.indices, b.indices),
+    }[name]
+
+    def conv(v):
+        if isinstance(v, np.ndarray):
+            return T(v.copy())
+        if isinstance(v, COO):
+            return v.map(lambda z: T(z.copy()))
+        if isinstance(v, list) and v and isinstance(v[0], COO):
+            return [conv(q) for q in v]
+        return v
+
+    ref = KERNELS[name].numpy(*args)
+    got = KERNELS[name].torch_fn(*[conv(v) for v in args])
+
+    def flat(v):
+        if isinstance(v, COO):
+            return [np.asarray(v.indices), np.asarray(v.values)]
+        if isinstance(v, list):
+            return [z for q in v for z in flat(q)]
+        return [np.asarray(v)]
+
+    for r, g in zip(flat(ref), flat(got if not hasattr(got, "numpy") else got.numpy())):
+        np.testing.assert_allclose(np.asarray(r, dtype=np.float64), np.asarray(g, dtype=np.float64), rtol=1e-5)

@@ -1,0 +1,45 @@
+"""The budget's memory estimate is an upper bound of what a point uses."""
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+
+from simsparse.experiments.budget import memory_B
+
+from tests.helpers import make_point
+
+CHILD = """
+import json, resource, sys
+from simsparse.experiments.point import Point
+from simsparse.experiments.runner import simulate_point
+point = Point(**json.loads(sys.argv[1]))
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+simulate_point(point)
+print(json.dumps([base * 1024, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024]))
+"""
+
+
+@pytest.mark.parametrize("algorithm,iterations,check", [
+    ("oktopk", 1, False), ("oktopk", 3, True), ("gtopk", 3, False), ("ring", 1, False), ("qsgd_allgather", 3, True),
+])
+def test_the_memory_estimate_bounds_the_peak(algorithm, iterations, check):
+    """Peak RSS above the interpreter's start, in a fresh process, stays below
+    the estimate's part for the point (the base of 200 MB left out)."""
+    point = dataclasses.replace(make_point(algorithm, 48, n=1 << 19, density=0.01, iterations=iterations), check=check)
+    spec = {k: getattr(point, k) for k in ("algorithm", "P", "params", "workload", "network", "compute",
+                                           "iterations", "warmup", "check", "values")}
+    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True, check=True)
+    base, peak = json.loads(out.stdout.strip().splitlines()[-1])
+    estimate = memory_B(point) - 200e6
+    assert peak - base < estimate, (peak - base, estimate)
+
+
+def test_the_memory_estimate_grows_with_what_a_point_keeps():
+    one = dataclasses.replace(make_point("oktopk", 64, n=1 << 20, iterations=1), check=False)
+    more = dataclasses.replace(one, iterations=3)
+    checked = dataclasses.replace(more, check=True)
+    assert memory_B(one) < memory_B(more) < memory_B(checked)
+    sizes = make_point("ring", 64, n=1 << 20, values="auto")
+    assert memory_B(sizes) == 200e6

@@ -1,0 +1,158 @@
+"""The seeds' experiments (configs/papers/, simsparse papers), the software-stack
+mechanisms (schedules/stack.py) and the FFT paper's dense-allgather baseline."""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from simsparse.cli import main
+from simsparse.experiments.config import ConfigError, load_config
+from simsparse.experiments.papers import REPO_ROOT, Results, evaluate, load_papers, verdict
+from simsparse.experiments.papers_run import main as papers_main
+from simsparse.experiments.runner import simulate_point
+from simsparse.schedules.stack import OPTIMIZERS
+
+from tests.helpers import simulate
+
+
+def _training(tmp_path: Path, stack: str = "", schedule: str = "whole", algorithm: str = "rabenseifner") -> float:
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text(f"network: aries_alphabeta\ncompute: p100\nmodel: resnet20_cifar10\nschedules: [{schedule}]\n"
+                   f"algorithms: [{algorithm}]\nP: 2\niterations: 1\nwarmup: 0\ncheck: false\n{stack}")
+    (point,) = load_config(cfg).points
+    return point, simulate_point(point).row
+
+
+def test_host_staging_adds_both_copies_on_the_critical_path(tmp_path):
+    """whole: the bucket goes down before and up after its allreduce, 4n bytes each way."""
+    base, row0 = _training(tmp_path)
+    point, row1 = _training(tmp_path, "stack: {host_staging: {d2h_Bps: 1.0e10, h2d_Bps: 5.0e9}}")
+    n, launch = point.workload["n"], point.compute["launch_s"]
+    want = 4 * n / 1e10 + 4 * n / 5e9 + 2 * launch
+    assert row1["t_iter_s"] - row0["t_iter_s"] == pytest.approx(want, rel=1e-9)
+
+
+def test_host_reduce_moves_mpi_reductions_to_the_host(tmp_path):
+    """Dense reductions at the host's bandwidth: slower than on the P100."""
+    _, staged = _training(tmp_path, "stack: {host_staging: {d2h_Bps: 1.0e10, h2d_Bps: 1.0e10}}")
+    _, host = _training(tmp_path, "stack: {host_staging: {d2h_Bps: 1.0e10, h2d_Bps: 1.0e10, "
+                                  "host_reduce_Bps: 1.0e9}}")
+    assert host["t_iter_s"] > staged["t_iter_s"]
+
+
+def test_horovod_waits_for_its_cycle_and_negotiation(tmp_path):
+    """The collective starts at the next cycle tick plus 2 log2(P) control messages; the device stays free."""
+    _, row0 = _training(tmp_path)
+    _, row1 = _training(tmp_path, "stack: {horovod: {cycle_s: 1.0, negotiation_latency_s: 1.0e-3}}")
+    assert 1.002 < row1["t_iter_s"] < 1.002 + row0["t_iter_s"]
+    assert row1["t_backward_s"] == row0["t_backward_s"] and row1["t_sparsify_s"] == row0["t_sparsify_s"]
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_optimizer_step_costs_its_kernels_and_bytes(tmp_path, name):
+    point0, row0 = _training(tmp_path)
+    point, row1 = _training(tmp_path, f"stack: {{optimizer: {{name: {name}}}}}")
+    launches, bpp = OPTIMIZERS[name]
+    layers = point.workload["layers"]
+    prof = point.compute
+    want = launches * len(layers) * prof["launch_s"] + sum(layers) * bpp / prof["mem_bandwidth_Bps"]
+    assert row1["t_iter_s"] - row0["t_iter_s"] == pytest.approx(want, rel=1e-9)
+    assert point.point_id("sim") != point0.point_id("sim")
+
+
+def test_no_stack_keeps_point_ids(tmp_path):
+    point, _ = _training(tmp_path)
+    assert point.stack == {} and "stack" not in point.label_columns()
+    assert replace(point, stack={}).point_id("sim") == point.point_id("sim")
+
+
+def test_sparse_staging_uses_the_selection(tmp_path):
+    """A compressed collective stages its selection (8k bytes), far less than the bucket."""
+    _, dense = _training(tmp_path, "stack: {host_staging: {d2h_Bps: 1.0e8, h2d_Bps: 1.0e8}}")
+    _, plain = _training(tmp_path, schedule="topk_sgd", algorithm="gtopk")
+    _, sparse = _training(tmp_path, "stack: {host_staging: {d2h_Bps: 1.0e8, h2d_Bps: 1.0e8}}",
+                          schedule="topk_sgd", algorithm="gtopk")
+    assert 0 < sparse["t_iter_s"] - plain["t_iter_s"] < 0.1 * (dense["t_iter_s"] - plain["t_iter_s"])
+
+
+@pytest.mark.parametrize("stack, where", [
+    ("stack: {host_staging: {d2h_Bps: 1.0e9}}", "stack.host_staging.h2d_Bps"),
+    ("stack: {optimizer: {name: lamb}}", "stack.optimizer.name"),
+    ("stack: {horovod: {cycle_s: 0.005}}", "stack.horovod.negotiation_latency_s"),
+    ("stack: {fusion: {}}", "stack.fusion"),
+    ("stack: [1]", "stack:"),
+])
+def test_bad_stack_is_refused_with_its_key(tmp_path, stack, where):
+    with pytest.raises(ConfigError, match=where.replace(".", r"\.")):
+        _training(tmp_path, stack)
+
+
+def test_stack_needs_a_training_config(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("workload: {n: 1024}\nalgorithms: [ring]\nP: 2\nstack: {unpack: true}\n")
+    with pytest.raises(ConfigError, match="stack: only with 'schedules'"):
+        load_config(cfg)
+
+
+def test_dense_allgather_is_the_exact_sum():
+    for P in (3, 4):
+        row, _ = simulate("dense_allgather", P, n=512, values="full")
+        assert row["correct"] is True or row["correct"] == "True"
+    row, _ = simulate("dense_allgather", 4, n=1 << 12)
+    assert row["bytes_sent_max"] == 3 * 4 * (1 << 12)   # recursive doubling: (P-1) n w
+
+
+# -- the papers' data and the claims ---------------------------------------------------------
+
+def test_every_paper_experiment_loads_and_names_its_config():
+    papers = load_papers()
+    assert set(papers) == {"oktopk", "omgs", "fft", "sparcml", "deft"}
+    for paper in papers.values():
+        for name, exp in paper.experiments.items():
+            assert Path(exp.config).stem == name
+            assert load_config(REPO_ROOT / exp.config).points
+            assert exp.claims and all(c.source for c in exp.claims)
+
+
+def _res(rows):
+    df = pd.DataFrame(rows)
+    df["point_id"] = [str(i) for i in range(len(df))]
+    return Results(df)
+
+
+def test_claim_expressions():
+    res = _res([{"algorithm": "a", "P": 2, "t": 1.0, "params": '{"x": true}'},
+                {"algorithm": "b", "P": 2, "t": 3.0, "params": ""},
+                {"algorithm": "c", "P": 2, "t": 2.0, "params": ""}])
+    assert evaluate({"col": "t", "where": {"algorithm": "b"}}, res) == 3.0
+    assert evaluate({"col": "t", "where": {"params": {"x": True}}}, res) == 1.0
+    assert evaluate({"speedups": {"col": "t", "where": {"P": 2}, "over": {"algorithm": "a"}}}, res) == [2.0, 3.0]
+    assert evaluate({"lowest": {"col": "t", "where": {}, "expect": {"algorithm": "a"}}}, res) is True
+    two = {"ratio": [{"col": "t", "where": {"algorithm": "c"}}, {"const": 4}]}
+    assert evaluate({"range": [two, {"const": 1.5}]}, res) == [0.5, 1.5]
+    assert evaluate({"holds": [{"col": "t", "where": {"algorithm": "b"}}, ">", {"const": 2}]}, res) is True
+    res.others = {"other": _res([{"algorithm": "a", "t": 7.0}])}
+    assert evaluate({"from": "other", "col": "t", "where": {"algorithm": "a"}}, res) == 7.0
+    with pytest.raises(LookupError):
+        evaluate({"col": "t", "where": {"P": 2}}, res)   # three rows match
+    assert verdict(1.0, 1.2)[1] is True and verdict(1.0, 1.3)[1] is False
+    assert verdict([1.0, 2.0], [1.1, 2.4])[1] is True and verdict(True, False) == ("does not hold", False)
+
+
+def test_papers_smoke_runs_every_experiment(tmp_path, capsys):
+    """Every paper config at its reduced scale, and the side-by-side table."""
+    assert papers_main([], out=str(tmp_path), smoke=True, plot=False) == 0
+    table = pd.read_csv(tmp_path / "smoke" / "papers.csv")
+    assert set(table["paper"]) == {"oktopk", "omgs", "fft", "sparcml", "deft"}
+    assert table["meets_aim"].notna().any()
+    assert "claims meet the aim" in capsys.readouterr().out
+    # a second call reads the results already there
+    assert main(["papers", "deft", "--smoke", "--no-run", "--no-plot", "--out", str(tmp_path)]) == 0
+
+
+def test_papers_unknown_name_is_refused(tmp_path, capsys):
+    assert main(["papers", "okt0pk", "--out", str(tmp_path)]) == 2
+    assert "neither a paper nor an experiment" in capsys.readouterr().err

@@ -1,0 +1,105 @@
+"""Sampled sparse workloads (values: sampled, simsparse.sampling): each rank
+draws only the entries above a floor, exactly in distribution, at O(k)."""
+import dataclasses
+import textwrap
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from simsparse.compute.sampled import BelowFloor
+from simsparse.experiments.config import ConfigError, load_config
+from simsparse.experiments.runner import simulate_point
+from simsparse.sampling import _plan, sampled_gradient
+from simsparse.workload import Workload
+
+from tests.helpers import make_point
+
+WORKLOADS = {
+    "iid normal": {},
+    "planted laplace": {"overlap": 0.5, "skew": 0.5, "distribution": "laplace"},
+    "layers student_t": {"layers": [1500, 4000, 2500], "layer_spread": 2.0, "distribution": "student_t"},
+}
+
+
+def _close(a, b, z=4.0):
+    """Means of two samples within z standard errors (or equal)."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    se = np.sqrt(a.var() / len(a) + b.var() / len(b))
+    return abs(a.mean() - b.mean()) <= z * se + 1e-12 * abs(a.mean())
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_the_entries_above_a_magnitude_are_the_full_draws(name):
+    """Over many draws: how many entries reach a magnitude near the k-th
+    largest, and the k-th largest magnitude itself, have the full draw's
+    distribution."""
+    w = Workload(n=8000, density=0.01, **WORKLOADS[name])
+    F = _plan(w, 4.0)[0]
+    full = [w.grad(r, t) for r in range(4) for t in range(40)]
+    samp = [sampled_gradient(w, r, t) for r in range(4) for t in range(40)]
+    thr = 1.3 * F
+    assert _close([np.count_nonzero(np.abs(g) >= thr) for g in full], [s.count_above(thr) for s in samp])
+    kth_full = [np.sort(np.abs(g))[-w.k] for g in full]
+    kth_samp = [np.abs(s.topk(w.k).values).min() for s in samp]
+    assert stats.ks_2samp(kth_full, kth_samp).pvalue > 1e-3
+    assert all(len(s.values) < 8 * w.k for s in samp)
+
+
+@pytest.mark.parametrize("algorithm", ["topka", "gaussiank", "oktopk", "cltk"])
+def test_runs_match_full_runs_in_distribution(algorithm):
+    """Times and bytes (the selected counts) of sampled runs against
+    full-value runs at P = 4, over seeds, on three workloads."""
+    for wl in WORKLOADS.values():
+        full, samp = [], []
+        for seed in range(8):
+            p = make_point(algorithm, 4, n=8000, density=0.01, seed=seed, iterations=2, warmup=1,
+                           params={"tau": 2, "tau_prime": 2} if algorithm == "oktopk" else None)
+            p = dataclasses.replace(p, workload={**p.workload, **wl})
+            f, s = simulate_point(p).row, simulate_point(dataclasses.replace(p, values="sampled")).row
+            assert s["values"] == "sampled" and s["correct"] is None
+            full.append((f["time_s"], f["bytes_total"]))
+            samp.append((s["time_s"], s["bytes_total"]))
+        full, samp = np.array(full), np.array(samp)
+        assert _close(full[:, 0], samp[:, 0]) and _close(full[:, 1], samp[:, 1]), (algorithm, wl)
+
+
+def test_o_of_k():
+    """A billion-element gradient: about margin x k entries, in milliseconds."""
+    w = Workload(n=10**9, density=1e-5)
+    s = sampled_gradient(w, 3, 0)
+    assert len(s) == 10**9 and 3 * w.k < len(s.values) < 5 * w.k
+    assert s.values.nbytes + s.indices.nbytes < 1e6
+
+
+def test_a_threshold_below_the_floor_is_refused():
+    s = sampled_gradient(Workload(n=5000, density=0.01), 0, 0)
+    with pytest.raises(BelowFloor, match="below the sampled floor.*values: full"):
+        s.threshold_select(0.5 * s.floor)
+    # values at indices not drawn come from below the floor, the same each time
+    idx = np.setdiff1d(np.arange(40), s.indices)[:5]
+    v = s.gather_at(idx)
+    assert (np.abs(v) < s.floor).all() and np.array_equal(v, s.gather_at(idx))
+
+
+@pytest.mark.parametrize("extra,refusal", [
+    ("algorithms: [fft_allgather]", "reads every value of its input"),
+    ("algorithms: [deft]", "reads every value of its input"),
+    ("algorithms: [{name: topka, error_feedback: true}]\niterations: 2", "error feedback adds every unsent value"),
+    ("algorithms: [topka]\nworkload: {n: 4000, drift: 0.5}", "drift = 0.5"),
+])
+def test_what_cannot_be_sampled_is_refused_with_one_sentence(tmp_path, extra, refusal):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(textwrap.dedent(f"""
+        name: s
+        network: aries_alphabeta
+        workload: {{n: 4000}}
+        P: 4
+        values: sampled
+        """) + extra + "\n")
+    with pytest.raises(ConfigError, match=refusal):
+        load_config(cfg)
+    ok = tmp_path / "ok.yaml"
+    ok.write_text("name: s\nnetwork: aries_alphabeta\nworkload: {n: 4000}\nP: 4\nvalues: sampled\n"
+                  "algorithms: [ring, oktopk, topkdsa]\n")
+    assert len(load_config(ok).points) == 3

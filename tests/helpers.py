@@ -1,0 +1,60 @@
+"""Helpers shared by the test files: points to simulate, and skip marks for the real backend."""
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from simsparse.compute.devices import load_profile
+from simsparse.experiments.config import network_variants
+from simsparse.experiments.point import Point
+from simsparse.experiments.runner import simulate_point
+
+HAVE_MPI = all(importlib.util.find_spec(m) for m in ("mpi4py", "torch")) and (
+    (Path(sys.executable).parent / "mpiexec").exists() or shutil.which("mpiexec") is not None)
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+
+ALPHA, BW = 2.0e-6, 1.0e9
+REPO = Path(__file__).resolve().parents[1]   # the repository root
+
+requires_mpi = pytest.mark.skipif(not HAVE_MPI, reason="needs the [mpi] extra (mpi4py, torch, mpiexec)")
+requires_torch = pytest.mark.skipif(not HAVE_TORCH, reason="needs torch")
+
+
+def make_point(algorithm, P, n=1024, density=0.05, params=None, alpha=ALPHA, bw=BW, eager=65536,
+               iterations=1, warmup=0, seed=0, compute=None, values="full", **net):
+    """A bare-collective point; ``values="full"`` so results are checked (size-only runs skip the check)."""
+    return Point(algorithm=algorithm, P=P, params=params or {},
+                 workload={"n": n, "density": density, "dtype": "float32", "seed": seed},
+                 network={"model": "alphabeta", "alpha_s": alpha, "bandwidth_Bps": bw, "eager_threshold_B": eager,
+                          **net},
+                 compute=compute, iterations=iterations, warmup=warmup, check=True, values=values)
+
+
+def simulate(algorithm, P, **kw):
+    """Simulate one point; returns (results row, per-rank results of the last iteration)."""
+    out = simulate_point(make_point(algorithm, P, **kw), keep_results=True)
+    return out.row, out.results
+
+
+def net(preset):
+    """The network section of a shipped preset (``topologies/<preset>.yaml``)."""
+    (n,) = network_variants(preset, Path.cwd() / "x")
+    return n
+
+
+def schedule_point(schedule, algorithm, P=4, params=None, sparams=None, model="resnet20_cifar10",
+                   compute="p102_100", network=None, density=0.01, iterations=2, warmup=1, batch_size=8,
+                   data_scale=1.0, values="full"):
+    """A training point: one iteration of ``model``'s layers under a layer-wise schedule."""
+    from simsparse.workload import model_layer_params
+
+    layers = model_layer_params()[model]["sizes_in_registration_order"]
+    comp = None if compute is None else load_profile(compute).model_dump()
+    return Point(algorithm=algorithm, P=P, params=params or {}, compute=comp,
+                 workload={"n": sum(layers), "layers": layers, "model": model, "density": density,
+                           "dtype": "float32", "seed": 3},
+                 network=network or {"model": "alphabeta", "alpha_s": 5e-6, "bandwidth_Bps": 1e9},
+                 iterations=iterations, warmup=warmup, schedule=schedule, schedule_params=sparams or {},
+                 batch_size=batch_size, data_scale=data_scale, values=values)

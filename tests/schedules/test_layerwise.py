@@ -1,0 +1,172 @@
+"""Layer-wise schedules: results against numpy, the limits the pipeline model
+must reach, the merge plans, and the same iteration under mpiexec."""
+import dataclasses
+
+import numpy as np
+import pytest
+
+from simsparse.backends.sim import Simulator, TrainingModel
+from simsparse.experiments.plan import plan_costs, with_plan
+from simsparse.experiments.point import Point
+from simsparse.experiments.runner import simulate_point
+from simsparse.network.alphabeta import AlphaBetaNetwork
+from simsparse.schedules import SCHEDULES, get_schedule
+from simsparse.algorithms import get_algorithm
+
+from tests.helpers import requires_mpi, schedule_point as point
+
+DENSE = ["whole", "wfbp", "mg_wfbp", "dense_ovlp"]
+SPARSE = ["topk_sgd", "lags_sgd", "mgs_sgd", "omgs_sgd"]
+
+
+def test_every_schedule_is_registered_and_cites_its_paper():
+    assert set(SCHEDULES) == set(DENSE + SPARSE)
+    for cls in SCHEDULES.values():
+        assert cls.__doc__ and ("section" in cls.__doc__ or "Algorithm" in cls.__doc__), cls.name
+
+
+@pytest.mark.parametrize("schedule", DENSE)
+@pytest.mark.parametrize("algorithm", ["ring", "rabenseifner"])
+def test_dense_schedules_sum_every_gradient(schedule, algorithm):
+    row = simulate_point(point(schedule, algorithm, P=3)).row
+    assert row["correct"] is True and row["max_rel_err"] < 1e-5
+    assert row["t_iter_s"] > 0 and row["merged_groups"] >= 1
+
+
+@pytest.mark.parametrize("schedule", SPARSE)
+@pytest.mark.parametrize("algorithm,params", [("topka", {"error_feedback": True}), ("oktopk", {}),
+                                              ("gaussiank", {}), ("gtopk", {}), ("dsar_split_allgather", {})])
+def test_sparse_schedules_with_any_sparse_allreduce(schedule, algorithm, params):
+    """Each bucket's collective (with its own state) equals its reference on
+    the bucket's slice of every rank's input."""
+    row = simulate_point(point(schedule, algorithm, P=4, params=params, iterations=2)).row
+    assert row["correct"] is True, row["max_rel_err"]
+
+
+def test_schedule_rejects_the_wrong_kind_of_collective():
+    assert "dense" in get_schedule("wfbp").check_algorithm(get_algorithm("topka"))
+    assert "compressing" in get_schedule("omgs_sgd").check_algorithm(get_algorithm("ring"))
+
+
+# -- limits ------------------------------------------------------------------------------
+
+FREE_NET = {"model": "alphabeta", "alpha_s": 0.0, "bandwidth_Bps": 1e30}
+
+
+@pytest.mark.parametrize("schedule,algorithm,tol", [("wfbp", "ring", 1e-9), ("omgs_sgd", "topka", 1e-9),
+                                                    ("lags_sgd", "topka", 1e-9), ("lags_sgd", "gtopk", 1e-2),
+                                                    ("topk_sgd", "oktopk", 1e-2)])
+def test_free_communication_leaves_forward_backward_and_sparsification(schedule, algorithm, tol):
+    """With the same work on every rank the iteration is exactly the device's
+    work. gTopk's tree and Ok-Topk's regions give ranks different amounts of
+    selection and reduction: then the slowest rank also waits a little for
+    the others' compute."""
+    row = simulate_point(point(schedule, algorithm, network=FREE_NET)).row
+    parts = row["t_forward_s"] + row["t_backward_s"] + row["t_sparsify_s"]
+    assert row["t_comm_nonoverlap_s"] <= tol * row["t_iter_s"]
+    assert row["t_iter_s"] == pytest.approx(parts, rel=tol)
+    assert row["t_backward_s"] > row["t_forward_s"] > 0
+
+
+@pytest.mark.parametrize("schedule,algorithm", [("whole", "rabenseifner"), ("topk_sgd", "topka")])
+def test_free_compute_whole_is_the_collective_alone(schedule, algorithm):
+    p = point(schedule, algorithm, compute=None, iterations=1, warmup=0)
+    alone = dataclasses.replace(p, schedule=None, schedule_params={}, batch_size=None)
+    assert simulate_point(p).row["t_iter_s"] == pytest.approx(simulate_point(alone).row["time_s"], rel=1e-12)
+
+
+def test_free_compute_wfbp_is_the_buckets_one_after_another():
+    """Ideal compute: every gradient is ready at once; the comm stream runs
+    the per-tensor allreduces back to back."""
+    p = with_plan(point("wfbp", "ring", compute=None, iterations=1, warmup=0, model="resnet20_cifar10", P=2))
+    layers = p.workload["layers"]
+    each = sum(simulate_point(Point(algorithm="ring", P=2, network=p.network, iterations=1, warmup=0,
+                                    workload={"n": s, "density": 0.01, "dtype": "float32", "seed": 0})).row["time_s"]
+               for s in layers)
+    assert simulate_point(p).row["t_iter_s"] == pytest.approx(each, rel=1e-9)
+
+
+def test_whole_and_wfbp_coincide_on_a_one_layer_model():
+    model = TrainingModel(t_forward=1e-3, t_backward=(2e-3,), sizes=(1000,))
+    grads = [np.random.default_rng(r).standard_normal(1000).astype(np.float32) for r in range(4)]
+    costs = dataclasses.replace(plan_costs(with_plan(point("wfbp", "ring"))), sizes=(1000,), tb=(2e-3,))
+    times = []
+    for name in ("whole", "wfbp"):
+        cls = get_schedule(name)
+        plan = cls.plan(cls.Params(), costs)
+        assert plan == (1,)
+        scheds = [cls(r, 4, (1000,), 0.01, "float32", plan, get_algorithm("ring"), get_algorithm("ring").Params())
+                  for r in range(4)]
+        st = Simulator(AlphaBetaNetwork(1e-6, 1e9)).run([s.run for s in scheds], model, grads)
+        times.append(st.time_s)
+        np.testing.assert_allclose(st.results[0][0], sum(grads), rtol=1e-5, atol=1e-6)
+    assert times[0] == times[1]
+
+
+def test_comm_overlaps_the_backward():
+    """WFBP on a slow network hides part of its communication behind the
+    backward pass: it beats backward-then-allreduce."""
+    net = {"model": "alphabeta", "alpha_s": 5e-6, "bandwidth_Bps": 2e8}
+    whole = simulate_point(point("whole", "rabenseifner", network=net)).row
+    dense_ovlp = simulate_point(point("dense_ovlp", "rabenseifner", network=net, sparams={"bucket_mb": 0.25})).row
+    assert dense_ovlp["t_iter_s"] < whole["t_iter_s"]
+    assert dense_ovlp["t_comm_nonoverlap_s"] < whole["t_comm_nonoverlap_s"]
+
+
+# -- plans ---------------------------------------------------------------------------------
+
+def test_plans_of_resnet50_table_v_mgs():
+    p = with_plan(point("mgs_sgd", "topka", model="resnet50_imagenet", batch_size=16, data_scale=0.01, P=2))
+    assert len(p.plan) == 53   # the OMGS paper's Table V
+
+
+def test_optimal_omgs_is_never_slower_than_the_paper_rule_in_its_model():
+    from simsparse.schedules.planner import pipeline_time
+
+    p = point("omgs_sgd", "topka", model="resnet20_cifar10", network={"model": "ethernet", "topology": "star",
+                                                                      "link_bw_Bps": 1.126e8, "send_overhead_s": 1e-5,
+                                                                      "recv_overhead_s": 1e-5})
+    costs = plan_costs(p)
+    paper = get_schedule("omgs_sgd").plan(get_schedule("omgs_sgd").Params(), costs)
+    best = get_schedule("omgs_sgd").plan(get_schedule("omgs_sgd").Params(planner="optimal"), costs)
+    t = [pipeline_time(pl, costs.tb, costs.sizes, costs.ts, costs.tc, costs.tf).t_iter for pl in (paper, best)]
+    assert t[1] <= t[0] * (1 + 1e-12)
+
+
+# -- the real backend ---------------------------------------------------------------------------
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.parametrize("P", [2, 3, 4])
+def test_schedules_under_mpiexec_run_the_real_model_and_are_correct(P):
+    """A real forward and backward of resnet20 per rank; every schedule's
+    aggregated gradients equal numpy's reference on the real gradients, and
+    the bytes equal the simulator's (same plan, same buckets)."""
+    from simsparse.experiments.measure import measure_points
+
+    cases = [("wfbp", "ring", {}), ("omgs_sgd", "topka", {"error_feedback": True})]
+    if P == 2:
+        cases += [("whole", "rabenseifner", {}), ("mg_wfbp", "recursive_doubling", {}),
+                  ("dense_ovlp", "ring", {}), ("topk_sgd", "topka", {}), ("lags_sgd", "gaussiank", {}),
+                  ("mgs_sgd", "oktopk", {})]
+    if P == 4:
+        cases += [("omgs_sgd", "gtopk", {}), ("mgs_sgd", "oktopk", {})]
+    points = [point(s, a, P=P, params=prm, batch_size=2, iterations=2, warmup=1) for s, a, prm in cases]
+    for p, m in zip(points, measure_points(points, device="cpu")):
+        row = m.row
+        assert row["backend"] == "mpi" and row["correct"] is True, (p.schedule, p.algorithm, row["max_rel_err"])
+        assert row["t_iter_s"] > 0 and row["t_backward_s"] > 0 and row["t_forward_s"] > 0
+        sim = simulate_point(p).row
+        assert row["merged_groups"] == sim["merged_groups"]
+        if p.algorithm in ("ring", "rabenseifner", "recursive_doubling", "topka", "gtopk"):
+            assert row["bytes_total"] == sim["bytes_total"], (p.schedule, p.algorithm)
+
+
+def test_trace_has_a_device_lane_and_one_lane_per_bucket():
+    out = simulate_point(point("mgs_sgd", "topka", P=2, iterations=1, warmup=0), trace=True)
+    lanes = {t["lane"] for t in out.trace}
+    groups = out.row["merged_groups"]
+    assert lanes == {"main"} | {f"comm/b{g}" for g in range(groups)}
+    main_ops = {t["op"] for t in out.trace if t["lane"] == "main"}
+    assert {"forward", "backward"} <= main_ops
+    assert any(t["op"] == "send" and t["lane"].startswith("comm/") for t in out.trace)
