@@ -2,8 +2,7 @@
 
 Chen et al., ScaleCom (NeurIPS'20), as DEFT describes it (Yoon & Oh, ICPP'23,
 sections 1 and 3.1, Table 1) and as DEFT's public code runs it
-(``CLTKReducer`` in kljp/deft; ``../shared/reference/seed_impls.md`` sections
-3 and 6). Per iteration t:
+(``CLTKReducer`` in kljp/deft at fc7f76f). Per iteration t:
 
 1. the leader ``L = t mod P`` selects its exact local top-k indices;
 2. the leader broadcasts the k indices (binomial tree);

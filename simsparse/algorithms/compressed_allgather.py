@@ -99,7 +99,7 @@ class FFTAllgather(_CompressedAllgather):
     iteration, as the paper estimates the range "from the first few
     iterations"; ``retune_every`` re-tunes), packs them behind a bitmap, and
     allgathers; receivers sum the P dequantized spectra and run one inverse
-    FFT. No public code exists (seed_impls.md); the choices the text leaves
+    FFT. No public code exists; the choices the text leaves
     open are listed in :mod:`simsparse.compression.fft` and
     :mod:`simsparse.compression.rangequant`.
     Cost: ``log2(P) alpha + (P-1) m beta`` (rd) with

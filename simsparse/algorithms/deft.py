@@ -2,8 +2,8 @@
 
 Yoon & Oh, "DEFT: Exploiting Gradient Norm Difference between Model Layers
 for Scalable Gradient Sparsification" (ICPP'23), section 4, and its public
-code (``DeftReducer`` in kljp/deft; ``../shared/reference/seed_impls.md``
-sections 3 and 6). Per iteration t, on every worker:
+code (``DeftReducer`` in kljp/deft at fc7f76f). Per iteration t, on every
+worker:
 
 1. two-stage partitioning (section 4.1, Alg. 2; first iteration only): the
    gradient is cut into its layers (``setup.layer_sizes``), and every layer

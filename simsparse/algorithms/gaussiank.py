@@ -4,8 +4,7 @@ Shi et al., "Understanding top-k sparsification in distributed deep learning"
 (2019), as the Ok-Topk paper uses it as a baseline (Li & Hoefler, PPoPP'22,
 sections 2, 3.1.3 and 5.3; Table 1) and as its public code runs it
 (``GaussianCompressor.compress`` and the ``gaussiank`` branch of
-``allreducer.py`` in Shigangli/Ok-Topk; ``../shared/reference/seed_impls.md``
-sections 1 and 6):
+``allreducer.py`` in Shigangli/Ok-Topk at 9763dcc):
 
 1. threshold from a normal fit of the accumulator:
    ``thr = mu + |Phi^-1(density/2)| sigma`` (:mod:`~simsparse.compression.gaussian`);

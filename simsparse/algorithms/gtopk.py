@@ -4,7 +4,7 @@ Shi et al., "A distributed synchronous SGD algorithm with global top-k
 sparsification for low bandwidth networks" (ICDCS'19), as the Ok-Topk paper
 describes it (Li & Hoefler, PPoPP'22, section 2 and Table 1) and as the public
 code runs it (``gtopk_sparse_allreduce`` in Shigangli/Ok-Topk and
-HKBU-HPML/gtopkssgd; ``../shared/reference/seed_impls.md`` section 6):
+HKBU-HPML/gtopkssgd at 6f57343):
 
 1. every worker selects its exact local top-k (k int32 indices + k values);
 2. reduction tree: in round j = 0..log2(P)-1 the rank at odd position (stride

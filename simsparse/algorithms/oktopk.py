@@ -36,7 +36,7 @@ log2(P) alpha + 2k(P-1)/P w beta; in all at most (2P + 2 log2 P) alpha +
 iterations, log2(P)(alpha + 8(P-1) beta); with ``global_exact: select`` every
 ``tau`` iterations ceil(31/b) log2(P)(alpha + 4 * 2^b beta), b = ``select_bits``.
 
-Where the paper and the public code (seed_impls.md sections 1 and 6) differ:
+Where the paper and the public code (Shigangli/Ok-Topk at 9763dcc) differ:
 
 * data balancing: the paper balances when max > 4x mean; the code never
   balances for VGG/LSTM and always for BERT -- ``balance: auto|never|always``

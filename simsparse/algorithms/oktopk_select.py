@@ -3,10 +3,10 @@
 Ok-Topk selects the local and the global top-k values by comparing with a
 threshold instead of sorting: the exact threshold (the k-th largest
 magnitude) is computed every ``tau`` iterations and reused in between, because
-the gradient's statistics change slowly. The public code (Shigangli/Ok-Topk,
-``VGG/allreducer.py`` and ``compression.py``; ../shared/reference/seed_impls.md
-section 1) also nudges a reused threshold when the number of values it selects
-drifts; :class:`ThresholdTuning` holds those factors and triggers.
+the gradient's statistics change slowly. The public code (Shigangli/Ok-Topk
+at 9763dcc, ``VGG/allreducer.py`` and ``compression.py``) also nudges a reused
+threshold when the number of values it selects drifts; :class:`ThresholdTuning`
+holds those factors and triggers.
 
 The exact *global* threshold is the k-th largest magnitude of the reduced sum,
 which is spread over the P regions. The public code allgathers every nonzero of
@@ -30,7 +30,7 @@ _INT_VIEW = {"float32": np.int32, "float64": np.int64}
 
 class ThresholdTuning(BaseModel):
     """How a reused threshold is adapted (public Ok-Topk code; the defaults are
-    its VGG-16 values, seed_impls.md section 1; LSTM and BERT use others)."""
+    its VGG-16 values; LSTM and BERT use others)."""
 
     model_config = ConfigDict(extra="forbid")
     local_raise: float = Field(1.03, gt=1, description="add2residual: multiply a reused local threshold by this ...")

@@ -59,18 +59,18 @@ class ModelProfile:
 #: samples per rank per iteration in the paper that trains the model (or its code)
 DEFAULT_BATCH = {
     "vgg16_cifar10": 128,          # OMGS-SGD Table IV (the Ok-Topk runs use 16)
-    "resnet20_cifar10": 32,        # OMGS-SGD code, exp_configs (seed_impls.md section 2)
+    "resnet20_cifar10": 32,        # OMGS-SGD code, exp_configs (HKBU-HPML/OMGS-SGD ac10b98)
     "resnet32_cifar10": 16,        # FFT-sparsification paper section 2: "16 for others" (single-GPU batch)
     "resnet56_cifar10": 128,       # same
     "resnet110_cifar10": 128,      # same
-    "resnet18_cifar10": 32,        # DEFT runs (seed_impls.md section 3)
+    "resnet18_cifar10": 32,        # DEFT runs (kljp/deft fc7f76f)
     "resnet50_imagenet": 16,       # OMGS-SGD Table IV (its code: 32)
     "inception_v4_imagenet": 32,   # OMGS-SGD Table IV
     "lstm_ptb": 100,               # OMGS-SGD Table IV (its code: 20)
-    "lstm_an4": 2,                 # Ok-Topk runs (seed_impls.md section 1)
+    "lstm_an4": 2,                 # Ok-Topk runs (Shigangli/Ok-Topk 9763dcc)
     "bert_base": 8,                # Ok-Topk runs, sequence length 128
     "alexnet_imagenet": 256,       # OMGS-SGD code, exp_configs
-    "vgg16_imagenet": 64,          # tf_cnn_benchmarks (hardware.md section 6)
+    "vgg16_imagenet": 64,          # tf_cnn_benchmarks (TensorFlow performance benchmarks, r1 guide)
 }
 
 

@@ -5,9 +5,9 @@ style ``BertLayer``, ``BertPooler``, ``BertPreTrainingHeads``) split into the st
 ``models/bert/depth=4/*``, with ``configs/bert_config_bert-base-uncased.json``: 12 layers,
 hidden 768, 12 heads, ffn 3072, vocab 30522, 512 positions, 2 token types, GELU, dropout
 0.1, LayerNorm eps 1e-12. The stages hold their own MLM decoder matrix, so it is not tied
-to the word embedding: that gives 133,547,324 parameters in 207 tensors (reference
-hardware.md caveat 2). Attention is written out (matmul, scale, mask, softmax, dropout,
-matmul) as in that code. The code here is our own.
+to the word embedding: that gives 133,547,324 parameters in 207 tensors, the total the
+Ok-Topk paper reports (1537 V + 86,635,010 with V = 30,522). Attention is written out
+(matmul, scale, mask, softmax, dropout, matmul) as in that code. The code here is our own.
 
 One deliberate difference: Ok-Topk's ``BertLMPredictionHead`` keeps the 30,522-element MLM
 bias as its own parameter, which ``parameters()`` yields *before* the head transform; here

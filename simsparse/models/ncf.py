@@ -1,4 +1,4 @@
-"""NeuMF (He et al. 2017) for MovieLens-20M with the MLPerf NCF sizes (assumed, reference hardware.md sec. 6).
+"""NeuMF (He et al. 2017) for MovieLens-20M with the MLPerf NCF sizes (assumed: the MLPerf NCF reference config).
 
 Layout of the MLPerf training reference ``recommendation/pytorch/neumf.py``: MF embeddings of
 64 and MLP embeddings of 128 for 138,493 users and 26,744 items, MLP 256 -> 256 -> 128 -> 64

@@ -36,7 +36,7 @@ import math
 
 from .topology import NIC, SWITCH, Fabric, Topology, mix
 
-# InfiniBand 4x data rates after 64b/66b encoding (hardware.md section 2:
+# InfiniBand 4x data rates after 64b/66b encoding (IBTA InfiniBand specification:
 # FDR 14.0625 Gb/s per lane -> 54.5 Gb/s; EDR 100, HDR 200, NDR 400 Gb/s).
 IB_RATES_Bps = {
     "FDR": 4 * 14.0625e9 * 64 / 66 / 8,   # 6.82 GB/s
