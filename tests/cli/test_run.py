@@ -89,4 +89,9 @@ def test_quickstart_config_is_valid():
     from simsparse.experiments.config import load_config
 
     exp = load_config("configs/quickstart.yaml")
-    assert exp.name == "quickstart" and len(exp.points) > 10
+    assert exp.name == "quickstart"
+    # the full grid: 2 compute models x 6 algorithms x 6 rank counts, each point once
+    grid = {(p.algorithm, p.P, (p.compute or {}).get("name", "ideal")) for p in exp.points}
+    assert len(exp.points) == len(grid) == 2 * 6 * 6
+    assert {a for a, _, _ in grid} == {"ring", "rabenseifner", "topka", "topkdsa", "gtopk", "oktopk"}
+    assert {P for _, P, _ in grid} == {2, 4, 8, 16, 32, 64}
