@@ -15,7 +15,7 @@ programs' driver or the networks.
 * :class:`HeapEngine` is the lean one: the same ordering key on a plain
   ``heapq`` of tuples, without SimPy's event objects and dispatch. Given the
   same calls in the same order it calls them in exactly the same order, so
-  simulated times are identical (``tests/test_engine.py`` checks a grid of
+  simulated times are identical (``tests/backends/test_engine.py`` checks a grid of
   algorithms, networks and schedules on both).
 """
 from __future__ import annotations

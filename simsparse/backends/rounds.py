@@ -45,7 +45,7 @@ Events are counted as the engines count them:
 * one per rank per round it waits in;
 * one per kernel that takes time.
 
-``tests/test_rounds.py`` compares rows and event counts with SimPy.
+``tests/backends/test_rounds.py`` compares rows and event counts with SimPy.
 """
 from __future__ import annotations
 

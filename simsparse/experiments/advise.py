@@ -25,7 +25,7 @@ three steps, each fast and stated in its output:
 
 **How far to trust it.** One-bucket schedules (``whole``, ``topk_sgd``)
 agree with simulating the schedule within 2 % (BERT-base, P = 64, Aries
-alpha-beta; ``tests/test_advise.py`` checks 5 % on ResNet-20). Pipelined
+alpha-beta; ``tests/cli/test_advise.py`` checks 5 % on ResNet-20). Pipelined
 schedules come out optimistic: in the simulator a bucket's collective runs its
 reduction and selection kernels on the device between its messages, so they
 wait behind the backward pass; the model puts them before the messages. On

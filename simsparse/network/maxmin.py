@@ -3,7 +3,7 @@
 :func:`maxmin_rates` is compiled with numba when it is installed (a wheel on
 every platform, nothing to build) and ``SIMSPARSE_NUMBA`` is not ``0``; the
 pure numpy path, :func:`maxmin_rates_numpy`, gives the same rates to the
-last bit (the same operations in the same order; ``tests/test_network_flow.py``
+last bit (the same operations in the same order; ``tests/network/test_flow_model.py``
 compares them) and runs otherwise. A solve on Piz Daint's Ok-Topk of BERT
 has about 85 flows; there the numpy path spends most of its time in the
 dozen numpy calls per filling round.

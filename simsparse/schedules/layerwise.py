@@ -87,7 +87,7 @@ class MGWFBP(Schedule):
     with t_s = 0). The plan uses the bucket collective's fitted alpha-beta
     model and the model's per-tensor backward times. The rule is greedy: on
     random small models it misses the optimum of its own cost model in ~15 %
-    of cases (tests/test_planner.py); ``planner: optimal`` takes the exact
+    of cases (tests/schedules/test_merge_planner.py); ``planner: optimal`` takes the exact
     minimum."""
 
     accepts = "dense"
@@ -169,7 +169,7 @@ class OMGSSGD(Schedule):
     collective's alpha-beta fit on the simulated network). Algorithm 1 is a
     greedy scan: Theorem 1's proof only excludes flipping one layer, and on
     random small models it misses the optimum of its own model in ~35 % of
-    cases (tests/test_planner.py has a 3-layer counterexample);
+    cases (tests/schedules/test_merge_planner.py has a 3-layer counterexample);
     ``planner: optimal`` takes the exact minimum of the same model."""
 
     accepts = "compressed"

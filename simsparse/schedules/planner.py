@@ -15,7 +15,7 @@ with merged layers (Eqs. 13-15): :func:`pipeline_time`. Planners:
 :func:`mgwfbp_plan` (MG-WFBP, dense) and :func:`optimal_plan` (exact minimum
 of :func:`pipeline_time` by dynamic programming). Algorithm 1 and MG-WFBP
 are greedy and miss the optimum of their own model in some cases (see the
-counterexamples in tests/test_planner.py).
+counterexamples in tests/schedules/test_merge_planner.py).
 """
 from __future__ import annotations
 
