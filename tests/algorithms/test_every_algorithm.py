@@ -54,10 +54,12 @@ def _oktopk_max(P, n, k):
     """Ok-Topk Eq. 3 / Table 1: at most 6k(P-1)/P words per rank, plus the
     latency-only messages of an iteration that has them all (sizes, boundaries,
     the radix select's histograms; tests/algorithms/test_oktopk.py has them exactly)."""
-    prm = ALGORITHMS["oktopk"].Params()
-    lg, histograms, hi = math.log2(P), 0, 31
+    bits, lg = ALGORITHMS["oktopk"].Params().select_bits, math.log2(P)
+    histograms, hi = 0, 31              # the radix select's passes over the 31 magnitude bits, int32 bins
     while hi > 0:
-        histograms, hi = histograms + lg * 4 * (1 << (hi - max(0, hi - prm.select_bits))), max(0, hi - prm.select_bits)
+        lo = max(0, hi - bits)
+        histograms += lg * 4 * (1 << (hi - lo))
+        hi = lo
     return 6 * k * (P - 1) / P * W + 4 * (P - 1) + lg * 8 * (P - 1) + histograms
 
 
@@ -99,7 +101,7 @@ PAPER_BYTES = {
                                              (0, ((P - 1) / P * k + P * k) * PAIR)),
     # SparCML section 5.3: the dense allgather of n/P blocks, plus at most k pairs of the sparse reduce-scatter
     "dsar_split_allgather": lambda P, n, k: ((_allgather(P, n // P * W), P * (k * PAIR + (P - 1) * (n // P) * W)),
-                                             (0, k * PAIR + (P - 1) * (n // P) * W)),
+                                             ((P - 1) * (n // P) * W, k * PAIR + (P - 1) * (n // P) * W)),
     # Ok-Topk Table 1, TopkDSA: between 4k(P-1)/P and 2k + n(P-1)/P words, plus counts and sizes (int32)
     "topkdsa": lambda P, n, k: ((P * 4 * k * (P - 1) / P * W, P * (W * (2 * k + n * (P - 1) / P) + 8 * (P - 1))),
                                 (0, W * (2 * k + n * (P - 1) / P) + 8 * (P - 1))),
