@@ -139,6 +139,8 @@ def check_patterns(p2p: dict, network: dict, P: int, cores=None, cpu=None) -> li
         rows.append(("exchange", m, t, sim(lambda c, mk=maker(m), n=n: patterns.exchange(c, mk, n), "span") / n))
     for m, t in p2p["pairs"]:
         rows.append(("pairs", m, t, sim(lambda c, mk=maker(m): patterns.pairs(c, mk, 4), "span") / 4))
+    for m, t in p2p.get("crossing", []):
+        rows.append(("crossing", m, t, sim(lambda c, mk=maker(m): patterns.crossing(c, mk, 4), "span") / 4))
     for m, t in p2p["incast"]:
         rows.append(("incast", m, t, sim(lambda c, mk=maker(m): patterns.incast(c, mk), "span")))
     return [{"pattern": p, "bytes": int(m), "measured_s": float(t), "model_s": float(s),

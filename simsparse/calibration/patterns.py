@@ -7,7 +7,9 @@ Each program returns its own figure on the rank that measures it (else
 None): ``pingpong`` the half round trip; ``exchange`` (both directions at
 once, a ring step) the time per exchange; ``window`` the per-message time at
 the receiver of back-to-back sends; ``pairs`` every rank streaming to rank
-r xor 1; ``incast`` every rank sending to rank 0 at once.
+r xor 1; ``crossing`` every rank streaming to the rank half the machine away
+(on a tree, across the uplinks its leaf's hosts share, in both directions);
+``incast`` every rank sending to rank 0 at once.
 """
 from __future__ import annotations
 
@@ -66,6 +68,21 @@ def pairs(ctx, make, count):
     peer = ctx.rank ^ 1
     if peer >= ctx.size:
         return None
+    t0 = ctx.now()
+    hs = [ctx.isend(peer, make()) for _ in range(count)] + [ctx.irecv(peer) for _ in range(count)]
+    yield ctx.waitall(hs)
+    return (ctx.now() - t0) / count
+
+
+def crossing(ctx, make, count):
+    """Every rank streams ``count`` messages to the rank P/2 away and receives
+    as many from it: recursive doubling's farthest step. On a tree every
+    flow crosses its leaf's uplinks, shared by the leaf's hosts, with the
+    reverse flows' data and acknowledgements in the same queues."""
+    half = ctx.size // 2
+    if ctx.rank >= 2 * half:
+        return None
+    peer = ctx.rank + half if ctx.rank < half else ctx.rank - half
     t0 = ctx.now()
     hs = [ctx.isend(peer, make()) for _ in range(count)] + [ctx.irecv(peer) for _ in range(count)]
     yield ctx.waitall(hs)

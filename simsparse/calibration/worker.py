@@ -70,7 +70,7 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
             vals.append(comm.allreduce(fin, op=MPI.MAX))
         return vals
 
-    out = {"pingpong": [], "exchange": [], "window": [], "pairs": [], "incast": []}
+    out = {"pingpong": [], "exchange": [], "window": [], "pairs": [], "crossing": [], "incast": []}
     for m in sizes:
         mk = maker(m)
         n = max(3, reps if m <= 1 << 16 else reps // 4)
@@ -91,16 +91,24 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
     for m in concurrency_sizes:
         mk, count = maker(m), 4
         out["pairs"].append((m, _median(span(lambda c, mk=mk, count=count: patterns.pairs(c, mk, count))) / count))
+        out["crossing"].append((m, _median(span(lambda c, mk=mk, count=count: patterns.crossing(c, mk, count)))
+                                / count))
         out["incast"].append((m, _median(span(lambda c, mk=mk: patterns.incast(c, mk)))))
     return out
 
 
 # -- kernels -------------------------------------------------------------------------
 
+def clock(kind: str):
+    """The clock a kernel or layer is timed with: ``wall`` (``perf_counter``) or ``cpu``, this process's CPU
+    time (user + system: what a call costs its rank in core-seconds while other ranks share the cores)."""
+    return time.process_time if kind == "cpu" else time.perf_counter
+
+
 class KernelProbe:
     """Wraps every kernel's torch implementation to record (work, seconds)."""
 
-    def __init__(self, sync):
+    def __init__(self, sync, now=time.perf_counter):
         from ..compute.kernels import KERNELS
 
         self.calls: list = []
@@ -108,17 +116,17 @@ class KernelProbe:
         self._orig = {}
         for name, k in KERNELS.items():
             self._orig[name] = k.torch_fn
-            k.torch_fn = self._wrap(k, k.torch_fn, sync)
+            k.torch_fn = self._wrap(k, k.torch_fn, sync, now)
 
-    def _wrap(self, k, fn, sync):
+    def _wrap(self, k, fn, sync, now):
         def timed(*args, **kwargs):
             if not self.active:
                 return fn(*args, **kwargs)
             sync()
-            t0 = time.perf_counter()
+            t0 = now()
             out = fn(*args, **kwargs)
             sync()
-            dt = time.perf_counter() - t0
+            dt = now() - t0
             w = k.work(out, *args, **kwargs)
             self.calls.append((k.name, float(w.elems), float(w.bytes), dt))
             return out
@@ -132,7 +140,7 @@ class KernelProbe:
             KERNELS[name].torch_fn = fn
 
 
-def kernels(comm, device_kind, sizes, quick) -> list:
+def kernels(comm, device_kind, sizes, quick, now=time.perf_counter) -> list:
     """Run every algorithm at the calibration sizes on this backend and record its kernels."""
     from ..algorithms import ALGORITHMS
     from ..experiments.loop import run_point
@@ -152,7 +160,7 @@ def kernels(comm, device_kind, sizes, quick) -> list:
                        iterations=2, warmup=1, check=False)
             backend = MPIBackend(pt, device_kind)
             if probe is None:
-                probe = KernelProbe(backend.driver.rs.sync)
+                probe = KernelProbe(backend.driver.rs.sync, now)
             probe.active = True
             run_point(pt, backend)
             probe.active = False
@@ -164,7 +172,7 @@ def kernels(comm, device_kind, sizes, quick) -> list:
 
 # -- layers ----------------------------------------------------------------------------
 
-def layers(comm, device, model_names, batch_size, reps) -> dict:
+def layers(comm, device, model_names, batch_size, reps, now=time.perf_counter) -> dict:
     """Per model: forward time and every tensor's backward interval (registration order)."""
     import torch
 
@@ -176,7 +184,7 @@ def layers(comm, device, model_names, batch_size, reps) -> dict:
         model = models.build(name).to(device)
         params = list(model.parameters())
         ready = [0.0] * len(params)
-        hooks = [p.register_post_accumulate_grad_hook(lambda _p, i=i, ready=ready: ready.__setitem__(i, time.perf_counter()))
+        hooks = [p.register_post_accumulate_grad_hook(lambda _p, i=i, ready=ready: ready.__setitem__(i, now()))
                  for i, p in enumerate(params)]
         fwd, bwd = [], []
         for it in range(reps + 1):
@@ -186,10 +194,10 @@ def layers(comm, device, model_names, batch_size, reps) -> dict:
             comm.Barrier()
             sync = (lambda: torch.cuda.synchronize()) if device.type == "cuda" else (lambda: None)
             sync()
-            t0 = time.perf_counter()
+            t0 = now()
             loss = models.loss(name, model, batch)
             sync()
-            t1 = time.perf_counter()
+            t1 = now()
             loss.backward()
             sync()
             if it == 0:
@@ -230,9 +238,10 @@ def main(argv=None):
         raw["p2p"] = p2p(driver, comm, spec["p2p_sizes"], spec["reps"], spec["quick"], spec.get("exchange_sizes", ()),
                          spec.get("concurrency_sizes", (1 << 16, 1 << 20)))
     if "kernels" in parts:
-        raw["kernels"] = kernels(comm, spec["device"], spec["kernel_sizes"], spec["quick"])
+        raw["kernels"] = kernels(comm, spec["device"], spec["kernel_sizes"], spec["quick"], clock(spec.get("clock")))
     if "layers" in parts:
-        raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"])
+        raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"],
+                               clock(spec.get("clock")))
     raw["device"] = f"{device.type}:{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}"
     raw["torch_threads"] = torch.get_num_threads()
     raw["wall_s"] = time.perf_counter() - t0

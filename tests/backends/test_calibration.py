@@ -172,3 +172,61 @@ def test_testbed_profile_is_its_description_with_the_measured_costs():
     assert rows[("pingpong", 1 << 20)]["model_s"] == pytest.approx(o + rdv + (1 << 20) / B - head, rel=1e-9)
     assert abs(rows[("incast", 1 << 20)]["error"]) < 0.01
     assert abs(rows[("pingpong", 4)]["error"]) < 0.01
+
+
+def test_more_ranks_than_cores_time_kernels_in_cpu_seconds_with_every_rank_resident(monkeypatch, tmp_path):
+    """With 8 ranks on 2 cores the kernels and layers run with all 8 ranks and a CPU clock (the core-seconds a
+    call costs its rank under the others' contention); the p2p part runs on the testbed; with 2 ranks, one wall
+    clocked launch does all."""
+    import time
+
+    import simsparse.calibration as cal
+    from simsparse.calibration import worker
+    from simsparse.experiments import measure
+
+    launches = []
+
+    def fake_launch(mpiexec, spec, ranks, testbed, timeout_s):
+        launches.append((tuple(spec.get("parts", ("p2p", "kernels", "layers"))), spec.get("clock"), ranks))
+        return {"wall_s": 1.0}
+
+    monkeypatch.setattr(measure, "check_prerequisites", lambda: "mpiexec")
+    monkeypatch.setattr(cal, "host_cores", lambda: 2)
+    monkeypatch.setattr(cal, "_launch", fake_launch)
+    monkeypatch.setattr(cal, "build_profile", lambda raw, *a, **k: dict(raw))
+    written = []
+    monkeypatch.setattr(cal, "write_profile", lambda profile, out: written.append(profile))
+    cal.calibrate(ranks=8, out=tmp_path / "p.yaml")
+    assert launches == [(("p2p",), None, 8), (("kernels", "layers"), "cpu", 8)]
+    assert written[-1]["compute_clock"] == "cpu" and written[-1]["shared_cores"] == 2
+    launches.clear()
+    cal.calibrate(ranks=2, out=tmp_path / "q.yaml")
+    assert launches == [(("p2p", "kernels", "layers"), None, 2)]
+    assert written[-1]["compute_clock"] == "wall" and written[-1]["shared_cores"] is None
+    assert worker.clock("cpu") is time.process_time and worker.clock("wall") is time.perf_counter
+
+
+def test_crossing_shares_the_tree_uplinks_and_not_the_star():
+    """The crossing pattern (every rank to the rank P/2 away, both directions) puts a leaf's two hosts on its
+    one uplink of a 2:1 tree: each flow gets half the rate, twice the time of pairs (r xor 1, inside a leaf);
+    on a star the two patterns take the same time."""
+    import numpy as np
+
+    from simsparse.calibration import patterns
+    from simsparse.network.spec import EthernetSpec
+    from simsparse.ops import Dense
+
+    a = np.zeros((4 << 20) // 4, np.float32)
+    make = lambda: Dense(a)   # noqa: E731
+    common = dict(link_bw_Bps=1.25e7, framing="tcp", mtu_B=9000, link_latency_s=0.0)
+    tree = EthernetSpec(name="t", topology="leafspine", switch_ports=8, hosts_per_leaf=2, oversubscription=2,
+                        routing="dmodk", **common)
+    star = EthernetSpec(name="s", topology="star", **common)
+
+    def span(spec, program):
+        return max(patterns.simulate(spec, None, 4, lambda c: program(c, make, 2))[1]) / 2
+
+    B = tree.payload_rate()
+    assert span(tree, patterns.pairs) == pytest.approx(a.nbytes / B, rel=0.02)
+    assert span(tree, patterns.crossing) == pytest.approx(2 * a.nbytes / B, rel=0.02)
+    assert span(star, patterns.crossing) == pytest.approx(span(star, patterns.pairs), rel=1e-9)
