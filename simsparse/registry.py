@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import re
 from collections.abc import Mapping
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 DOTTED = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
@@ -42,6 +44,30 @@ def did_you_mean(word, choices, template: str = " (did you mean {}?)") -> str:
 def is_dotted(name) -> bool:
     """Whether ``name`` is a dotted path ``package.module:Object``."""
     return isinstance(name, str) and DOTTED.fullmatch(name) is not None
+
+
+def import_roots(names) -> list[str]:
+    """The folders from which the dotted-path names among ``names`` import
+    their top-level package, so that a fresh interpreter (an mpiexec rank)
+    given them on PYTHONPATH imports the same plugin."""
+    roots = []
+    for name in names:
+        if not is_dotted(name):
+            continue
+        try:
+            spec = importlib.util.find_spec(name.partition(":")[0].split(".")[0])
+        except (ImportError, ValueError):
+            continue
+        if spec is None:
+            continue
+        if spec.submodule_search_locations:  # a package: the folder above it
+            where = [str(Path(p).parent) for p in spec.submodule_search_locations]
+        elif spec.origin and spec.origin not in ("built-in", "frozen"):
+            where = [str(Path(spec.origin).parent)]
+        else:
+            where = []
+        roots += [w for w in where if w not in roots]
+    return roots
 
 
 class UnknownName(KeyError):
