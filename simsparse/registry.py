@@ -94,6 +94,15 @@ def import_object(path: str):
     return obj
 
 
+#: every registry made so far (those of the modules imported)
+REGISTRIES: list["Registry"] = []
+
+
+def plugin_entry_points() -> list[tuple[str, str]]:
+    """``(what, name)`` of every entry point of the registries' groups."""
+    return [(r.what, name) for r in REGISTRIES for name in r.entry_point_names()]
+
+
 class Registry(Mapping):
     """Named objects of one kind.
 
@@ -110,6 +119,7 @@ class Registry(Mapping):
         self.what, self.group, self.accept, self.allowed, self.builtins = what, group, accept, allowed, builtins
         self._items: dict[str, Any] = {}
         self._plugins: dict[str, Any] = {}
+        REGISTRIES.append(self)
 
     # -- registering --------------------------------------------------------------
     def add(self, name: str, obj):

@@ -43,12 +43,12 @@ def on_path(monkeypatch):
 
 
 def test_the_example_runs_in_run_sweep_and_measure_correct_and_with_the_same_bytes(tmp_path, on_path):
-    cfg = _cfg(tmp_path, f"['{DOTTED}', topka]")
+    cfg = EXAMPLE / "measure.yaml"  # the guide's P = 2 config
     assert main(["run", str(cfg), "--out", str(tmp_path / "run"), "--no-plot"]) == 0
     run = _rows(tmp_path / "run")
     assert run.loc[DOTTED, "correct"] and run.loc["topka", "correct"]
-    # the ring sends each selection P - 1 = 1 times: k = 200 (int32 index, float32 value) pairs per rank
-    assert run.loc[DOTTED, "bytes_total"] == 2 * 200 * 8 == run.loc["topka", "bytes_total"]
+    # the ring sends each selection P - 1 = 1 times: k = 1000 (int32 index, float32 value) pairs per rank
+    assert run.loc[DOTTED, "bytes_total"] == 2 * 1000 * 8 == run.loc["topka", "bytes_total"]
 
     # sweep's process pool: a fresh interpreter that finds the package on PYTHONPATH
     env = {**os.environ, "PYTHONPATH": str(EXAMPLE)}
@@ -67,6 +67,12 @@ def test_the_example_runs_in_run_sweep_and_measure_correct_and_with_the_same_byt
     assert mpi.loc[DOTTED, "backend"] == "mpi" and mpi.loc[DOTTED, "correct"]
     for col in ("bytes_total", "bytes_sent_max", "msgs_total"):
         assert mpi.loc[DOTTED, col] == run.loc[DOTTED, col], col
+
+
+def test_list_explains_a_plugin_by_its_dotted_path(on_path, capsys):
+    assert main(["list", DOTTED]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{DOTTED} (algorithm)") and "Ring top-k" in out and "error_feedback = False" in out
 
 
 @pytest.fixture

@@ -1,10 +1,4 @@
-"""Ring top-k: a sparse allreduce written outside simsparse.
-
-Every rank selects its top k by magnitude and passes the selections around a
-ring, P - 1 steps, forwarding each step what it received the step before (a
-ring allgather by hand); then every rank sums the P selections. It sends
-(P - 1) k (index, value) pairs per rank, like TopkA's allgather, in P - 1
-messages of one selection each."""
+"""A sparse allreduce written outside simsparse (docs/plugins.md)."""
 import numpy as np
 
 from simsparse.algorithms import Algorithm, SparseParams
@@ -12,6 +6,12 @@ from simsparse.algorithms.base import host_indices, topk_choice
 
 
 class RingTopk(Algorithm):
+    """Ring top-k: every rank selects its top k by magnitude and passes the
+    selections around a ring, P - 1 steps, forwarding what it received the
+    step before (a ring allgather by hand); then every rank sums the P
+    selections. (P - 1) k (index, value) pairs per rank, as TopkA sends, in
+    P - 1 messages instead of log2(P)."""
+
     Params = SparseParams  # accepts error_feedback
 
     def run(self, ctx, x):
