@@ -204,7 +204,7 @@ def subclass_of(base: type) -> Callable[[Any, str], Any]:
     def accept(obj, name: str):
         if not (isinstance(obj, type) and issubclass(obj, base)) or obj is base:
             raise TypeError(f"it is {obj!r}, not a subclass of {base.__module__}.{base.__qualname__}")
-        if not getattr(obj, "name", ""):
+        if not obj.__dict__.get("name"):  # (not a name inherited from a built-in it extends)
             obj.name = name
         return obj
 

@@ -17,6 +17,7 @@ from simsparse.compute.devices import load_profile
 from simsparse.compute.kernels import KERNELS, get_kernel
 from simsparse.experiments.config import load_config
 from simsparse.registry import UnknownName
+from simsparse.schedules import SCHEDULES
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_allreduce"
 DOTTED = "my_allreduce:RingTopk"
@@ -46,7 +47,7 @@ def test_the_example_runs_in_run_sweep_and_measure_correct_and_with_the_same_byt
     cfg = EXAMPLE / "measure.yaml"  # the guide's P = 2 config
     assert main(["run", str(cfg), "--out", str(tmp_path / "run"), "--no-plot"]) == 0
     run = _rows(tmp_path / "run")
-    assert run.loc[DOTTED, "correct"] and run.loc["topka", "correct"]
+    assert run.loc[DOTTED, "correct"] == True and run.loc["topka", "correct"] == True  # noqa: E712 (NaN is truthy)
     # the ring sends each selection P - 1 = 1 times: k = 1000 (int32 index, float32 value) pairs per rank
     assert run.loc[DOTTED, "bytes_total"] == 2 * 1000 * 8 == run.loc["topka", "bytes_total"]
 
@@ -57,14 +58,15 @@ def test_the_example_runs_in_run_sweep_and_measure_correct_and_with_the_same_byt
                            "--no-plot"], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     sweep = _rows(tmp_path / "sweep")
-    assert sweep.loc[DOTTED, "correct"] and sweep.loc[DOTTED, "bytes_total"] == run.loc[DOTTED, "bytes_total"]
+    assert sweep.loc[DOTTED, "correct"] == True  # noqa: E712
+    assert sweep.loc[DOTTED, "bytes_total"] == run.loc[DOTTED, "bytes_total"]
 
     if not HAVE_MPI:
         pytest.skip("measure needs the [mpi] extra (mpi4py, torch, mpiexec)")
     # mpiexec's ranks: measure hands them the folder this process imported the plugin from
     assert main(["measure", str(cfg), "--out", str(tmp_path / "mpi"), "--no-plot", "--device", "cpu"]) == 0
     mpi = _rows(tmp_path / "mpi")
-    assert mpi.loc[DOTTED, "backend"] == "mpi" and mpi.loc[DOTTED, "correct"]
+    assert mpi.loc[DOTTED, "backend"] == "mpi" and mpi.loc[DOTTED, "correct"] == True  # noqa: E712
     for col in ("bytes_total", "bytes_sent_max", "msgs_total"):
         assert mpi.loc[DOTTED, col] == run.loc[DOTTED, col], col
 
@@ -93,7 +95,7 @@ def test_an_entry_point_registers_the_algorithm_by_its_name(tmp_path, installed)
     assert ALGORITHMS["ring_topk"].__name__ == "RingTopk"
     assert "ring_topk" in ALGORITHMS.names() and "ring_topk" not in list(ALGORITHMS)  # listings stay the package's
     assert main(["run", str(_cfg(tmp_path, "[ring_topk]")), "--out", str(tmp_path / "r"), "--no-plot"]) == 0
-    assert _rows(tmp_path / "r").loc["ring_topk", "correct"]
+    assert _rows(tmp_path / "r").loc["ring_topk", "correct"] == True  # noqa: E712
 
 
 def test_an_entry_point_of_the_wrong_kind_is_refused(installed):
@@ -140,3 +142,18 @@ def test_the_other_registries_take_dotted_paths(tmp_path, monkeypatch, my_machin
     assert point.network["alpha_s"] == 3.0e-6 and point.compute["launch_s"] == 1.0e-5
     with pytest.raises(UnknownName, match="Kernel object .*, not a DeviceProfile, a mapping or a profile path"):
         load_profile("my_machine:negate")
+
+
+def test_a_schedule_by_dotted_path_runs_a_training_iteration_with_its_default(tmp_path, monkeypatch, capsys):
+    (tmp_path / "my_sched.py").write_text(
+        "from simsparse.schedules.layerwise import Whole\n\n\n"
+        "class Whole2(Whole):\n    \"\"\"Whole, from outside the package.\"\"\"\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = tmp_path / "t.yaml"
+    cfg.write_text("network: aries_alphabeta\ncompute: p100\nmodel: resnet20_cifar10\nschedules: ['my_sched:Whole2']\n"
+                   "P: 2\niterations: 1\nwarmup: 0\nvalues: full\n")  # full: values, so the result is checked
+    assert main(["run", str(cfg), "--out", str(tmp_path / "r"), "--no-plot"]) == 0
+    assert "my_sched:Whole2 / rabenseifner (default)" in capsys.readouterr().out
+    row = pd.read_csv(tmp_path / "r" / "results.csv").iloc[0]
+    assert row["schedule"] == "my_sched:Whole2" and row["correct"] == True  # noqa: E712
+    assert SCHEDULES["my_sched:Whole2"].name == "my_sched:Whole2" and SCHEDULES["whole"].name == "whole"
