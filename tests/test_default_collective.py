@@ -9,7 +9,7 @@ import pytest
 from simsparse.algorithms import ALGORITHMS
 from simsparse.cli import main
 from simsparse.experiments.config import ConfigError, load_config
-from simsparse.schedules import SCHEDULES, Schedule, register_schedule
+from simsparse.schedules import SCHEDULES
 
 PAPERS = {"whole": "rabenseifner", "dense_ovlp": "rabenseifner", "wfbp": "ring", "mg_wfbp": "ring",
           "topk_sgd": "topka", "lags_sgd": "topka", "mgs_sgd": "topka", "omgs_sgd": "topka"}
@@ -53,14 +53,12 @@ def test_the_table_marks_the_default(tmp_path, capsys):
 
 
 def test_a_schedule_without_a_default_asks_for_algorithms(tmp_path, monkeypatch):
-    @register_schedule("_no_default")
-    class NoDefault(Schedule):
-        @classmethod
-        def plan(cls, params, costs):
-            return (len(costs.sizes),)
-
-    try:
-        with pytest.raises(ConfigError, match="_no_default names no default collective.*list 'algorithms'"):
-            load_config(_cfg(tmp_path, "schedules: [_no_default]\n"))
-    finally:
-        SCHEDULES._items.pop("_no_default")
+    (tmp_path / "no_default.py").write_text(
+        "from simsparse.schedules import Schedule\n\n\n"
+        "class NoDefault(Schedule):\n"
+        "    @classmethod\n"
+        "    def plan(cls, params, costs):\n"
+        "        return (len(costs.sizes),)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match="no_default:NoDefault names no default collective.*list 'algorithms'"):
+        load_config(_cfg(tmp_path, "schedules: ['no_default:NoDefault']\n"))
