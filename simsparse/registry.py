@@ -85,8 +85,8 @@ def import_object(path: str):
     try:
         obj = importlib.import_module(module)
     except Exception as e:  # a plugin's own import error is the user's to see
-        raise ImportError(f"cannot import module {module!r} ({type(e).__name__}: {e}); is its folder on PYTHONPATH "
-                          f"or the package installed?") from None
+        raise ImportError(f"cannot import module {module!r} ({type(e).__name__}: {e}; is its folder on PYTHONPATH "
+                          f"or its package installed?)") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise AttributeError(f"module {module!r} has no {attr!r}")
