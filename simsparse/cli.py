@@ -627,7 +627,35 @@ def _list(names) -> int:
               f"batch {DEFAULT_BATCH.get(name, '-')}, {table.get('input', '')}")
     print("device profiles (compute:): " + ", ".join(reg["device profile"]))
     print("network presets (network:): " + (", ".join(reg["network preset"]) or "(none)"))
+    from .registry import plugin_entry_points
+
+    plugins = plugin_entry_points()
+    print("plugins (entry points of installed packages): " + (", ".join(f"{n} ({what})" for what, n in plugins)
+                                                               or "none; a config may also name a dotted path "
+                                                                  "package.module:Object (docs/plugins.md)"))
     return 0
+
+
+def _plugin(name) -> list:
+    """``[(what, class)]`` of an algorithm or schedule a plugin provides
+    (a dotted path or an entry point), else []."""
+    from .algorithms import ALGORITHMS
+    from .registry import is_dotted
+    from .schedules import SCHEDULES
+
+    kinds = (("algorithm", ALGORITHMS), ("schedule", SCHEDULES))
+    for what, registry in kinds:
+        if name in registry.entry_point_names():
+            return [(what, registry[name])]
+    if not is_dotted(name):
+        return []
+    errors = []
+    for what, registry in kinds:
+        try:
+            return [(what, registry[name])]
+        except KeyError as e:
+            errors.append(e)
+    raise errors[0]
 
 
 def _list_details(names) -> int:
@@ -637,6 +665,13 @@ def _list_details(names) -> int:
     status = 0
     for name in names:
         found = [(what, entries[name]) for what, entries in reg.items() if name in entries]
+        if not found:
+            try:
+                found = _plugin(name)
+            except KeyError as e:
+                print(f"simsparse: error: {e}", file=sys.stderr)
+                status = 2
+                continue
         if not found:
             every = [n for entries in reg.values() for n in entries]
             print(f"simsparse: error: {name!r} is not an algorithm, schedule, model, device profile or network "

@@ -35,7 +35,7 @@ from typing import ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-ALGORITHMS: dict[str, type["Algorithm"]] = {}
+from ..registry import Registry, subclass_of
 
 
 class NoParams(BaseModel):
@@ -224,22 +224,23 @@ def topk_choice(x: np.ndarray, k: int, chosen=None) -> np.ndarray:
     return np.asarray(topk_kernel.numpy(x, k).indices, dtype=np.int64)
 
 
+#: the algorithms by name: the package's, a dotted path, or entry points of group ``simsparse.algorithms``
+ALGORITHMS = Registry("algorithm", "simsparse.algorithms", subclass_of(Algorithm),
+                      "a subclass of simsparse.algorithms.Algorithm")
+
+
 def register(name: str):
     def deco(cls):
-        if name in ALGORITHMS:
-            raise ValueError(f"algorithm {name!r} registered twice")
+        ALGORITHMS.add(name, cls)
         cls.name = name
-        ALGORITHMS[name] = cls
         return cls
 
     return deco
 
 
 def get_algorithm(name: str) -> type[Algorithm]:
-    try:
-        return ALGORITHMS[name]
-    except KeyError:
-        raise KeyError(f"unknown algorithm {name!r}; known: {', '.join(sorted(ALGORITHMS))}") from None
+    """The algorithm class ``name`` resolves to (:class:`~simsparse.registry.Registry`)."""
+    return ALGORITHMS[name]
 
 
 def pof2_floor(P: int) -> int:

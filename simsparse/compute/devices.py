@@ -19,6 +19,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..registry import Registry, is_dotted
 from .kernels import Work
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -135,11 +136,35 @@ def builtin_profiles() -> list[str]:
     return sorted(f.stem for f in PROFILE_DIR.glob("*.yaml"))
 
 
+def _as_profile(obj, name: str) -> DeviceProfile:
+    """A plugin's profile: a DeviceProfile, a mapping of its keys, or a YAML file path."""
+    if isinstance(obj, DeviceProfile):
+        return obj
+    if isinstance(obj, (str, Path)):
+        return load_profile(str(obj))
+    if isinstance(obj, dict):
+        return DeviceProfile.model_validate({"name": name, **obj})
+    raise TypeError(f"it is {obj!r}, not a DeviceProfile, a mapping or a profile path")
+
+
+#: device profiles of plugins (a dotted path, or entry points of group ``simsparse.devices``);
+#: the built-in ones are the files in ``profiles/``
+DEVICES = Registry("device profile", "simsparse.devices", _as_profile,
+                   "a simsparse.compute.devices.DeviceProfile, a mapping of its keys or a profile .yaml path",
+                   builtins=builtin_profiles)
+
+
 def load_profile(name_or_path: str, base_dir: Path | None = None) -> DeviceProfile:
-    """A built-in profile by name (``p100``) or a YAML file path."""
+    """A built-in profile by name (``p100``), a plugin's (a dotted path or an
+    entry point name), or a YAML file path. An unknown name raises
+    :class:`~simsparse.registry.UnknownName`."""
     p = Path(name_or_path)
+    if is_dotted(name_or_path):
+        return DEVICES[name_or_path]
     if not p.suffix:
         p = PROFILE_DIR / f"{name_or_path}.yaml"
+        if not p.exists():
+            return DEVICES[name_or_path]
     elif base_dir is not None and not p.is_absolute() and not p.exists():
         p = base_dir / p
     if not p.exists():

@@ -22,9 +22,8 @@ from typing import Callable
 import numpy as np
 
 from ..ops import COO
+from ..registry import Registry, instance_of
 from .sampled import Sampled
-
-KERNELS: dict[str, "Kernel"] = {}
 
 
 @dataclass(frozen=True)
@@ -58,6 +57,11 @@ class Kernel:
         return fn
 
 
+#: the kernels by name: the package's, a dotted path, or entry points of group ``simsparse.kernels``
+KERNELS = Registry("kernel", "simsparse.kernels", instance_of(Kernel),
+                   "a simsparse.compute.kernels.Kernel (made by the @kernel decorator)")
+
+
 def kernel(name: str, work: Callable, memo: bool = False) -> Callable[[Callable], Kernel]:
     """Register ``fn`` (numpy implementation, also used for torch when the
     same code works on tensors) as kernel ``name`` with ``work(out, *args, **kw)``.
@@ -66,20 +70,14 @@ def kernel(name: str, work: Callable, memo: bool = False) -> Callable[[Callable]
     computes it once per iteration and charges every rank its cost."""
 
     def deco(fn: Callable) -> Kernel:
-        if name in KERNELS:
-            raise ValueError(f"kernel {name!r} registered twice")
-        k = Kernel(name, fn, work, memo)
-        KERNELS[name] = k
-        return k
+        return KERNELS.add(name, Kernel(name, fn, work, memo))
 
     return deco
 
 
 def get_kernel(name: str) -> Kernel:
-    try:
-        return KERNELS[name]
-    except KeyError:
-        raise KeyError(f"unknown kernel {name!r}; known: {sorted(KERNELS)}") from None
+    """The kernel ``name`` resolves to (:class:`~simsparse.registry.Registry`)."""
+    return KERNELS[name]
 
 
 # -- size-only vectors -------------------------------------------------------------

@@ -51,8 +51,9 @@ import pandas as pd
 import yaml
 
 from ..algorithms import ALGORITHMS
-from ..compute.devices import builtin_profiles, load_profile
+from ..compute.devices import DEVICES, load_profile
 from ..compute.models import DEFAULT_BATCH, model_costs, model_profile
+from ..registry import UnknownName, is_dotted
 from ..schedules import SCHEDULES, PlanCosts
 from ..schedules.planner import pipeline_time
 from .config import ConfigError, WorkloadSpec, network_variants
@@ -110,10 +111,13 @@ def _inputs(args):
         raise ConfigError(f"-P {args.P}: with one rank there is nothing to communicate; allowed P >= 2")
     try:
         prof = load_profile(args.compute, Path.cwd())
-    except FileNotFoundError:
-        allowed = builtin_profiles()
+    except (FileNotFoundError, UnknownName) as e:
+        if is_dotted(args.compute):
+            raise ConfigError(f"--compute: {e}") from None
+        allowed = DEVICES.names()
         raise ConfigError(f"--compute {args.compute!r}: device profile not found{did_you_mean(args.compute, allowed)};"
-                          f" allowed: {', '.join(allowed)}, or a .yaml path") from None
+                          f" allowed: {', '.join(allowed)}, a .yaml path, or a dotted path package.module:PROFILE") \
+            from None
     if prof.peak_flops is None:
         raise ConfigError(f"--compute {args.compute}: the profile has no peak_flops, needed to time the model's layers")
     batch = args.batch_size or DEFAULT_BATCH.get(args.model)

@@ -11,7 +11,9 @@ Top-level keys::
                  {profile: <name or file>, <overrides>} | an inline profile
     workload:    {n, density, dtype, seed, distribution, overlap, skew, drift,
                  layers | model, layer_spread, source} (see simsparse/workload.py)
-    algorithms:  [name, {name: <name>, <param>: <value>}, ...]
+    algorithms:  [name, {name: <name>, <param>: <value>}, ...]; a name may be a
+                 dotted path package.module:Class; with schedules it may be
+                 omitted: each schedule runs its paper's (default_algorithm)
     P:           number of ranks
     iterations:  measured iterations per point (>= 1); the loop adds one of each kind
                  of the algorithm's periodic work they miss (experiments/period.py)
@@ -40,9 +42,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..algorithms import ALGORITHMS
-from ..compute.devices import DeviceProfile, builtin_profiles, load_profile
+from ..compute.devices import DEVICES, DeviceProfile, builtin_profiles, load_profile
 from ..schedules import SCHEDULES, get_schedule
+from ..network.presets import NETWORKS
 from ..network.spec import NETWORK_SPECS
+from ..registry import UnknownName, is_dotted
 from ..sampling import sampled_problem
 from ..workload import FileSource, Workload, model_layer_params, resolve_layers
 from . import limits
@@ -242,7 +246,7 @@ def load_config(path: str | Path) -> Experiment:
         raise ConfigError(f"{path}: workload = {limits.show(raw['workload'])} is not allowed: expected a mapping of "
                           f"keys (n, density, ...).")
     training = "schedules" in raw
-    for req in ("algorithms", "P") if training else ("workload", "algorithms", "P"):
+    for req in ("P",) if training else ("workload", "algorithms", "P"):
         if req not in raw:
             errors.append(f"missing required key '{req}'")
     if training:
@@ -277,7 +281,8 @@ def load_config(path: str | Path) -> Experiment:
         variants.setdefault(_wl_key(tr), collect(
             errors, lambda wl_raw=wl_raw: validate_variants(wl_raw, WorkloadSpec, "workload")))
     cases = [(tr, wl) for tr in trainings for wl in variants[_wl_key(tr)]]
-    algos = collect(errors, lambda: _algorithms(raw["algorithms"]))
+    defaulted = training and "algorithms" not in raw
+    algos = collect(errors, lambda: _default_algorithms(trainings) if defaulted else _algorithms(raw["algorithms"]))
     stack = collect(errors, lambda: _stack(raw.get("stack")))
     run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check", "data_scale", "engine", "values",
                                    "collectives") if k in raw}
@@ -300,6 +305,8 @@ def load_config(path: str | Path) -> Experiment:
     for net, comp, (tr, wl), run, (aname, params) in grid:
         if tr is not None:
             spec, (sname, sparams) = tr
+            if defaulted and aname != get_schedule(sname).default_algorithm:
+                continue  # each schedule with its own paper's collective
             problem = get_schedule(sname).check_algorithm(ALGORITHMS[aname])
             if problem:
                 continue  # the grid pairs every schedule with every algorithm it can use
@@ -329,7 +336,7 @@ def load_config(path: str | Path) -> Experiment:
                       engine=run.engine, values=run.values, collectives=run.collectives)
         if tr is not None:
             point = replace(point, schedule=sname, schedule_params=sparams.model_dump(exclude_unset=True),
-                            batch_size=spec.batch_size)
+                            batch_size=spec.batch_size, algorithm_default=defaulted)
             if stack is not None:
                 point = replace(point, stack=stack.model_dump(exclude_defaults=True),
                                 compute=stack.device_costs(comp, len(wl.layers)))
@@ -439,7 +446,12 @@ def _load_preset(name: str, cfg_path: Path) -> dict:
                     raise Err(f"machine profile {c}: no 'network' section")
                 return data["network"]
             return data
-    avail = sorted(p.stem for d in TOPOLOGY_DIRS for p in d.glob("*.yaml"))
+    if is_dotted(name) or name in NETWORKS.entry_point_names():  # a plugin's
+        try:
+            return NETWORKS[name]
+        except UnknownName as e:
+            raise Err(f"network: {e}") from None
+    avail = sorted({*(p.stem for d in TOPOLOGY_DIRS for p in d.glob("*.yaml")), *NETWORKS.entry_point_names()})
     raise Err(f"network: preset {limits.show(name)} not found{did_you_mean(Path(name).stem, avail)} (looked next to the "
                f"config, in the working directory and in topologies/); available presets: {', '.join(avail) or 'none'}")
 
@@ -465,12 +477,12 @@ def _computes(val, cfg_path: Path) -> list[dict | None]:
             else:
                 raise Err(f"compute: expected 'ideal', a profile name ({', '.join(builtin_profiles())}), a .yaml "
                            f"path or a mapping, got {v!r}")
-        except FileNotFoundError as e:
+        except (FileNotFoundError, UnknownName) as e:
             name = v.get("profile") if isinstance(v, dict) else v
-            if isinstance(name, str) and not Path(name).suffix:
-                allowed = ["ideal", *builtin_profiles()]
+            if isinstance(name, str) and not Path(name).suffix and not is_dotted(name):
+                allowed = ["ideal", *DEVICES.names()]
                 raise Err(f"compute: device profile {name!r} not found{did_you_mean(name, allowed)}; allowed: "
-                           f"{', '.join(allowed)}, or a .yaml path") from None
+                           f"{', '.join(allowed)}, a .yaml path, or a dotted path package.module:PROFILE") from None
             raise Err(f"compute: {e}") from None
         except ValidationError as e:
             raise Err("; ".join(pyd_errors(e, DeviceProfile, "compute"))) from None
@@ -525,6 +537,21 @@ def _algorithms(val) -> list[tuple[str, BaseModel]]:
     return _named_entries(val, "algorithms", ALGORITHMS)
 
 
+def _default_algorithms(trainings) -> list[tuple[str, BaseModel]]:
+    """The collectives of the schedules' papers (``Schedule.default_algorithm``),
+    for a training config that lists no algorithms."""
+    names, errs = [], []
+    for sname in dict.fromkeys(s for _, (s, _) in trainings):
+        default = get_schedule(sname).default_algorithm
+        if not default:
+            errs.append(f"schedules: {sname} names no default collective (default_algorithm); list 'algorithms'")
+        elif default not in names:
+            names.append(default)
+    if errs:
+        raise Err("; ".join(errs))
+    return [(name, ALGORITHMS[name].Params()) for name in names]
+
+
 def _named_entries(val, key: str, registry: dict) -> list[tuple[str, BaseModel]]:
     """A list of registered names or ``{name: ..., <params>}`` mappings, each
     expanded into its grid of validated params."""
@@ -544,12 +571,13 @@ def _named_entries(val, key: str, registry: dict) -> list[tuple[str, BaseModel]]
         else:
             errs.append(f"{where}: expected a name or a mapping with 'name', got {entry!r}")
             continue
-        if not isinstance(name, str) or name not in registry:
-            hint = did_you_mean(name, registry) if isinstance(name, str) else ""
-            errs.append(f"{where}: unknown {what} {name!r}{hint}; allowed: {', '.join(sorted(registry))}")
+        try:
+            cls = registry[name]
+        except UnknownName as e:
+            errs.append(f"{where}: {e}")
             continue
         try:
-            for p in validate_variants(params, registry[name].Params, where):
+            for p in validate_variants(params, cls.Params, where):
                 out.append((name, p))
         except Err as e:
             errs.append(str(e))

@@ -1,21 +1,9 @@
 """Hints in error messages: "did you mean", and where a YAML mistake is."""
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
-
-def did_you_mean(word, choices, template: str = " (did you mean {}?)") -> str:
-    """``template`` filled with the closest of ``choices`` (difflib), or ''."""
-    if not isinstance(word, str) or not word:
-        return ""
-    choices = [str(c) for c in choices]
-    close = difflib.get_close_matches(word, choices, n=2, cutoff=0.6)
-    if not close:  # a prefix such as 'piz_daint' of 'piz_daint_aries'
-        close = [c for c in choices if c.startswith(word) or word.startswith(c)][:2]
-    if not close or word in close:
-        return ""
-    return template.format(" or ".join(repr(c) for c in close))
+from ..registry import did_you_mean  # noqa: F401  (the config loader's hints)
 
 
 _OPENERS = {"flow sequence": "this '[' list", "flow mapping": "this '{' mapping", "quoted": "this quoted string"}

@@ -52,6 +52,9 @@ class Point:
     #: (exactly, or as a recorded approximation); "events": always their
     #: messages (not part of the id)
     collectives: str = "auto"
+    #: a training point whose algorithm is its schedule's default (the config
+    #: listed none): shown in the table; the same run (not part of the id)
+    algorithm_default: bool = False
 
     # -- identity ----------------------------------------------------------
     def to_dict(self) -> dict:
@@ -69,6 +72,7 @@ class Point:
         d.pop("engine")
         d.pop("values")
         d.pop("collectives")
+        d.pop("algorithm_default")
         if backend != "sim" or self.data_scale == 1.0:
             d.pop("data_scale")  # the real backend always runs full size; ids of full-size points stay as before
         if not self.stack:  # ids of points without a stack stay as before
@@ -170,6 +174,8 @@ class Point:
         for key, val in self.workload.items():  # the gradient source's knobs (overlap, drift, ...)
             if isinstance(val, (int, float, str, bool)) and key not in ("n", "density", "dtype", "seed", "model"):
                 cols[f"wl_{key}"] = val
+        if self.algorithm_default:
+            cols["algorithm_default"] = True
         if self.schedule_params:
             cols["schedule_params"] = json.dumps(self.schedule_params, sort_keys=True)
         if self.stack:

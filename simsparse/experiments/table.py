@@ -94,6 +94,8 @@ def _sig(x: float) -> str:
 def series_label(row) -> str:
     """``algorithm {params}``, behind ``schedule /`` for a training iteration."""
     alg = str(row.get("algorithm", ""))
+    if str(row.get("algorithm_default", "")) == "True":  # the schedule's own, the config listed none
+        alg += " (default)"
     params = row.get("params", "")
     if isinstance(params, str) and params and params != "nan":
         alg += " " + params

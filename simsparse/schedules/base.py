@@ -30,8 +30,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ..algorithms import Setup
-
-SCHEDULES: dict[str, type["Schedule"]] = {}
+from ..registry import Registry, subclass_of
 
 
 class NoScheduleParams(BaseModel):
@@ -61,6 +60,9 @@ class Schedule:
     Params: ClassVar[type[BaseModel]] = NoScheduleParams
     #: "dense" (exact dense allreduce) or "compressed" (sparse or quantized)
     accepts: ClassVar[str] = "dense"
+    #: the collective of the schedule's paper: what a training config that
+    #: lists no ``algorithms`` runs it with ("" for none)
+    default_algorithm: ClassVar[str] = ""
 
     @classmethod
     def plan(cls, params: BaseModel, costs: PlanCosts) -> tuple[int, ...]:  # pragma: no cover - interface
@@ -153,19 +155,20 @@ class Schedule:
         return out
 
 
+#: the schedules by name: the package's, a dotted path, or entry points of group ``simsparse.schedules``
+SCHEDULES = Registry("schedule", "simsparse.schedules", subclass_of(Schedule),
+                     "a subclass of simsparse.schedules.Schedule")
+
+
 def register_schedule(name: str):
     def deco(cls):
-        if name in SCHEDULES:
-            raise ValueError(f"schedule {name!r} registered twice")
+        SCHEDULES.add(name, cls)
         cls.name = name
-        SCHEDULES[name] = cls
         return cls
 
     return deco
 
 
 def get_schedule(name: str) -> type[Schedule]:
-    try:
-        return SCHEDULES[name]
-    except KeyError:
-        raise KeyError(f"unknown schedule {name!r}; known: {', '.join(sorted(SCHEDULES))}") from None
+    """The schedule class ``name`` resolves to (:class:`~simsparse.registry.Registry`)."""
+    return SCHEDULES[name]

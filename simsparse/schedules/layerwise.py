@@ -21,6 +21,12 @@ omgs_sgd       compressed  LAGS with OMGS's merging (Algorithm 1, Theorem 1)
 "Compressed" accepts every sparse or quantized allreduce of the family (TopkA
 as in the paper's code, but also Ok-Topk, gTopk, Gaussiank, ...), each
 keeping its state per bucket.
+
+Each names the collective of its paper as ``default_algorithm``, what a
+training config without ``algorithms`` runs: TopkA (the allgather of the
+OMGS-SGD code) for the compressed ones; for Dense and DenseOvlp the MPI
+allreduce of the Ok-Topk runs (Cray-MPICH: Rabenseifner for long messages),
+for WFBP and MG-WFBP the ring allreduce of MG-WFBP's cost model.
 """
 from __future__ import annotations
 
@@ -56,6 +62,7 @@ class Whole(Schedule):
     allreduce of all gradients (the Ok-Topk paper's "Dense", section 5)."""
 
     accepts = "dense"
+    default_algorithm = "rabenseifner"
 
     @classmethod
     def plan(cls, params, costs: PlanCosts):
@@ -70,6 +77,7 @@ class WFBP(Schedule):
     the communication stream."""
 
     accepts = "dense"
+    default_algorithm = "ring"
 
     @classmethod
     def plan(cls, params, costs: PlanCosts):
@@ -91,6 +99,7 @@ class MGWFBP(Schedule):
     minimum."""
 
     accepts = "dense"
+    default_algorithm = "ring"
     Params = _Planned
 
     @classmethod
@@ -112,6 +121,7 @@ class DenseOvlp(Schedule):
     PyTorch DDP's ``bucket_cap_mb`` (25 MiB)."""
 
     accepts = "dense"
+    default_algorithm = "rabenseifner"
     Params = _Bucketed
 
     @classmethod
@@ -126,6 +136,7 @@ class TopkSGD(Schedule):
     gradients and one sparse allreduce; no overlap."""
 
     accepts = "compressed"
+    default_algorithm = "topka"
 
     @classmethod
     def plan(cls, params, costs: PlanCosts):
@@ -139,6 +150,7 @@ class LAGSSGD(Schedule):
     gradient is ready and communicated while the backward pass goes on."""
 
     accepts = "compressed"
+    default_algorithm = "topka"
 
     @classmethod
     def plan(cls, params, costs: PlanCosts):
@@ -152,6 +164,7 @@ class MGSSGD(Schedule):
     paper and in its code's ``_generate_groups_with_threshold``; Table V)."""
 
     accepts = "compressed"
+    default_algorithm = "topka"
     Params = _Threshold
 
     @classmethod
@@ -173,6 +186,7 @@ class OMGSSGD(Schedule):
     ``planner: optimal`` takes the exact minimum of the same model."""
 
     accepts = "compressed"
+    default_algorithm = "topka"
     Params = _Planned
 
     @classmethod
