@@ -7,7 +7,7 @@ import yaml
 from simsparse.calibration import build_profile, fit, write_profile
 from simsparse.compute.devices import load_profile
 from simsparse.compute.models import model_costs, model_profile
-from simsparse.experiments.config import load_config
+from simsparse.experiments.config.schema import load_config
 
 from conftest import requires_mpi
 

@@ -7,8 +7,8 @@ import pytest
 from simsparse.algorithms import ALGORITHMS
 from simsparse.compute.devices import load_profile
 from simsparse.engine import HeapEngine, SimPyEngine
-from simsparse.experiments.config import network_variants
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.sources import network_variants
+from simsparse.experiments.run.runner import simulate_point
 
 from conftest import make_point
 from test_schedules import point as schedule_point

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from simsparse.cli import main
-from simsparse.experiments.config import ConfigError, load_config
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.schema import ConfigError, load_config
+from simsparse.experiments.run.runner import simulate_point
 from simsparse.network.spec import NETWORK_SPECS
 
 TOPOLOGIES = Path(__file__).resolve().parents[1] / "topologies"

@@ -19,6 +19,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..files import YamlTooLarge, yaml_load
 from .kernels import Work
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -135,6 +136,14 @@ def builtin_profiles() -> list[str]:
     return sorted(f.stem for f in PROFILE_DIR.glob("*.yaml"))
 
 
+class ProfileError(ValueError):
+    """A profile path that names a file which is not a device profile."""
+
+
+#: a device profile is a few dozen lines
+MAX_PROFILE_BYTES = 1_000_000
+
+
 def load_profile(name_or_path: str, base_dir: Path | None = None) -> DeviceProfile:
     """A built-in profile by name (``p100``) or a YAML file path."""
     p = Path(name_or_path)
@@ -146,12 +155,33 @@ def load_profile(name_or_path: str, base_dir: Path | None = None) -> DeviceProfi
         raise FileNotFoundError(
             f"device profile {name_or_path!r} not found; built-in profiles: {builtin_profiles()}, or give a .yaml path"
         )
-    with open(p) as f:
-        data = yaml.safe_load(f) or {}
-    if isinstance(data, dict) and data.get("kind") == "machine":  # from `simsparse calibrate`: its compute part
+    data = _read_profile(p)
+    if data.get("kind") == "machine":  # from `simsparse calibrate`: its compute part
         data = data.get("compute") or {}
+        if not isinstance(data, dict):
+            raise ProfileError(f"machine profile {p}: its 'compute' section is not a mapping of device keys")
     data.setdefault("name", p.stem)
     return DeviceProfile.model_validate(data)
+
+
+def _read_profile(p: Path) -> dict:
+    """A profile file's mapping; :class:`ProfileError` for a file that is not one."""
+    allowed = ("allowed: a YAML mapping of device keys (mem_bandwidth_Bps, launch_s, peak_flops, kernels, ...) "
+               "or a `simsparse calibrate` machine profile")
+    try:
+        with open(p, "rb") as f:
+            raw = f.read(MAX_PROFILE_BYTES + 1)
+        if len(raw) > MAX_PROFILE_BYTES:
+            raise ProfileError(f"{p}: larger than {MAX_PROFILE_BYTES // 1000} kB, not a device profile; {allowed}")
+        data = yaml_load(raw.decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError, YamlTooLarge, RecursionError, OSError) as e:
+        why = "not valid YAML" if isinstance(e, yaml.YAMLError) else str(e) or type(e).__name__
+        raise ProfileError(f"{p}: not a device profile ({why}); {allowed}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ProfileError(f"{p}: is a YAML {type(data).__name__}, not a device profile; {allowed}")
+    return data
 
 
 def make_device(spec) -> Device:
