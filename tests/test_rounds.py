@@ -11,7 +11,7 @@ from simsparse.algorithms.dense import ring_rounds
 from simsparse.backends.rounds import run_rounds
 from simsparse.backends.sim import Simulator
 from simsparse.compute.devices import load_profile
-from simsparse.experiments.run import runner
+from simsparse.experiments.run import simulate as runner
 from simsparse.experiments.run.runner import simulate_point
 from simsparse.network.alphabeta import AlphaBetaNetwork
 

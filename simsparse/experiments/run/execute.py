@@ -58,8 +58,11 @@ def execute(exp: Experiment, backend: str = "sim", out: str | None = None, *, fr
             check_cores(points, oversubscribe, ms.cores(), log)
 
     limits = budget.Budget.from_env()
+    checked = force or not out_dir.exists()
+    if not force and not out_dir.exists():   # every point is pending: a refused config leaves no folder behind
+        budget.check(points, limits, backend, trace, where=exp.path)
     with Session(exp, out_dir, ident, points, fresh=fresh, trace=trace, command=command, log=log) as s:
-        if not force:
+        if not checked:
             budget.check(s.pending, limits, backend, trace, where=exp.path)
         s.begin()
         if s.pending:
