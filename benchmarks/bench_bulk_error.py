@@ -34,7 +34,7 @@ def main():
 
     from simsparse.algorithms import ALGORITHMS
     from simsparse.compute.devices import load_profile
-    from simsparse.experiments.runner import simulate_point
+    from simsparse.experiments.run.runner import simulate_point
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=int, default=200)

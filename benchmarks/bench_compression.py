@@ -25,9 +25,9 @@ from simsparse.algorithms import get_algorithm
 from simsparse.compression import fft
 from simsparse.compression import rangequant as rq
 from simsparse.compute.kernels import get_kernel
-from simsparse.experiments.config import _networks
-from simsparse.experiments.point import Point
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.sources import networks as _networks
+from simsparse.experiments.config.point import Point
+from simsparse.experiments.run.runner import simulate_point
 from simsparse.workload import Workload
 
 CODECS = [("fft theta=0.85 N=10", "fft_allgather", {"theta": 0.85}),

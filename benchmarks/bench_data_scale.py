@@ -15,8 +15,8 @@ import time
 from dataclasses import replace
 
 from simsparse.algorithms import ALGORITHMS
-from simsparse.experiments.point import Point
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.point import Point
+from simsparse.experiments.run.runner import simulate_point
 
 SCALES = (1 / 4, 1 / 16, 1 / 64)
 

@@ -28,7 +28,7 @@ from simsparse.algorithms.deft import assign_k, bin_pack, partition, selection_c
 from simsparse.backends.sim import Simulator
 from simsparse.compute.devices import DeviceProfile, ParametricDevice, load_profile
 from simsparse.compute.kernels import get_kernel
-from simsparse.experiments.point import to_dense
+from simsparse.experiments.config.point import to_dense
 from simsparse.network.spec import NETWORK_SPECS
 from simsparse.workload import Workload, model_layer_params
 

@@ -68,8 +68,8 @@ def toy_ring(P: int, alpha: float = 1e-6) -> tuple[float, int]:
 def simsparse_ring(P: int) -> tuple[float, int]:
     import yaml
 
-    from simsparse.experiments.config import load_config
-    from simsparse.experiments.runner import simulate_point
+    from simsparse.experiments.config.schema import load_config
+    from simsparse.experiments.run.runner import simulate_point
 
     cfg = dict(name="floor", P=P, iterations=1, warmup=0, check=False, network="aries_alphabeta",
                algorithms=["ring"], workload={"n": 1048576, "density": 0.01, "dtype": "float32"})

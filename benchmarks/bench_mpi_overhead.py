@@ -106,15 +106,15 @@ def _references(comm, n, iters, warmup) -> dict:
 
 
 def _point(alg, P, n, iters, warmup):
-    from simsparse.experiments.point import Point
+    from simsparse.experiments.config.point import Point
 
     return Point(algorithm=alg, P=P, workload={"n": n, "density": 0.01, "dtype": "float32", "seed": 0},
                  network=NET, iterations=iters, warmup=warmup, check=False)
 
 
 def _real(alg, P, n, iters, warmup) -> float | None:
-    from simsparse.experiments.loop import run_point
-    from simsparse.experiments.worker import MPIBackend
+    from simsparse.experiments.run.loop import run_point
+    from simsparse.experiments.run.worker import MPIBackend
 
     point = _point(alg, P, n, iters, warmup)
     out = run_point(point, MPIBackend(point, "cpu"))
@@ -136,8 +136,8 @@ def _breakdown(comm, n, iters, warmup) -> dict:
     """Exclusive time per part of the driver, per iteration (rank 0's)."""
     import importlib
 
-    from simsparse.experiments.loop import AlgorithmJob
-    from simsparse.experiments.worker import MPIBackend
+    from simsparse.experiments.run.loop import AlgorithmJob
+    from simsparse.experiments.run.worker import MPIBackend
 
     totals: dict[str, float] = {}
     stack: list[list] = []  # [label, start, time of children]
@@ -255,7 +255,7 @@ def main(argv=None):
     if args.worker:
         return worker(args)
     sys.path.insert(0, str(ROOT))
-    from simsparse.experiments.measure import find_mpiexec
+    from simsparse.experiments.run.measure import find_mpiexec
 
     cores = os.cpu_count() or 1
     result = {"rows": [], "breakdown": {}, "load": [os.getloadavg()[0]]}

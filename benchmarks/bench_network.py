@@ -39,8 +39,8 @@ NETWORKS = {"fattree": "ib_edr_fattree", "dragonfly": "piz_daint_aries", "alphab
 
 def child(network: str, algorithm: str, P: int, n: int, data_scale: float = 1.0) -> dict:
     from simsparse.backends.sim import Simulator
-    from simsparse.experiments.config import network_variants
-    from simsparse.experiments.point import Point
+    from simsparse.experiments.config.sources import network_variants
+    from simsparse.experiments.config.point import Point
     from simsparse.network.spec import NETWORK_SPECS
 
     (raw,) = network_variants(NETWORKS[network], __import__("pathlib").Path.cwd() / "bench")
@@ -67,7 +67,7 @@ def child(network: str, algorithm: str, P: int, n: int, data_scale: float = 1.0)
 
 def model_bench() -> None:
     from simsparse.engine import HeapEngine
-    from simsparse.experiments.config import _load_preset
+    from simsparse.experiments.config.sources import load_preset as _load_preset
     from simsparse.network.maxmin import maxmin_rates
     from simsparse.network.spec import NETWORK_SPECS, DragonflySpec
 

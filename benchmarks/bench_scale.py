@@ -81,8 +81,8 @@ def config(case: str, P: int, path: str) -> dict:
 
 def child(case: str, P: int, path: str) -> dict:
     """Run one point (every point of the case's config) in this process and describe it."""
-    from simsparse.experiments.config import load_config
-    from simsparse.experiments.runner import simulate_point
+    from simsparse.experiments.config.schema import load_config
+    from simsparse.experiments.run.runner import simulate_point
 
     with tempfile.TemporaryDirectory() as d:
         file = Path(d) / "scale.yaml"

@@ -10,8 +10,8 @@ carry real data, so the wall time includes the numpy work on the blocks.
 import sys
 import time
 
-from simsparse.experiments.point import Point
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.point import Point
+from simsparse.experiments.run.runner import simulate_point
 
 
 def main():

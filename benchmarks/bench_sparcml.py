@@ -16,8 +16,8 @@ import numpy as np
 import yaml
 
 from simsparse.algorithms.sparcml import expected_nnz
-from simsparse.experiments.point import Point, to_dense
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.point import Point, to_dense
+from simsparse.experiments.run.runner import simulate_point
 
 ROOT = Path(__file__).resolve().parent.parent
 ALGOS = [

@@ -25,10 +25,10 @@ def child(model, schedule, algorithm, network, compute, P, data_scale, check, it
 
     from simsparse.compute.devices import load_profile
     from simsparse.compute.models import DEFAULT_BATCH
-    from simsparse.experiments.config import network_variants
-    from simsparse.experiments.plan import with_plan
-    from simsparse.experiments.point import Point
-    from simsparse.experiments.runner import simulate_point
+    from simsparse.experiments.config.sources import network_variants
+    from simsparse.experiments.run.plan import with_plan
+    from simsparse.experiments.config.point import Point
+    from simsparse.experiments.run.runner import simulate_point
     from simsparse.workload import model_layer_params
 
     t0 = time.perf_counter()

@@ -44,9 +44,9 @@ def worker(n: int, iters: int, out: str) -> None:
     from mpi4py import MPI
 
     sys.path.insert(0, str(ROOT / "tests"))
-    from simsparse.experiments.loop import run_point
-    from simsparse.experiments.point import Point
-    from simsparse.experiments.worker import MPIBackend
+    from simsparse.experiments.run.loop import run_point
+    from simsparse.experiments.config.point import Point
+    from simsparse.experiments.run.worker import MPIBackend
 
     comm = MPI.COMM_WORLD
     rank, P = comm.Get_rank(), comm.Get_size()
@@ -89,7 +89,7 @@ def main() -> None:
     if args.worker:
         worker(int(args.worker[0]), int(args.worker[1]), args.worker[2])
         return
-    from simsparse.experiments.measure import find_mpiexec
+    from simsparse.experiments.run.measure import find_mpiexec
     from simsparse.network.spec import EthernetSpec
     from simsparse.testbed import Testbed
 

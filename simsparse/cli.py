@@ -8,8 +8,8 @@ import threading
 import sys
 from pathlib import Path
 
-from .experiments.config import ConfigError, Experiment, load_config
-from .experiments.store import ResultsStore
+from .experiments.config.schema import ConfigError, Experiment, load_config
+from .files import yaml_load
 from .testbed import Testbed
 
 
@@ -124,9 +124,9 @@ def _signals_as_interrupts():
 
 
 def _dispatch(args, received: list) -> int:
-    from .experiments.budget import BudgetError
-    from .experiments.paths import OutsideError
-    from .experiments.papers import PapersError
+    from .experiments.run.budget import BudgetError
+    from .experiments.results.paths import OutsideError
+    from .experiments.analysis.papers import PapersError
     from .testbed import PlanError, TestbedError
 
     try:
@@ -137,7 +137,7 @@ def _dispatch(args, received: list) -> int:
         if args.cmd == "calibrate":
             return _calibrate(args)
         if args.cmd == "compare":
-            from .experiments.compare import run_compare
+            from .experiments.analysis.compare import run_compare
 
             run_compare(args.pred, args.meas, out=args.out, plot=not args.no_plot, allow_partial=args.allow_partial,
                         pred_where=args.pred_where, meas_where=args.meas_where,
@@ -163,7 +163,7 @@ def _dispatch(args, received: list) -> int:
               f"again to resume.", file=sys.stderr)
         return 128 + signum
     except Exception as e:  # a failure of a run: say what, without a traceback
-        from .experiments.measure import MeasureError
+        from .experiments.run.measure import MeasureError
 
         if isinstance(e, MeasureError):
             print(f"simsparse: error: {e}", file=sys.stderr)
@@ -172,128 +172,22 @@ def _dispatch(args, received: list) -> int:
 
 
 def _execute(exp: Experiment, args) -> int:
-    from .experiments.progress import Progress
-    from .experiments.table import fmt_duration
+    from .experiments.run.execute import execute
 
-    from .experiments import budget
-    from .experiments.paths import results_dir
-
-    backend = "sim" if args.cmd == "run" else "mpi"
-    out_dir = results_dir(exp.name, args.out, "" if backend == "sim" else "_mpi")
-    if backend == "sim":
-        from .experiments import runner
-
-        points, members = exp.points, None
-
-        def ident(p):
-            return p.point_id("sim")
-    else:
-        from .experiments import measure as ms
-        from .experiments.plan import with_plan
-
-        ms.check_prerequisites()
-        # one real run per group of points that differ only in simulator-only keys (compute, network, data_scale)
-        members = ms.group_points([with_plan(p) for p in exp.points])
-        points = [g[0] for g in members.values()]
-        ident = ms.measured_id
-        if len(points) < len(exp.points):
-            print(f"simsparse: the {len(exp.points)} points are {len(points)} real runs: points that differ only in "
-                  f"compute, network or data_scale (settings of the simulator) run once on this host",
-                  file=sys.stderr)
-        if args.testbed:   # ranks that wait for the network sleep (SocketSleep): sharing cores is the point
-            print(f"simsparse: measuring on the testbed {args.testbed}: {max(p.P for p in points)} ranks share "
-                  f"{ms.cores()} cores and wait for the network without spinning", file=sys.stderr)
-        else:
-            _check_cores(points, args.oversubscribe, ms.cores())
-
-    store = ResultsStore(out_dir, fresh=args.fresh)
-    ids = {ident(p) for p in points}
-    stale = store.retain(ids)
-    if stale:
-        print(f"simsparse: moved {stale} rows of points no longer in {exp.path} to {out_dir / 'results.stale.csv'}",
-              file=sys.stderr)
-    store.prune_traces(set() if args.fresh else ids)
-
-    pending = [p for p in points if not store.has(ident(p)) or (args.trace and not store.has_trace(ident(p)))]
-    skipped = len(points) - len(pending)
-    if skipped:
-        print(f"simsparse: {skipped} of {len(points)} points already in {store.csv}", file=sys.stderr)
-    limits = budget.Budget.from_env()
-    if not args.force:
-        budget.check(pending, limits, backend, args.trace, where=exp.path)
-    if pending:
-        print(f"simsparse: {'simulating' if backend == 'sim' else 'measuring'} {len(pending)} points of {exp.name}",
-              file=sys.stderr, flush=True)
-
-    def save(outcome):
-        store.save_trace(outcome.row["point_id"], outcome.trace if args.trace else None)
-        store.add(outcome.row)
-
-    progress = Progress(pending, f"{exp.name} [{backend}]", backend)
-    watchdog = budget.Watchdog(limits.max_memory_B, None if args.force else limits.max_point_s)
-    try:
-        if backend == "sim":
-            with watchdog:
-                for p in pending:
-                    progress.started(p)
-                    watchdog.point_started()
-                    out = runner.simulate_point(p, trace=args.trace,
-                                                max_events=None if args.force else limits.max_events)
-                    save(out)
-                    progress.finished(p, out.row)
-        else:
-            def done(p, outcome):
-                save(outcome)
-                progress.finished(p, outcome.row)
-
-            spec = _testbed_spec(args)
-            for P in dict.fromkeys(p.P for p in pending):  # one mpiexec launch per P
-                batch = [p for p in pending if p.P == P]
-                progress.started(batch[0])
-                with (Testbed(spec, P) if spec is not None else contextlib.nullcontext()) as tb:
-                    ms.measure_points(batch, device=args.device, trace=args.trace, timeout_s=args.timeout,
-                                      members=members, on_point=done, testbed=tb)
-    except KeyboardInterrupt:
-        if watchdog.breach is None:
-            raise
-        raise budget.BudgetError(f"stopped a point of {exp.name}: {watchdog.breach}. The {progress.n_done} points "
-                                 f"finished before it are kept in {store.file}; lower the point's size, or raise "
-                                 f"SIMSPARSE_BUDGET") from None
-    finally:
-        progress.close()
-    if pending:
-        print(f"simsparse: {len(pending)} points in {fmt_duration(progress.elapsed_s())}", file=sys.stderr)
-    return _report(exp, store, out_dir, args)
+    spec = _testbed_spec(args) if args.cmd != "run" else None
+    done = execute(exp, "sim" if args.cmd == "run" else "mpi", args.out, fresh=args.fresh, trace=args.trace,
+                   force=args.force, device=getattr(args, "device", "cpu"), timeout=getattr(args, "timeout", None),
+                   oversubscribe=getattr(args, "oversubscribe", False),
+                   testbed=(args.testbed, lambda P: Testbed(spec, P)) if spec is not None else None,
+                   command=["simsparse", *sys.argv[1:]])
+    return _report(exp, done.store, done.out_dir, args, written=tuple(done.written))
 
 
-def _report(exp: Experiment, store: ResultsStore, out_dir: Path, args, written: tuple = ()) -> int:
-    """The table, the plot and the combined traces of a finished run; exit 1 when a result was wrong."""
-    from .experiments.table import results_table
+def _report(exp: Experiment, store, out_dir: Path, args, written: tuple = ()) -> int:
+    from .experiments.analysis.report import report
 
-    df = store.frame()
-    traces, note = store.combine_traces(args.trace)
-    if note:
-        print(f"simsparse: {note}", file=sys.stderr)
-    table, notes = results_table(df, args.baseline)
-    for n in notes:
-        print(f"simsparse: {n}", file=sys.stderr)
-    if exp.description:
-        print(f"{exp.name}: {exp.description}")
-    print(table)
-    written = [store.file, *written]
-    if not args.no_plot and not df.empty:
-        from .experiments.plot import plot_time_vs_P
-
-        written.append(plot_time_vs_P(df, out_dir / "time_vs_P.png", title=exp.name))
-    written += traces
-    if args.trace:
-        written.append(store.trace_dir)
-    print("wrote " + ", ".join(str(w) for w in written))
-    bad = df[df["correct"].astype(str) == "False"] if "correct" in df else df.iloc[:0]
-    if len(bad):
-        print(f"simsparse: {len(bad)} points gave results that differ from the numpy reference", file=sys.stderr)
-        return 1
-    return 0
+    return report(exp, store, out_dir, baseline=args.baseline, trace=args.trace, plot=not args.no_plot,
+                  written=written)
 
 
 # -- simsparse papers ------------------------------------------------------------------------
@@ -310,7 +204,7 @@ def _add_papers_parser(sub) -> None:
 
 
 def _papers(args) -> int:
-    from .experiments.papers_run import main as papers_main
+    from .experiments.analysis.papers_run import main as papers_main
 
     return papers_main(args.names, out=args.out, smoke=args.smoke, run=not args.no_run, plot=not args.no_plot)
 
@@ -318,7 +212,7 @@ def _papers(args) -> int:
 # -- simsparse sweep | advise | plot -------------------------------------------------------
 
 def _add_analysis_parsers(sub) -> None:
-    from .experiments.sweep import EXECUTORS, default_jobs
+    from .experiments.run.sweep import EXECUTORS, default_jobs
 
     p = sub.add_parser("sweep", help="simulate every point of a config in parallel (local processes, MPI or Dask); "
                                      "resumable, with provenance")
@@ -361,11 +255,11 @@ def _add_analysis_parsers(sub) -> None:
 
 
 def _sweep(exp: Experiment, args) -> int:
-    from .experiments.sweep import sweep
-    from .experiments.table import fmt_duration
+    from .experiments.run.sweep import sweep
+    from .experiments.results.format import fmt_duration
 
-    from .experiments import budget
-    from .experiments.paths import results_dir
+    from .experiments.run import budget
+    from .experiments.results.paths import results_dir
 
     out_dir = results_dir(exp.name, args.out)
     limits = budget.Budget.from_env()
@@ -385,30 +279,16 @@ def _sweep(exp: Experiment, args) -> int:
 
 
 def _advise(args) -> int:
-    from .experiments.advise import advise
+    from .experiments.analysis.advise import advise
 
     return advise(args)
 
 
 def _plot(args) -> int:
-    from .experiments.plot import plot_results
+    from .experiments.analysis.plot import plot_results
 
     print(f"wrote {plot_results(args.results, args.x, args.y, args.hue, args.where, args.out)}")
     return 0
-
-
-def _check_cores(points, oversubscribe: bool, cores: int) -> None:
-    """More ranks than cores: the ranks would time-share, and the times would
-    measure the sharing. Refused unless --oversubscribe."""
-    over = sorted({p.P for p in points if p.P > cores})
-    if not over:
-        return
-    what = f"P = {', '.join(map(str, over))} exceed{'s' if len(over) == 1 else ''} the {cores} cores of this machine"
-    if not oversubscribe:
-        raise ConfigError(f"{what}: the ranks would share cores and the times would measure that sharing. Lower P, "
-                          f"or pass --oversubscribe to measure anyway")
-    print(f"simsparse: warning: {what}; ranks share cores (--oversubscribe), so times at those P include the "
-          f"sharing", file=sys.stderr)
 
 
 def _calibrate(args) -> int:
@@ -424,7 +304,7 @@ def _calibrate(args) -> int:
         except CalibrationError as e:
             print(f"simsparse: error: {e}", file=sys.stderr)
             return 2
-        prof = yaml_load(out)
+        prof = yaml_load(Path(out).read_text())
         net, fits = prof["network"], prof["fits"]
         if spec is None:
             head = (f"alpha {net['alpha_s'] * 1e6:.1f} us, bandwidth {net['bandwidth_Bps'] / 1e9:.2f} GB/s, eager up "
@@ -478,7 +358,7 @@ def _add_testbed_parsers(sub) -> None:
 
 def _testbed_commands(args) -> int:
     if args.cmd == "validate":
-        from .experiments.validate import validate
+        from .experiments.analysis.validate import validate
 
         validate(args.config, args.testbed, args.out, args.fresh, args.quick, args.device, args.timeout)
         return 0
@@ -493,13 +373,6 @@ def _testbed_commands(args) -> int:
     return commands.status(args.spec)
 
 
-def yaml_load(path):
-    import yaml
-
-    with open(path) as f:
-        return yaml.safe_load(f)
-
-
 def _median_res(fits: dict) -> float:
     import numpy as np
 
@@ -510,7 +383,7 @@ def _median_res(fits: dict) -> float:
 def _topo(args) -> int:
     import yaml
 
-    from .experiments import config, limits
+    from .experiments.config import limits, sources
     from .network.spec import NETWORK_SPECS
     from .network.summary import draw, summary
 
@@ -520,11 +393,11 @@ def _topo(args) -> int:
         if not eq:
             raise ConfigError(f"--set {kv!r}: expected KEY=VALUE")
         try:
-            over[key] = yaml.safe_load(val)
+            over[key] = yaml_load(val)
         except (yaml.YAMLError, ValueError, RecursionError):
             raise ConfigError(f"--set {kv!r}: {val!r} is not a YAML value (a number, true/false, a name or a "
                               f"[list])") from None
-    variants = config.network_variants({"preset": args.network, **over}, Path.cwd() / "topo")
+    variants = sources.network_variants({"preset": args.network, **over}, Path.cwd() / "topo")
     if len(variants) != 1:
         raise ConfigError(f"topo describes one network; the overrides make {len(variants)}")
     spec = NETWORK_SPECS[variants[0]["model"]].model_validate(variants[0])
@@ -594,7 +467,7 @@ def _registries() -> dict:
     from .algorithms import ALGORITHMS
     from .compute.devices import builtin_profiles
     from .compute.models import model_costs
-    from .experiments.config import TOPOLOGY_DIRS
+    from .experiments.config.sources import TOPOLOGY_DIRS
     from .schedules import SCHEDULES
 
     return {"algorithm": dict(ALGORITHMS), "schedule": dict(SCHEDULES),
@@ -659,7 +532,7 @@ def _plugin(name) -> list:
 
 
 def _list_details(names) -> int:
-    from .experiments.hints import did_you_mean
+    from .experiments.config.hints import did_you_mean
 
     reg = _registries()
     status = 0

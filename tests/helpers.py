@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from simsparse.compute.devices import load_profile
-from simsparse.experiments.config import network_variants
-from simsparse.experiments.point import Point
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.sources import network_variants
+from simsparse.experiments.config.point import Point
+from simsparse.experiments.run.runner import simulate_point
 
 HAVE_MPI = all(importlib.util.find_spec(m) for m in ("mpi4py", "torch")) and (
     (Path(sys.executable).parent / "mpiexec").exists() or shutil.which("mpiexec") is not None)

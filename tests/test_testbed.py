@@ -160,7 +160,7 @@ needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="needs the [mpi] extra (mpi4
 @needs_mpi
 @pytest.mark.mpi
 def test_rank_i_runs_in_namespace_i_and_its_bytes_cross_the_links(tmp_path):
-    from simsparse.experiments.measure import find_mpiexec
+    from simsparse.experiments.run.measure import find_mpiexec
 
     script = tmp_path / "who.py"
     script.write_text(textwrap.dedent("""
@@ -199,8 +199,8 @@ def test_rank_i_runs_in_namespace_i_and_its_bytes_cross_the_links(tmp_path):
 @needs_mpi
 @pytest.mark.mpi
 def test_every_algorithm_on_the_testbed_is_correct_with_the_simulators_bytes():
-    from simsparse.experiments.measure import measure_points
-    from simsparse.experiments.runner import simulate_point
+    from simsparse.experiments.run.measure import measure_points
+    from simsparse.experiments.run.runner import simulate_point
 
     P = 4
     points = []

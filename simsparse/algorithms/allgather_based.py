@@ -32,6 +32,7 @@ class TopkAParams(SparseParams):
 class TopkA(Algorithm):
     __doc__ = __doc__
     Params = TopkAParams
+    sampled_result = "dense"
     sampled = True
 
     def run(self, ctx, x):

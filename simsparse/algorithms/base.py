@@ -25,7 +25,7 @@ asks :meth:`Algorithm.due`, so the declaration is what decides. The default
 is none. A role that moves to another rank every iteration (DEFT's decision
 worker, CLT-k's leader) is the same work in every iteration, so it is not
 periodic work. The experiment loop reports the mean over whole periods
-(:mod:`simsparse.experiments.period`).
+(:mod:`simsparse.experiments.results.period`).
 """
 from __future__ import annotations
 
@@ -94,6 +94,11 @@ class Algorithm:
     #: it reads only its input's largest entries (a top-k, thresholds near the
     #: k-th magnitude) and its moments, and values at a few indices
     sampled: ClassVar[bool] = False
+    #: what a rank's result holds on a sampled gradient, for the memory budget:
+    #: ``k`` entries, the ``union`` of every rank's selection (up to P k), a
+    #: ``dense`` sum of n elements that every rank computes from the same
+    #: gathered blocks (one per point) besides that union, or a ``dense_per_rank`` sum
+    sampled_result: ClassVar[str] = "k"
 
     def __init__(self, setup: Setup, params: BaseModel | None = None):
         self.setup = setup

@@ -60,6 +60,7 @@ class GaussiankParams(SparseParams):
 class Gaussiank(Algorithm):
     __doc__ = __doc__
     Params = GaussiankParams
+    sampled_result = "dense"
     sampled = True   # its moments are the distribution's
 
     def run(self, ctx, x):

@@ -121,6 +121,7 @@ def _scatter_add_region_torch(buf, parts, offset):
 class OkTopk(Algorithm):
     __doc__ = __doc__
     Params = OkTopkParams
+    sampled_result = "dense"
     sampled = True
 
     def __init__(self, setup, params=None):

@@ -74,6 +74,7 @@ class _LocalTopkSum(Algorithm):
     """Common part: local top-k selection and the lossless reference."""
 
     sampled = True
+    sampled_result = "union"
 
     def select(self, ctx, x):
         with ctx.phase("select"):
@@ -274,6 +275,7 @@ class DSARSplitAllgather(_LocalTopkSum):
     """
 
     Params = DSARSplitAllgatherParams
+    sampled_result = "dense_per_rank"
 
     def run(self, ctx, x):
         r, prm = ctx.rank, self.params
@@ -344,6 +346,7 @@ class TopkDSA(_LocalTopkSum):
     """
 
     Params = TopkDSAParams
+    sampled_result = "dense"
 
     def run(self, ctx, x):
         P, r, n = ctx.size, ctx.rank, self.setup.n

@@ -1,7 +1,7 @@
 """The real backend's driver: the same rank programs under ``mpiexec`` with mpi4py + torch.
 
 One process per rank (``simsparse measure`` launches them; the experiment
-loop in :mod:`simsparse.experiments.worker` calls :meth:`MPIDriver.run`):
+loop in :mod:`simsparse.experiments.run.worker` calls :meth:`MPIDriver.run`):
 
 * gradient data are torch tensors (CUDA when a GPU is present and allowed, else CPU);
 * ``isend`` serialises the payload (:mod:`.wire`; ``.cpu().numpy()`` then mpi4py,

@@ -54,7 +54,7 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
     """Run the microbenchmarks and write the profile; returns its path.
     ``testbed``: an Ethernet description (:class:`~simsparse.network.spec.EthernetSpec`)
     to calibrate on its emulated cluster (:mod:`simsparse.testbed`) instead of this host."""
-    from ..experiments.measure import MeasureError, check_prerequisites
+    from ..experiments.run.measure import MeasureError, check_prerequisites
 
     try:
         mpiexec = check_prerequisites()
@@ -272,7 +272,7 @@ def _provenance(command: str, ranks: int, raw: dict) -> dict:
 
 
 def write_profile(profile: dict, out: Path) -> None:
-    from ..experiments.store import atomic_write
+    from ..files import atomic_write
 
     def dump(tmp):
         with open(tmp, "w") as f:

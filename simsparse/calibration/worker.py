@@ -143,9 +143,9 @@ class KernelProbe:
 def kernels(comm, device_kind, sizes, quick, now=time.perf_counter) -> list:
     """Run every algorithm at the calibration sizes on this backend and record its kernels."""
     from ..algorithms import ALGORITHMS
-    from ..experiments.loop import run_point
-    from ..experiments.point import Point
-    from ..experiments.worker import MPIBackend
+    from ..experiments.run.loop import run_point
+    from ..experiments.config.point import Point
+    from ..experiments.run.worker import MPIBackend
 
     P = comm.Get_size()
     probe = None

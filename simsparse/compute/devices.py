@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..registry import Registry, is_dotted
+from ..files import YamlTooLarge, yaml_load
 from .kernels import Work
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
@@ -152,6 +153,12 @@ def _as_profile(obj, name: str) -> DeviceProfile:
 DEVICES = Registry("device profile", "simsparse.devices", _as_profile,
                    "a simsparse.compute.devices.DeviceProfile, a mapping of its keys or a profile .yaml path",
                    builtins=builtin_profiles)
+class ProfileError(ValueError):
+    """A profile path that names a file which is not a device profile."""
+
+
+#: a device profile is a few dozen lines
+MAX_PROFILE_BYTES = 1_000_000
 
 
 def load_profile(name_or_path: str, base_dir: Path | None = None) -> DeviceProfile:
@@ -171,12 +178,33 @@ def load_profile(name_or_path: str, base_dir: Path | None = None) -> DeviceProfi
         raise FileNotFoundError(
             f"device profile {name_or_path!r} not found; built-in profiles: {builtin_profiles()}, or give a .yaml path"
         )
-    with open(p) as f:
-        data = yaml.safe_load(f) or {}
-    if isinstance(data, dict) and data.get("kind") == "machine":  # from `simsparse calibrate`: its compute part
+    data = _read_profile(p)
+    if data.get("kind") == "machine":  # from `simsparse calibrate`: its compute part
         data = data.get("compute") or {}
+        if not isinstance(data, dict):
+            raise ProfileError(f"machine profile {p}: its 'compute' section is not a mapping of device keys")
     data.setdefault("name", p.stem)
     return DeviceProfile.model_validate(data)
+
+
+def _read_profile(p: Path) -> dict:
+    """A profile file's mapping; :class:`ProfileError` for a file that is not one."""
+    allowed = ("allowed: a YAML mapping of device keys (mem_bandwidth_Bps, launch_s, peak_flops, kernels, ...) "
+               "or a `simsparse calibrate` machine profile")
+    try:
+        with open(p, "rb") as f:
+            raw = f.read(MAX_PROFILE_BYTES + 1)
+        if len(raw) > MAX_PROFILE_BYTES:
+            raise ProfileError(f"{p}: larger than {MAX_PROFILE_BYTES // 1000} kB, not a device profile; {allowed}")
+        data = yaml_load(raw.decode("utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError, YamlTooLarge, RecursionError, OSError) as e:
+        why = "not valid YAML" if isinstance(e, yaml.YAMLError) else str(e) or type(e).__name__
+        raise ProfileError(f"{p}: not a device profile ({why}); {allowed}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ProfileError(f"{p}: is a YAML {type(data).__name__}, not a device profile; {allowed}")
+    return data
 
 
 def make_device(spec) -> Device:

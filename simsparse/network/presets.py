@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
+from ..files import yaml_load
 from ..registry import Registry
 
 
 def _as_preset(obj, name: str) -> dict:
     if isinstance(obj, (str, Path)):
         with open(obj) as f:
-            obj = yaml.safe_load(f)
+            obj = yaml_load(f.read())   # capped alias expansion, as every YAML the program reads
     if not isinstance(obj, dict):
         raise TypeError(f"it is {obj!r}, not a mapping of network keys")
     return dict(obj)

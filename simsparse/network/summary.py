@@ -230,7 +230,7 @@ def draw(spec, P: int, path) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..experiments.store import atomic_write
+    from ..files import atomic_write
 
     m, eps = spec.machine(P)
     t = m.topo

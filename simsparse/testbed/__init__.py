@@ -35,7 +35,7 @@ MPI_ENV = {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER
 def load_spec(name: str, base: Path | None = None):
     """The Ethernet description a testbed argument names (a preset or YAML
     file, or a ``simsparse calibrate --testbed`` profile), validated."""
-    from ..experiments.config import network_variants
+    from ..experiments.config.sources import network_variants
     from ..network.spec import NETWORK_SPECS
 
     variants = network_variants(name, (base or Path.cwd()) / "testbed")

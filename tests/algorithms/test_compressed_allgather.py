@@ -10,9 +10,9 @@ from simsparse.backends.sim import Simulator
 from simsparse.compression import fft, qsgd, rangequant as rq, terngrad
 from simsparse.compression.qsgd import levels
 from simsparse.compute.devices import load_profile
-from simsparse.experiments.measure import measure_points
-from simsparse.experiments.point import to_dense
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.run.measure import measure_points
+from simsparse.experiments.config.point import to_dense
+from simsparse.experiments.run.runner import simulate_point
 from simsparse.network.alphabeta import AlphaBetaNetwork
 
 from tests.helpers import make_point, requires_mpi, simulate

@@ -290,9 +290,9 @@ def test_torch_kernels_match_numpy():
 @pytest.mark.mpi
 def test_real_backend_same_bytes_and_results(tmp_path):
     """gtopk, gaussiank, cltk, deft under mpiexec -n 4 (one launch)."""
-    from simsparse.experiments.measure import measure_points
-    from simsparse.experiments.point import to_dense
-    from simsparse.experiments.runner import simulate_point
+    from simsparse.experiments.run.measure import measure_points
+    from simsparse.experiments.config.point import to_dense
+    from simsparse.experiments.run.runner import simulate_point
 
     P, n = 4, 3000
     algos = [("gtopk", {}), ("gtopk", {"error_feedback": True}), ("gaussiank", {}),

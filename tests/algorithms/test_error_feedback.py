@@ -1,7 +1,7 @@
 """Error feedback (Ok-Topk Alg. 2, SparCML Alg. 1): residuals carry unsent values."""
 import numpy as np
 
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.run.runner import simulate_point
 
 from tests.helpers import make_point
 

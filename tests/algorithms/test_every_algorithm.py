@@ -10,8 +10,8 @@ import pytest
 
 from simsparse.algorithms import ALGORITHMS
 from simsparse.compression import fft, qsgd, terngrad
-from simsparse.experiments.point import to_dense
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.point import to_dense
+from simsparse.experiments.run.runner import simulate_point
 
 from tests.helpers import make_point, requires_mpi
 
@@ -135,7 +135,7 @@ def test_bytes_inside_its_papers_bounds(name, P):
 @requires_mpi
 @pytest.mark.mpi
 def test_every_algorithm_same_bytes_and_results_under_mpiexec(tmp_path):
-    from simsparse.experiments.measure import measure_points
+    from simsparse.experiments.run.measure import measure_points
 
     P = 4
     points = [make_point(name, P, n=2048, density=0.02, iterations=2, warmup=1, seed=5) for name in NAMES]

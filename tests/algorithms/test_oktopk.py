@@ -10,9 +10,9 @@ from pydantic import ValidationError
 
 from simsparse.algorithms.oktopk import OkTopkParams
 from simsparse.backends.sim import Simulator
-from simsparse.experiments.loop import check_results
-from simsparse.experiments.point import to_dense
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.run.loop import check_results
+from simsparse.experiments.config.point import to_dense
+from simsparse.experiments.run.runner import simulate_point
 from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.workload import Workload
 

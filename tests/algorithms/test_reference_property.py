@@ -2,7 +2,7 @@
 (non-powers of two included), densities, dtypes, error feedback, several
 iterations, and gradients with many ties among magnitudes (few distinct
 values, zeros, both signs). The experiment loop's own check decides
-(:func:`simsparse.experiments.loop.check`). A few dozen fixed cases by
+(:func:`simsparse.experiments.run.loop.check`). A few dozen fixed cases by
 default; ``SIMSPARSE_FUZZ=long`` draws at least 1000 fresh ones."""
 import os
 
@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from simsparse.algorithms import ALGORITHMS
 from simsparse.algorithms.base import SparseParams
-from simsparse.experiments.loop import run_point
-from simsparse.experiments.point import Point
-from simsparse.experiments.runner import SimBackend
+from simsparse.experiments.run.loop import run_point
+from simsparse.experiments.config.point import Point
+from simsparse.experiments.run.simulate import SimBackend
 
 LONG = os.environ.get("SIMSPARSE_FUZZ") == "long"
 NAMES = sorted(ALGORITHMS)

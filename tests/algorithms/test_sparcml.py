@@ -13,8 +13,8 @@ from simsparse.algorithms import Setup, get_algorithm
 from simsparse.algorithms.sparcml import expected_nnz, region_bounds, sum_of_local_topk
 from simsparse.backends.sim import Simulator
 from simsparse.compression.qsgd import levels, wire_bytes
-from simsparse.experiments.point import to_dense
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.point import to_dense
+from simsparse.experiments.run.runner import simulate_point
 from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.workload import Workload
 
@@ -265,7 +265,7 @@ def test_bad_params_are_named():
 @requires_mpi
 @pytest.mark.mpi
 def test_same_bytes_and_results_under_mpiexec(tmp_path):
-    from simsparse.experiments.measure import measure_points
+    from simsparse.experiments.run.measure import measure_points
 
     P, n = 4, 3000
     variants = [*VARIANTS, ("dsar_split_allgather", {"quantize_bits": 4, "quantize_bucket": 128}),

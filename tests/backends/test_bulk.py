@@ -11,8 +11,8 @@ from simsparse.algorithms import ALGORITHMS
 from simsparse.algorithms.collectives import Allgather, AllreduceHost, Alltoall, Reduce
 from simsparse.backends.sim import Simulator
 from simsparse.compute.devices import load_profile
-from simsparse.experiments.point import to_dense
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.point import to_dense
+from simsparse.experiments.run.runner import simulate_point
 from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.ops import COO, Dense
 
@@ -167,8 +167,8 @@ def test_ranks_posting_different_collectives_is_an_error():
 
 
 def test_the_network_models_and_backends_are_the_protocols():
-    from simsparse.experiments.backend import ExperimentBackend
-    from simsparse.experiments.runner import SimBackend
+    from simsparse.experiments.run.backend import ExperimentBackend
+    from simsparse.experiments.run.simulate import SimBackend
     from simsparse.network.model import NetworkModel
 
     for spec in (None, "ib_fdr_fattree"):

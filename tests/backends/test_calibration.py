@@ -7,7 +7,7 @@ import yaml
 from simsparse.calibration import build_profile, fit, write_profile
 from simsparse.compute.devices import load_profile
 from simsparse.compute.models import model_costs, model_profile
-from simsparse.experiments.config import load_config
+from simsparse.experiments.config.schema import load_config
 
 from tests.helpers import requires_mpi
 
@@ -182,7 +182,7 @@ def test_more_ranks_than_cores_time_kernels_in_cpu_seconds_with_every_rank_resid
 
     import simsparse.calibration as cal
     from simsparse.calibration import worker
-    from simsparse.experiments import measure
+    from simsparse.experiments.run import measure
 
     launches = []
 

@@ -46,7 +46,7 @@ def test_ranks_sharing_cores_stretch_their_kernels_in_the_simulator():
     times as long as with a device each; the result rows say so in time and
     in device-busy time (which stays the kernels' own work)."""
     from tests.helpers import make_point
-    from simsparse.experiments.runner import simulate_point
+    from simsparse.experiments.run.runner import simulate_point
 
     prof = {"name": "cpu", "mem_bandwidth_Bps": 1e9, "launch_s": 1e-3}
     own = simulate_point(make_point("ring", 8, n=8000, compute=prof, alpha=0.0, bw=1e15))

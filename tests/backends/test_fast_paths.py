@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from simsparse.engine import HeapEngine, SimPyEngine
-from simsparse.experiments.loop import make_job, run_point
-from simsparse.experiments.plan import with_plan
-from simsparse.experiments.runner import SimBackend
+from simsparse.experiments.run.loop import make_job, run_point
+from simsparse.experiments.run.plan import with_plan
+from simsparse.experiments.run.simulate import SimBackend
 
 from tests.helpers import make_point, net, schedule_point
 

@@ -3,9 +3,9 @@ objects: same results and the same bytes as the simulator."""
 import numpy as np
 import pytest
 
-from simsparse.experiments.measure import measure_points
-from simsparse.experiments.point import to_dense
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.run.measure import measure_points
+from simsparse.experiments.config.point import to_dense
+from simsparse.experiments.run.runner import simulate_point
 
 from tests.helpers import make_point, requires_mpi
 

@@ -11,8 +11,8 @@ from simsparse.algorithms.dense import ring_rounds
 from simsparse.backends.rounds import run_rounds
 from simsparse.backends.sim import Simulator
 from simsparse.compute.devices import load_profile
-from simsparse.experiments import runner
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.run import simulate as runner
+from simsparse.experiments.run.runner import simulate_point
 from simsparse.network.alphabeta import AlphaBetaNetwork
 
 from tests.helpers import make_point, net
@@ -157,7 +157,7 @@ def test_the_budget_lets_bulk_rounds_run_and_stops_them_if_they_decline():
     """A point past the event budget runs when it is tried as bulk rounds (a
     dense collective on sizes), and stops with a budget error naming the
     point if its rounds decline and its events are past the limit."""
-    from simsparse.experiments.budget import Budget, BudgetError, check
+    from simsparse.experiments.run.budget import Budget, BudgetError, check
 
     small = Budget(max_events=1e3)
     bulk = make_point("ring", 64, n=4096, values="auto")

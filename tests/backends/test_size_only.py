@@ -8,7 +8,7 @@ import pytest
 from simsparse.algorithms import ALGORITHMS
 from simsparse.compute.devices import load_profile
 from simsparse.compute.kernels import get_kernel, phantom
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.run.runner import simulate_point
 
 from tests.helpers import make_point, net, schedule_point
 

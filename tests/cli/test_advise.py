@@ -5,8 +5,8 @@ import pytest
 
 from simsparse.algorithms import ALGORITHMS
 from simsparse.cli import main
-from simsparse.experiments.config import load_config
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.schema import load_config
+from simsparse.experiments.run.runner import simulate_point
 from simsparse.schedules import SCHEDULES
 
 BASE = ["advise", "--network", "aries_alphabeta", "--model", "resnet20_cifar10", "--jobs", "1"]

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from simsparse.cli import main
-from simsparse.experiments.compare import fmt_time, phase_times, read_csv
+from simsparse.experiments.analysis.compare import fmt_time, phase_times, read_csv
 
 # (algorithm, P, predicted s, measured s): errors +10%, -20%, +50%, -5%
 POINTS = [("ring", 2, 1.1e-3, 1.0e-3), ("ring", 4, 1.6e-3, 2.0e-3), ("topka", 2, 4.5e-5, 3.0e-5),

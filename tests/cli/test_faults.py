@@ -80,12 +80,12 @@ def test_a_signal_mid_run_then_resume(cfg, tmp_path, sig):
     else:
         assert proc.returncode == 128 + sig, err
         assert f"{signal.Signals(sig).name}: stopped; finished points are saved" in err and "Traceback" not in err
-        assert [f.name for f in out.iterdir() if f.name.startswith(".")] == []  # no temporary file left
+        assert [f.name for f in out.iterdir() if f.name.startswith(".") and f.name != ".lock"] == []  # no temporary file left
     _resume_completes(cfg, out, kept)
 
 
 def test_a_point_that_outgrows_its_budget_stops_keeping_what_finished(cfg, tmp_path, monkeypatch, capsys):
-    import simsparse.experiments.runner as runner
+    import simsparse.experiments.run.runner as runner
 
     real = runner.simulate_point
     calls = []
@@ -179,7 +179,7 @@ def _ranks_of(pid: int) -> dict[int, int]:
             env = dict(e.split(b"=", 1) for e in Path(f"/proc/{p}/environ").read_bytes().split(b"\0") if b"=" in e)
         except OSError:
             continue
-        if b"simsparse.experiments.worker" in cmd and b"PMI_RANK" in env and b"mpiexec" not in cmd.split(b"\0")[0]:
+        if b"simsparse.experiments.run.worker" in cmd and b"PMI_RANK" in env and b"mpiexec" not in cmd.split(b"\0")[0]:
             ranks[int(env[b"PMI_RANK"])] = p
     return ranks
 

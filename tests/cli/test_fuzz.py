@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from simsparse.algorithms import ALGORITHMS
 from simsparse.cli import main
 from simsparse.compute.devices import DeviceProfile, builtin_profiles
-from simsparse.experiments.config import RunSpec, WorkloadSpec
+from simsparse.experiments.config.specs import RunSpec, WorkloadSpec
 from simsparse.network.spec import NETWORK_SPECS
 
 from tests.helpers import REPO

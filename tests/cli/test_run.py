@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from simsparse.cli import main
-import simsparse.experiments.runner as runner
+import simsparse.experiments.run.runner as runner
 
 CFG = """
 name: e2e
@@ -66,7 +66,7 @@ def test_interrupted_run_resumes_without_losing_or_duplicating_rows(cfg, tmp_pat
     assert main(["run", str(cfg), "--out", str(out)]) == 130
     partial = pd.read_csv(out / "results.csv")
     assert len(partial) == 4
-    assert not [f for f in out.iterdir() if f.name.startswith(".")]  # no temporary files left
+    assert not [f for f in out.iterdir() if f.name.startswith(".") and f.name != ".lock"]  # no temporary files left
     monkeypatch.setattr(runner, "simulate_point", real)
     assert main(["run", str(cfg), "--out", str(out)]) == 0
     full = pd.read_csv(out / "results.csv")
@@ -86,7 +86,7 @@ def test_edited_config_moves_stale_rows_aside(cfg, tmp_path):
 
 
 def test_quickstart_config_is_valid():
-    from simsparse.experiments.config import load_config
+    from simsparse.experiments.config.schema import load_config
 
     exp = load_config("configs/quickstart.yaml")
     assert exp.name == "quickstart"

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from simsparse.cli import main
-from simsparse.experiments import sweep as sw
-from simsparse.experiments.store import read_csv, read_results
+from simsparse.experiments.run import sweep as sw
+from simsparse.experiments.results.store import read_csv, read_results
 
 from tests.helpers import requires_mpi
 
@@ -58,7 +58,7 @@ def rows(out: Path) -> pd.DataFrame:
 
 
 def test_grid_has_60_points_in_config_order(serial, grid):
-    from simsparse.experiments.config import load_config
+    from simsparse.experiments.config.schema import load_config
 
     assert len(serial) == 60 and serial["correct"].all()
     assert list(serial["point_id"]) == [sw.ident(p) for p in load_config(grid).points]
@@ -185,7 +185,7 @@ def test_bad_options_exit_2_with_one_message(grid, tmp_path, capsys, argv, says)
 
 
 def test_a_folder_another_sweep_writes_is_refused(grid, tmp_path, capsys):
-    from simsparse.experiments.store import writer_lock
+    from simsparse.experiments.results.store import writer_lock
 
     out = tmp_path / "busy"
     with writer_lock(out):

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from simsparse.cli import main
-from simsparse.experiments import measure as ms
-from simsparse.experiments.config import load_config
-from simsparse.experiments.progress import Progress
-from simsparse.experiments.table import fmt_bytes, fmt_time, results_table
+from simsparse.experiments.run import measure as ms
+from simsparse.experiments.config.schema import load_config
+from simsparse.experiments.run.progress import Progress
+from simsparse.experiments.analysis.table import fmt_bytes, fmt_time, results_table
 
 CFG = """
 name: first

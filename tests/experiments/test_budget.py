@@ -6,14 +6,14 @@ import sys
 
 import pytest
 
-from simsparse.experiments.budget import memory_B
+from simsparse.experiments.run.budget import memory_B
 
 from tests.helpers import make_point
 
 CHILD = """
 import json, resource, sys
-from simsparse.experiments.point import Point
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.point import Point
+from simsparse.experiments.run.runner import simulate_point
 point = Point(**json.loads(sys.argv[1]))
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 simulate_point(point)

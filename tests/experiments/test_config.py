@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 from simsparse.cli import main
-from simsparse.experiments.config import load_config
+from simsparse.experiments.config.schema import load_config
 
 GOOD = """
 name: t

@@ -2,7 +2,7 @@
 back up. Measures the error this introduces against full-size runs."""
 import pytest
 
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.run.runner import simulate_point
 
 from tests.helpers import make_point
 
@@ -52,7 +52,7 @@ def test_host_metadata_is_not_scaled():
 
 
 def test_config_validation(tmp_path):
-    from simsparse.experiments.config import ConfigError, load_config
+    from simsparse.experiments.config.schema import ConfigError, load_config
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("workload: {n: 100}\nalgorithms: [ring]\nP: [8]\ndata_scale: 0.01\n")

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from simsparse.cli import main
-from simsparse.experiments.config import ConfigError, load_config
-from simsparse.experiments.papers import REPO_ROOT, Results, evaluate, load_papers, verdict
-from simsparse.experiments.papers_run import main as papers_main
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.schema import ConfigError, load_config
+from simsparse.experiments.analysis.papers import REPO_ROOT, Results, evaluate, load_papers, verdict
+from simsparse.experiments.analysis.papers_run import main as papers_main
+from simsparse.experiments.run.runner import simulate_point
 from simsparse.schedules.stack import OPTIMIZERS
 
 from tests.helpers import simulate

@@ -1,5 +1,5 @@
 """time_s is the mean over whole periods of an algorithm's periodic work
-(simsparse.experiments.period): against brute force over a cycle, rows
+(simsparse.experiments.results.period): against brute force over a cycle, rows
 without periodic work unchanged, the same statistic in the real backend."""
 import dataclasses
 from fractions import Fraction
@@ -9,11 +9,12 @@ import pandas as pd
 import pytest
 
 from simsparse.algorithms import get_algorithm
-from simsparse.experiments.loop import make_job
-from simsparse.experiments.period import Cycle
-from simsparse.experiments.runner import SimBackend, simulate_point
-from simsparse.experiments.store import ResultsStore
-from simsparse.experiments.table import results_table
+from simsparse.experiments.run.loop import make_job
+from simsparse.experiments.results.period import Cycle
+from simsparse.experiments.run.runner import simulate_point
+from simsparse.experiments.run.simulate import SimBackend
+from simsparse.experiments.results.store import ResultsStore
+from simsparse.experiments.analysis.table import results_table
 
 from tests.helpers import make_point, requires_mpi
 
@@ -164,7 +165,7 @@ def test_real_backend_reports_the_same_statistic():
     """mpiexec -n 2 runs the same counters (the trace's kinds and weights) and
     reports the period mean: its bytes, which differ between kinds, equal the
     simulator's mean over the period."""
-    from simsparse.experiments.measure import measure_points
+    from simsparse.experiments.run.measure import measure_points
 
     point = _point(P=2, iterations=3, warmup=1)
     (m,) = measure_points([point], device="cpu", trace=True)

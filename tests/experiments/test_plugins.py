@@ -15,7 +15,7 @@ from simsparse.algorithms import ALGORITHMS
 from simsparse.cli import main
 from simsparse.compute.devices import load_profile
 from simsparse.compute.kernels import KERNELS, get_kernel
-from simsparse.experiments.config import load_config
+from simsparse.experiments.config.schema import load_config
 from simsparse.registry import UnknownName
 from simsparse.schedules import SCHEDULES
 

@@ -8,8 +8,8 @@ import pytest
 from scipy import stats
 
 from simsparse.compute.sampled import BelowFloor
-from simsparse.experiments.config import ConfigError, load_config
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.schema import ConfigError, load_config
+from simsparse.experiments.run.runner import simulate_point
 from simsparse.sampling import _plan, sampled_gradient
 from simsparse.workload import Workload
 

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from simsparse.cli import main
-from simsparse.experiments.compare import read_csv
-from simsparse.experiments.trace_event import trace_events, write_trace_json
+from simsparse.experiments.analysis.compare import read_csv
+from simsparse.experiments.results.trace_event import trace_events, write_trace_json
 
 CFG = """
 name: te

@@ -4,7 +4,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from simsparse.experiments.config import ConfigError, load_config
+from simsparse.experiments.config.schema import ConfigError, load_config
 from simsparse.workload import model_layer_params
 
 

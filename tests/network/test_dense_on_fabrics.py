@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from simsparse.experiments.point import Point
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.point import Point
+from simsparse.experiments.run.runner import simulate_point
 
 W = 4              # float32
 BW = 1e9           # link bandwidth, bytes/s

@@ -163,9 +163,9 @@ def test_dsar_split_allgather_on_two_aries_routers(tmp_path):
     rank-1 link (4.5x the alpha-beta time, slower than the dense ring); UGAL
     spreads it and lands within 1.5x of alpha-beta, since each message still
     gets one path, one rank-1 link's 5.25 GB/s against 9.96 GB/s."""
-    from simsparse.experiments.config import network_variants
-    from simsparse.experiments.point import Point
-    from simsparse.experiments.runner import simulate_point
+    from simsparse.experiments.config.sources import network_variants
+    from simsparse.experiments.config.point import Point
+    from simsparse.experiments.run.runner import simulate_point
 
     def time_of(algorithm, preset, **over):
         (raw,) = network_variants(preset, tmp_path / "cfg.yaml")

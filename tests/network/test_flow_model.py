@@ -84,7 +84,7 @@ def test_the_numpy_path_is_selectable_and_simulates_the_same(tmp_path):
     import sys
 
     code = ("import dataclasses, json, sys; from tests.helpers import make_point, net; "
-            "from simsparse.experiments.runner import simulate_point; "
+            "from simsparse.experiments.run.runner import simulate_point; "
             "from simsparse.network import maxmin; "
             "p = dataclasses.replace(make_point('oktopk', 8, n=20000, density=0.01), network=net('piz_daint_aries')); "
             "r = simulate_point(p).row; print(json.dumps([maxmin._SOLVE is None, r['time_s'], r['bytes_total']]))")

@@ -6,8 +6,8 @@ import textwrap
 import pytest
 
 from simsparse.cli import main
-from simsparse.experiments.config import ConfigError, load_config
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.config.schema import ConfigError, load_config
+from simsparse.experiments.run.runner import simulate_point
 from simsparse.network.spec import NETWORK_SPECS
 
 from tests.helpers import REPO

@@ -8,7 +8,7 @@ import pytest
 
 from simsparse.algorithms import ALGORITHMS
 from simsparse.cli import main
-from simsparse.experiments.config import ConfigError, load_config
+from simsparse.experiments.config.schema import ConfigError, load_config
 from simsparse.schedules import SCHEDULES
 
 PAPERS = {"whole": "rabenseifner", "dense_ovlp": "rabenseifner", "wfbp": "ring", "mg_wfbp": "ring",

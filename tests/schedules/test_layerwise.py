@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from simsparse.backends.sim import Simulator, TrainingModel
-from simsparse.experiments.plan import plan_costs, with_plan
-from simsparse.experiments.point import Point
-from simsparse.experiments.runner import simulate_point
+from simsparse.experiments.run.plan import plan_costs, with_plan
+from simsparse.experiments.config.point import Point
+from simsparse.experiments.run.runner import simulate_point
 from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.schedules import SCHEDULES, get_schedule
 from simsparse.algorithms import get_algorithm
@@ -148,7 +148,7 @@ def test_schedules_under_mpiexec_run_the_real_model_and_are_correct(P):
     """A real forward and backward of resnet20 per rank; every schedule's
     aggregated gradients equal numpy's reference on the real gradients, and
     the bytes equal the simulator's (same plan, same buckets)."""
-    from simsparse.experiments.measure import measure_points
+    from simsparse.experiments.run.measure import measure_points
 
     cases = [("wfbp", "ring", {}), ("omgs_sgd", "topka", {"error_feedback": True})]
     if P == 2:

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-from ..backends.driver import IterationStats
-from .point import Point
+from ...backends.driver import IterationStats
+from ..config.point import Point
 
 
 class ExperimentBackend(Protocol):
     """Runs a point's iterations on the ranks it holds: all of them in the
-    simulator (:class:`~.runner.SimBackend`), its own in an MPI process
+    simulator (:class:`~.simulate.SimBackend`), its own in an MPI process
     (:class:`~.worker.MPIBackend`)."""
 
     name: str                     # "sim" or "mpi": the row's backend

@@ -1,6 +1,6 @@
 """The real backend's side of the experiment loop, one process per rank.
 
-Run as ``mpiexec -n P python -m simsparse.experiments.worker POINTS.json OUT.json``
+Run as ``mpiexec -n P python -m simsparse.experiments.run.worker POINTS.json OUT.json``
 (``simsparse measure`` does this). Every point runs through the same
 :func:`~.loop.run_point` as in the simulator; rank 0 writes the rows.
 An iteration starts after a barrier (waited without spinning where the
@@ -26,7 +26,7 @@ import sys
 import numpy as np
 
 from .loop import run_point
-from .point import Point
+from ..config.point import Point
 
 
 class MPIBackend:
@@ -37,7 +37,7 @@ class MPIBackend:
         from mpi4py import MPI
         import torch
 
-        from ..backends.mpi import MPIDriver, pick_device
+        from ...backends.mpi import MPIDriver, pick_device
 
         self.comm = comm = MPI.COMM_WORLD
         self.rank, P = comm.Get_rank(), comm.Get_size()
@@ -80,8 +80,8 @@ class MPIBackend:
 def _trainer(point: Point, rank: int, device):
     import torch
 
-    from .. import models
-    from ..backends.mpi import Trainer
+    from ... import models
+    from ...backends.mpi import Trainer
 
     name, bs, seed = point.model, point.batch_size, point.workload["seed"]
     torch.manual_seed(seed)  # the same initial weights on every rank
@@ -112,7 +112,7 @@ def measure(point: Point, device_kind="auto", trace=False, dump=None) -> dict | 
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m simsparse.experiments.worker")
+    ap = argparse.ArgumentParser(prog="python -m simsparse.experiments.run.worker")
     ap.add_argument("points", help="JSON file with a list of points (all with the same P)")
     ap.add_argument("out", help="where rank 0 writes the list of results as JSON")
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")

@@ -29,18 +29,13 @@ from functools import lru_cache
 import numpy as np
 from scipy.optimize import nnls
 
-from ..compute.models import ModelProfile, model_profile
-from ..schedules import PlanCosts
-from .point import Point
+from ...schedules import PlanCosts
+from ..config.point import Point
+from .simulate import model_profile_of, simulate
 
 #: microbenchmark sizes: powers of two from 2^10 elements, while P * d stays
 #: under this many elements (the simulator carries real data)
 _MAX_ELEMS = 1 << 25
-
-
-def model_profile_of(point: Point) -> ModelProfile:
-    prof = None if point.compute is None else point.device().profile
-    return model_profile(point.model, point.batch_size, prof)
 
 
 def with_plan(point: Point) -> Point:
@@ -84,8 +79,6 @@ def comm_fit(point: Point) -> tuple[float, float]:
 
 @lru_cache(maxsize=256)
 def _comm_fit(key: str) -> tuple[float, float]:
-    from .runner import simulate_point
-
     k = json.loads(key)
     top = max(1 << 10, min(k["total"], _MAX_ELEMS // k["P"]))
     sizes = sorted({int(s) for s in np.geomspace(1 << 10, top, 5)} | {max(k["P"], 1 << 10)})
@@ -94,7 +87,7 @@ def _comm_fit(key: str) -> tuple[float, float]:
         pt = Point(algorithm=k["algorithm"], P=k["P"], params=k["params"], network=k["network"], compute=None,
                    workload={"n": n, "density": k["density"], "dtype": k["dtype"], "seed": k["seed"]},
                    iterations=1, warmup=0, check=False)
-        times.append(simulate_point(pt).row["time_s"])
+        times.append(simulate(pt).row["time_s"])
     A = np.column_stack([np.ones(len(sizes)), np.asarray(sizes, float)])
     (alpha, beta), _ = nnls(A, np.asarray(times))
     return float(alpha), float(beta)

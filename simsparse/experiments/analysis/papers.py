@@ -43,9 +43,10 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+from ...files import yaml_load
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 #: |ours / paper - 1| counted as agreement (issue 22's aim)
 TOLERANCE = 0.25
 
@@ -86,7 +87,7 @@ def load_papers() -> dict[str, Paper]:
         if not f.name.endswith(".yaml"):
             continue
         try:
-            paper = Paper.model_validate(yaml.safe_load(f.read_text()))
+            paper = Paper.model_validate(yaml_load(f.read_text()))
         except (ValidationError, yaml.YAMLError) as e:
             raise PapersError(f"simsparse/data/papers/{f.name}: {e}") from None
         out[paper.name] = paper

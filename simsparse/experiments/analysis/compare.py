@@ -33,8 +33,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .config import ConfigError
-from .store import atomic_write, read_csv
+from ..config.errors import ConfigError
+from ...files import atomic_write
+from ..results.store import read_csv
 
 KEY_COLUMNS = ["schedule", "model", "batch_size", "algorithm", "params", "schedule_params", "P", "n", "density",
                "dtype", "seed"]

@@ -1,26 +1,22 @@
-"""Run experiment points on the simulator backend."""
+"""The simulator backend: all ranks of a point in this process (a point whose
+schedule plan is resolved; :mod:`.runner` resolves it)."""
 from __future__ import annotations
 
-from ..backends.rounds import run_rounds
-from ..backends.sim import Simulator, TrainingModel
-from ..compute.kernels import phantom
-from ..sampling import sampled_gradient
-from .budget import declined
+from ...backends.rounds import run_rounds
+from ...backends.sim import Simulator, TrainingModel
+from ...compute.kernels import phantom
+from ...sampling import sampled_gradient
+from ...compute.models import ModelProfile, model_profile
+from .budget import declined, rounds_may_apply
 from .loop import run_point
-from .metrics import PointOutcome
-from .point import Point
+from ..results.metrics import PointOutcome
+from ..config.point import Point
 
 
-def rounds_may_apply(point: Point, trace: bool = False) -> bool:
-    """Whether the simulator tries the point as lockstep rounds in bulk
-    (:mod:`simsparse.backends.rounds`): an algorithm that has them, on sizes
-    only, the lean engine (SimPy stays the reference), ``collectives: auto``,
-    no schedule, no trace, no cores shared between ranks (a kernel's end
-    depends on the others'). The network model may still decline (a busy
-    port or link or a shaped link)."""
-    return (point.algorithm_cls.rounds is not None and point.size_only and point.engine == "lean"
-            and point.collectives == "auto" and not point.schedule and not trace
-            and not (point.compute or {}).get("shared_cores"))
+def model_profile_of(point: Point) -> ModelProfile:
+    """The point's model costs on its device (the ideal device without ``compute``)."""
+    prof = None if point.compute is None else point.device().profile
+    return model_profile(point.model, point.batch_size, prof)
 
 
 #: how helper collectives ran, from exact to approximate
@@ -51,8 +47,6 @@ class SimBackend:
         self.rounds = point.algorithm_cls.rounds if rounds_may_apply(point, trace) else None
         self.max_events = max_events
         if point.schedule:
-            from .plan import model_profile_of
-
             prof = model_profile_of(point)
             self.model = TrainingModel(prof.t_forward, prof.t_bwd, tuple(small.workload["layers"]))
 
@@ -83,15 +77,9 @@ class SimBackend:
         return stats
 
 
-def simulate_point(point: Point, trace: bool = False, keep_results: bool = False,
-                   max_events: float | None = None) -> PointOutcome:
-    """Simulate ``warmup + iterations`` iterations of one point; a point tried
-    as bulk rounds that declines with events past ``max_events`` stops with
-    :class:`~.budget.BudgetError` (None: no limit)."""
-    if point.schedule:
-        from .plan import with_plan
-
-        point = with_plan(point)
+def simulate(point: Point, trace: bool = False, keep_results: bool = False,
+             max_events: float | None = None) -> PointOutcome:
+    """Simulate a point whose schedule plan (if any) is resolved."""
     backend = SimBackend(point, trace, max_events)
     out = run_point(point, backend, keep_results)
     out.row["collectives"] = backend.collectives

@@ -17,9 +17,11 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from .config import load_config
+from ...files import yaml_load
+from ..config.schema import load_config
 from .papers import REPO_ROOT, TOLERANCE, Experiment, PapersError, Results, compare, load_papers, select
-from .store import ResultsStore, atomic_write
+from ...files import atomic_write
+from ..results.store import ResultsStore
 
 #: columns of the printed table
 _SHOWN = ["experiment", "claim", "unit", "paper_value", "ours", "ratio", "meets_aim"]
@@ -30,7 +32,7 @@ def config_path(exp: Experiment, smoke: bool, out_dir: Path) -> Path:
     path = REPO_ROOT / exp.config
     if not smoke:
         return path
-    raw = yaml.safe_load(path.read_text())
+    raw = yaml_load(path.read_text())
     raw.update(exp.smoke)
     raw["name"] = f"{raw['name']}_smoke"
     small = out_dir / "config.smoke.yaml"

@@ -27,15 +27,16 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
 
-from .config import ConfigError, load_config
-from .store import ResultsStore, atomic_write
+from ...files import yaml_load
+from ..config.schema import ConfigError, load_config
+from ...files import atomic_write
+from ..results.store import ResultsStore
 
 
 def profile_path(spec, P: int) -> Path:
-    from ..calibration import DEFAULT_OUT, TESTBED_OUT
-    from ..testbed.plan import testbed_name
+    from ...calibration import DEFAULT_OUT, TESTBED_OUT
+    from ...testbed.plan import testbed_name
 
     tmpl = DEFAULT_OUT if spec is None else TESTBED_OUT.replace("{name}", testbed_name(spec))
     return Path(tmpl.replace("{ranks}", str(P)))
@@ -45,13 +46,13 @@ def _usable(path: Path, spec) -> bool:
     """Whether a profile exists and was measured on this same machine."""
     if not path.is_file():
         return False
-    prof = yaml.safe_load(path.read_text()) or {}
+    prof = yaml_load(path.read_text()) or {}
     made_on = (prof.get("provenance") or {}).get("testbed")
     return made_on == (spec.model_dump() if spec is not None else None)
 
 
 def ensure_profiles(spec, Ps, quick: bool, device: str, say) -> dict[int, dict]:
-    from ..calibration import CalibrationError, calibrate
+    from ...calibration import CalibrationError, calibrate
 
     out = {}
     for P in Ps:
@@ -63,7 +64,7 @@ def ensure_profiles(spec, Ps, quick: bool, device: str, say) -> dict[int, dict]:
                           command=f"simsparse validate (calibration of {P} ranks)")
             except CalibrationError as e:
                 raise ConfigError(f"calibration for P = {P} failed: {e}") from None
-        prof = yaml.safe_load(path.read_text())
+        prof = yaml_load(path.read_text())
         out[P] = {"network": prof["network"], "compute": {**prof["compute"], "name": prof["compute"]["name"]},
                   "path": path}
     return out
@@ -72,12 +73,12 @@ def ensure_profiles(spec, Ps, quick: bool, device: str, say) -> dict[int, dict]:
 def validate(config: str, testbed: str | None = None, out: str | None = None, fresh: bool = False,
              quick: bool = False, device: str = "cpu", timeout_s: float = 900, say=None) -> Path:
     """The loop of the module docstring; returns the comparison folder."""
-    from ..testbed import Testbed, load_spec
-    from ..testbed.plan import testbed_name
-    from . import measure as ms
+    from ...testbed import Testbed, load_spec
+    from ...testbed.plan import testbed_name
+    from ..run import measure as ms
     from .compare import run_compare
-    from .plan import with_plan
-    from .runner import simulate_point
+    from ..run.plan import with_plan
+    from ..run.runner import simulate_point
 
     say = say or (lambda m: print(f"simsparse: {m}", file=sys.stderr, flush=True))
     exp = load_config(config)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .store import atomic_write
+from ...files import atomic_write
 
 
 def _lane_order(lane: str):

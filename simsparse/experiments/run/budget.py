@@ -24,13 +24,15 @@ project's simulator:
   AR(1) noise when ``drift`` < 1), at most 1 GiB each; nothing per element
   when only sizes travel; with ``values: sampled`` ``4 (w + 4)`` bytes for
   each of a rank's about 4k sampled entries (value and index, the selections
-  and messages made of them); plus 300 bytes per trace record. Peak RSS measured
+  and messages made of them) and what its results hold (a union of
+  the selections, or a dense sum of n elements: :func:`sampled_results_B`);
+  plus 300 bytes per trace record. Peak RSS measured
   for float32 at P = 64..256 and n = 1M, over 9 algorithms: 4.2 to 8.1
   bytes per element for one unchecked iteration, up to 24.6 checked over
   three (28 estimated), plus the caches at small P.
 
 A point the simulator tries as bulk lockstep rounds (a dense collective on
-sizes, :func:`~simsparse.experiments.runner.rounds_may_apply`) costs a few
+sizes, :func:`rounds_may_apply`) costs a few
 numpy operations per round, not its events: its events do not count against
 the limit before it runs. If its rounds decline (a message would wait for a
 busy port or link) and its events are past the limit, :func:`declined`
@@ -50,8 +52,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .period import Cycle
-from .point import Point
+from ..results.period import Cycle
+from ..config.point import Point
 
 #: the slowest simulator speed measured (flow-level model, events per second):
 #: a point may run max_events / this many seconds before the watchdog stops it
@@ -127,7 +129,7 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
         # each rank's entries above the floor (about 4k of them: value and int32 index),
         # its selections and the messages made of them
         k = max(1.0, point.workload["density"] * n)
-        carried = point.P * 4 * k * (w + 4) * 4
+        carried = point.P * 4 * k * (w + 4) * 4 + sampled_results_B(point, n, k, w)
     elif not (sim and point.size_only):
         T = iterations_run(point)
         per = 2 * w + (2 * w if T > 1 else 0) + (8 + w if point.check else 0)
@@ -137,6 +139,17 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
             carried += caches * min(_CACHE_B, T * point.P * n * w)
     records = events(point) / 2 * 300 if trace else 0.0
     return _BASE_B + carried + records
+
+
+def sampled_results_B(point: Point, n: float, k: float, w: int) -> float:
+    """What the results of a sampled point hold beyond the ranks' entries, by
+    the algorithm's ``sampled_result``: a union of the P selections (and the
+    blocks it is built from), a dense sum of n elements, or one per rank.
+    Measured at n = 4M..16M, P = 4..32: within these."""
+    P = point.P
+    union = P * min(n, P * k) * (w + 4) * 2
+    kind = point.algorithm_cls.sampled_result
+    return {"k": 0.0, "union": union, "dense": 1.25 * n * w + union, "dense_per_rank": 1.5 * P * n * w}[kind]
 
 
 @dataclass
@@ -149,10 +162,20 @@ class Estimate:
     most_memory: Point | None
 
 
+def rounds_may_apply(point: Point, trace: bool = False) -> bool:
+    """Whether the simulator tries the point as lockstep rounds in bulk
+    (:mod:`simsparse.backends.rounds`): an algorithm that has them, on sizes
+    only, the lean engine (SimPy stays the reference), ``collectives: auto``,
+    no schedule, no trace, no cores shared between ranks (a kernel's end
+    depends on the others'). The network model may still decline (a busy
+    port or link or a shaped link)."""
+    return (point.algorithm_cls.rounds is not None and point.size_only and point.engine == "lean"
+            and point.collectives == "auto" and not point.schedule and not trace
+            and not (point.compute or {}).get("shared_cores"))
+
+
 def bulk(point: Point, trace: bool = False) -> bool:
     """Whether the simulator tries ``point`` as bulk lockstep rounds."""
-    from .runner import rounds_may_apply
-
     return rounds_may_apply(point, trace)
 
 

@@ -29,8 +29,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .config import ConfigError  # noqa: E402
-from .store import atomic_write  # noqa: E402
+from ..config.errors import ConfigError  # noqa: E402
+from ...files import atomic_write  # noqa: E402
 from .table import fmt_count, series_label  # noqa: E402
 
 FACETS = ["model", "batch_size", "network", "compute", "n", "density", "dtype", "data_scale"]
@@ -157,7 +157,7 @@ def _results_file(path) -> Path:
 
 
 def _column(df: pd.DataFrame, col: str, what: str, numeric: bool = False) -> None:
-    from .hints import did_you_mean
+    from ..config.hints import did_you_mean
 
     if col not in df.columns:
         raise PlotError(f"--{what} {col}: no such column{did_you_mean(col, list(df.columns))}; the results have: "
@@ -197,7 +197,7 @@ def plot_results(results, x: str = "P", y: str = "time_s", hue: str = "series", 
                  out=None) -> Path:
     """``y`` against ``x``, one line per ``hue`` value, one panel per combination of
     the other columns that vary (FACETS); repeated rows (seeds, ...) as their median."""
-    from .store import read_results
+    from ..results.store import read_results
 
     path = _results_file(results)
     df = read_results(path)

@@ -50,17 +50,20 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from ..algorithms import ALGORITHMS
-from ..compute.devices import DEVICES, load_profile
-from ..compute.models import DEFAULT_BATCH, model_costs, model_profile
-from ..registry import UnknownName, is_dotted
-from ..schedules import SCHEDULES, PlanCosts
-from ..schedules.planner import pipeline_time
-from .config import ConfigError, WorkloadSpec, network_variants
-from .hints import did_you_mean
-from .point import Point
-from .store import ResultsStore, atomic_write, write_csv
-from .sweep import ident, outcomes
+from ...algorithms import ALGORITHMS
+from ...compute.devices import DEVICES, load_profile
+from ...compute.models import DEFAULT_BATCH, model_costs, model_profile
+from ...registry import UnknownName, is_dotted
+from ...schedules import SCHEDULES, PlanCosts
+from ...schedules.planner import pipeline_time
+from ..config.errors import ConfigError
+from ..config.sources import network_variants
+from ..config.specs import WorkloadSpec
+from ..config.hints import did_you_mean
+from ..config.point import Point
+from ...files import atomic_write
+from ..results.store import ResultsStore, write_csv
+from ..run.sweep import ident, outcomes
 from .table import fmt_bytes, fmt_count, fmt_time
 
 #: most elements per rank the collectives' simulations carry

@@ -3,7 +3,7 @@
 A run writes only inside its results folder: ``--out DIR`` when given, else
 ``results/<name>`` (``name`` from the config; :mod:`.config` allows no ``/``
 and no leading ``.`` in it). Files are replaced by renaming
-(:func:`~.store.atomic_write`), which never follows a symbolic link, so what
+(:func:`simsparse.files.atomic_write`), which never follows a symbolic link, so what
 could lead writes elsewhere is a linked folder: ``results/<name>`` itself or
 its ``trace/`` folder. Both are refused when they resolve outside the base
 folder (``results/`` itself may be a link, e.g. to a scratch file system).

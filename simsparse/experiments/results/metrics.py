@@ -6,7 +6,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .period import Cycle
-from .point import Point
+from ..config.point import Point
+
+#: ``iteration``: the loop's position (0 .. warm-up first); ``weight``: the
+#: iteration's weight in the point's mean over periods (0 in warm-up)
+TRACE_COLUMNS = ["point_id", "iteration", "rank", "lane", "phase", "op", "peer", "bytes", "start_s", "end_s",
+                 "weight"]
+
 
 ROW_COLUMNS = ["point_id", "backend", "schedule", "model", "batch_size", "algorithm", "params", "P", "n", "density", "k",
                "dtype", "seed", "network", "compute", "iterations", "warmup", "time_s", "time_median_s",

@@ -24,8 +24,9 @@ from pathlib import Path
 
 import yaml
 
-from .config import REPO_ROOT, Experiment
-from .store import atomic_write
+from ..config.schema import Experiment
+from ..config.sources import REPO_ROOT
+from ...files import atomic_write
 
 
 def now() -> str:

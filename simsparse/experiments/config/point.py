@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from ..algorithms import Setup, get_algorithm
-from ..compute.devices import DeviceProfile, make_device
-from ..network.spec import NETWORK_SPECS
-from ..workload import Workload
+from ...algorithms import Setup, get_algorithm
+from ...compute.devices import DeviceProfile, make_device
+from ...network.spec import NETWORK_SPECS
+from ...workload import Workload
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class Point:
 
     @property
     def schedule_cls(self):
-        from ..schedules import get_schedule
+        from ...schedules import get_schedule
 
         return get_schedule(self.schedule)
 
@@ -138,10 +138,10 @@ class Point:
     def schedule_for(self, rank: int):
         """Rank's schedule instance (it keeps one algorithm instance per bucket)."""
         if self.plan is None:
-            raise RuntimeError("the point's merge plan is not resolved (experiments.plan.with_plan)")
+            raise RuntimeError("the point's merge plan is not resolved (experiments.run.plan.with_plan)")
         cls = self.schedule_cls
         w = self.workload
-        from ..schedules.stack import Stack
+        from ...schedules.stack import Stack
 
         return cls(rank, self.P, tuple(w["layers"]), w["density"], w["dtype"], self.plan, self.algorithm_cls,
                    self.params_model(), Stack.model_validate(self.stack) if self.stack else None)
@@ -185,7 +185,7 @@ class Point:
 
 def to_dense(result, n: int) -> np.ndarray:
     """A rank's result as a dense numpy vector (accepts arrays, tensors, COO)."""
-    from ..ops import COO
+    from ...ops import COO
 
     if isinstance(result, COO):
         out = np.zeros(n)
@@ -196,7 +196,7 @@ def to_dense(result, n: int) -> np.ndarray:
 
 def to_host(x):
     """Arrays, tensors and payloads as host numpy (payloads keep their type)."""
-    from ..ops import Payload
+    from ...ops import Payload
 
     if isinstance(x, Payload):
         return x.map(_np)

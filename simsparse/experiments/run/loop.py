@@ -3,7 +3,7 @@ a backend, plus one of each kind of iteration of the algorithm's periodic
 work that these did not measure (:mod:`.period`), every result checked
 against numpy, one results row.
 
-A backend (:class:`~.runner.SimBackend`, :class:`~.worker.MPIBackend`) runs
+A backend (:class:`~.simulate.SimBackend`, :class:`~.worker.MPIBackend`) runs
 the ranks it holds (all of them in the simulator, its own in an MPI process)
 and gathers per-rank values on the root. What a rank runs is a *job*: a bare
 collective (an algorithm instance fed the workload's gradient) or a training
@@ -16,15 +16,9 @@ import time
 import numpy as np
 
 from .backend import ExperimentBackend
-from .metrics import IterationRecord, PointOutcome, summarize
-from .period import Cycle
-from .point import Point, to_dense, to_host
-
-#: ``iteration``: the loop's position (0 .. warm-up first); ``weight``: the
-#: iteration's weight in the point's mean over periods (0 in warm-up)
-TRACE_COLUMNS = ["point_id", "iteration", "rank", "lane", "phase", "op", "peer", "bytes", "start_s", "end_s",
-                 "weight"]
-
+from ..results.metrics import TRACE_COLUMNS, IterationRecord, PointOutcome, summarize
+from ..results.period import Cycle
+from ..config.point import Point, to_dense, to_host
 
 class AlgorithmJob:
     """A rank's algorithm instance on the workload's gradient."""

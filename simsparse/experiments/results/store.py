@@ -33,37 +33,14 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .metrics import ROW_COLUMNS
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_path)`` then rename the temporary file onto ``path``.
-    The file gets the usual mode (0666 less the umask; ``mkstemp`` makes 0600)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+from ...files import atomic_write
+from .metrics import ROW_COLUMNS, TRACE_COLUMNS
+from .trace_event import write_trace_json
 
 
 def read_csv(path, **kw) -> pd.DataFrame:
@@ -211,8 +188,6 @@ class ResultsStore:
 
     def save_trace(self, point_id: str, rows: list | None) -> None:
         """The point's trace; ``None``: the point ran untraced, so an older trace of it goes."""
-        from .loop import TRACE_COLUMNS
-
         if rows is None:
             self.trace_file(point_id).unlink(missing_ok=True)
         else:
@@ -233,8 +208,6 @@ class ResultsStore:
         of the rows in results.csv -- when traces were requested or those
         files exist -- so they never hold points of another config. If some
         row has no trace, they are removed instead. Returns (files written, note)."""
-        from .loop import TRACE_COLUMNS
-        from .trace_event import write_trace_json
 
         outs = [self.dir / "trace.csv", self.dir / "trace.json"]
         if not requested and not any(f.exists() for f in outs):

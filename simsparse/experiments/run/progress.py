@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 import time
 
-from .point import Point
-from .table import fmt_count, fmt_duration, fmt_time
+from ..config.point import Point
+from ..results.format import fmt_count, fmt_duration, fmt_time
 
 #: per-point overhead in the cost model, in elements carried (set-up, the reference check, the row)
 _OVERHEAD = 200_000

@@ -31,11 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from . import provenance
-from .config import ConfigError, Experiment
-from .point import Point
-from .progress import Progress, cost
-from .store import LockedError, ResultsStore, writer_lock
+from ..results import provenance
+from ..config.schema import ConfigError, Experiment
+from ..config.point import Point
+from .progress import cost
+from ..results.store import ResultsStore
+from .session import Session
 
 EXECUTORS = ("local", "mpi", "dask")
 #: columns that say when and where a point ran (and how long it took): the only ones that differ between runs
@@ -76,7 +77,7 @@ def open_executor(kind: str, jobs: int, scheduler: str | None = None) -> Iterato
         from concurrent.futures import ProcessPoolExecutor
 
         ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([__name__, "simsparse.experiments.runner"])
+        ctx.set_forkserver_preload([__name__, "simsparse.experiments.run.runner"])
         ex = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx)
     elif kind == "mpi":
         ex = _mpi_executor(jobs)
@@ -171,47 +172,27 @@ def sweep(exp: Experiment, out_dir: Path, executor: str = "local", jobs: int = 1
     """Simulate the points of ``exp`` not yet in ``out_dir``, writing each row as it arrives
     (``max_events``: :func:`~.runner.simulate_point`)."""
     log = log or sys.stderr
-    out_dir = Path(out_dir)
-    ids = [ident(p) for p in exp.points]
-    with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(writer_lock(out_dir))
-        except LockedError as e:
-            raise SweepError(str(e)) from None
-        store = ResultsStore(out_dir, fresh=fresh, fmt=fmt, order=ids)
-        store.remove_leftovers()
-        stale = store.retain(set(ids))
-        if stale:
-            print(f"simsparse: moved {stale} rows of points no longer in {exp.path} to "
-                  f"{out_dir / 'results.stale.csv'}", file=log)
-        store.prune_traces(set() if fresh else set(ids))
-        if fresh or not store.file.exists():
-            store.flush()
-        pending = [p for p in exp.points if not store.has(ident(p)) or (trace and not store.has_trace(ident(p)))]
-        if len(pending) < len(exp.points):
-            print(f"simsparse: {len(exp.points) - len(pending)} of {len(exp.points)} points already in {store.file}",
-                  file=log)
-        entry = provenance.record(exp, command or [], executor, jobs, len(pending))
-        written = provenance.write(out_dir, exp, entry, ident)
-        if not pending:
-            return SweepResult(store, 0, written=written)
+    with Session(exp, out_dir, ident, fresh=fresh, trace=trace, fmt=fmt, command=command, executor=executor,
+                 jobs=jobs, log=log) as s:
+        s.begin()
+        if not s.pending:
+            return SweepResult(s.store, 0, written=s.written)
         where = f"dask at {scheduler}" if scheduler else f"{executor}, {jobs} job{'s' if jobs != 1 else ''}"
-        print(f"simsparse: simulating {len(pending)} points of {exp.name} ({where})", file=log, flush=True)
-        progress = Progress(pending, f"{exp.name} [sweep]", "sim", stream=log)
+        print(f"simsparse: simulating {len(s.pending)} points of {exp.name} ({where})", file=log, flush=True)
+        progress = s.progress("sweep", "sim")
         failed = []
         try:
-            for p, got in outcomes(pending, executor, jobs, scheduler, trace, max_events):
+            for p, got in outcomes(s.pending, executor, jobs, scheduler, trace, max_events):
                 if isinstance(got, BaseException):
                     failed.append((p, got))
                     print(f"simsparse: {progress.label(p)} failed: {type(got).__name__}: {got}", file=log, flush=True)
                     continue
                 row, rows = got
-                store.save_trace(row["point_id"], rows if trace else None)
-                store.add(row)
+                s.save(row, rows)
                 progress.finished(p, row)
         finally:
             progress.close()
-        return SweepResult(store, len(pending) - len(failed), failed, progress.elapsed_s(), written)
+        return SweepResult(s.store, len(s.pending) - len(failed), failed, progress.elapsed_s(), s.written)
 
 
 def default_jobs() -> int:

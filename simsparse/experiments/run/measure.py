@@ -28,9 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..registry import import_roots
-from .metrics import PointOutcome
-from .point import Point
+from ...registry import import_roots
+from ..results.metrics import PointOutcome
+from ..config.point import Point
 
 
 #: start-up allowance of a launch (MPI, torch), on top of the first point's timeout
@@ -86,7 +86,7 @@ def measured_id(point: Point) -> str:
             d.pop(key)
     else:
         if point.plan is None:
-            raise ValueError("measured_id: a training point needs its merge plan (experiments.plan.with_plan)")
+            raise ValueError("measured_id: a training point needs its merge plan (experiments.run.plan.with_plan)")
         d["plan"] = list(point.plan)
     blob = json.dumps({"backend": "mpi", "run": "real", **d}, sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
@@ -162,7 +162,7 @@ def measure_points(points: list[Point], device: str = "auto", trace: bool = Fals
         pfile, ofile = os.path.join(td, "points.json"), os.path.join(td, "out.json")
         with open(pfile, "w") as f:
             json.dump([p.to_dict() for p in points], f)
-        cmd = [mpiexec, "-n", str(P), sys.executable, "-m", "simsparse.experiments.worker", pfile, ofile,
+        cmd = [mpiexec, "-n", str(P), sys.executable, "-m", "simsparse.experiments.run.worker", pfile, ofile,
                "--device", device]
         if trace:
             cmd.append("--trace")
