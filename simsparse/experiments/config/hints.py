@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..registry import did_you_mean  # noqa: F401  (the config loader's hints)
+from ...registry import did_you_mean  # noqa: F401  (the config loader's hints)
 
 
 _OPENERS = {"flow sequence": "this '[' list", "flow mapping": "this '{' mapping", "quoted": "this quoted string"}
