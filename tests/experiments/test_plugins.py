@@ -19,7 +19,7 @@ from simsparse.experiments.config.schema import load_config
 from simsparse.registry import UnknownName
 from simsparse.schedules import SCHEDULES
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_allreduce"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "my_allreduce"
 DOTTED = "my_allreduce:RingTopk"
 HAVE_MPI = all(importlib.util.find_spec(m) for m in ("mpi4py", "torch")) and (
     (Path(sys.executable).parent / "mpiexec").exists() or shutil.which("mpiexec") is not None)
