@@ -68,10 +68,7 @@ def pairs(ctx, make, count):
     peer = ctx.rank ^ 1
     if peer >= ctx.size:
         return None
-    t0 = ctx.now()
-    hs = [ctx.isend(peer, make()) for _ in range(count)] + [ctx.irecv(peer) for _ in range(count)]
-    yield ctx.waitall(hs)
-    return (ctx.now() - t0) / count
+    return (yield from _stream(ctx, peer, make, count))
 
 
 def crossing(ctx, make, count):
@@ -83,6 +80,11 @@ def crossing(ctx, make, count):
     if ctx.rank >= 2 * half:
         return None
     peer = ctx.rank + half if ctx.rank < half else ctx.rank - half
+    return (yield from _stream(ctx, peer, make, count))
+
+
+def _stream(ctx, peer, make, count):
+    """``count`` messages to ``peer`` and as many from it, all at once: the time per message."""
     t0 = ctx.now()
     hs = [ctx.isend(peer, make()) for _ in range(count)] + [ctx.irecv(peer) for _ in range(count)]
     yield ctx.waitall(hs)

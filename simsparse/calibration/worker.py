@@ -232,16 +232,16 @@ def main(argv=None):
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // comm.Get_size()))
     t0 = time.perf_counter()
     parts = spec.get("parts", ["p2p", "kernels", "layers"])
+    now = clock(spec.get("clock"))
     raw = {}
     if "p2p" in parts:
         driver = MPIDriver(comm, device)
         raw["p2p"] = p2p(driver, comm, spec["p2p_sizes"], spec["reps"], spec["quick"], spec.get("exchange_sizes", ()),
                          spec.get("concurrency_sizes", (1 << 16, 1 << 20)))
     if "kernels" in parts:
-        raw["kernels"] = kernels(comm, spec["device"], spec["kernel_sizes"], spec["quick"], clock(spec.get("clock")))
+        raw["kernels"] = kernels(comm, spec["device"], spec["kernel_sizes"], spec["quick"], now)
     if "layers" in parts:
-        raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"],
-                               clock(spec.get("clock")))
+        raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"], now)
     raw["device"] = f"{device.type}:{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}"
     raw["torch_threads"] = torch.get_num_threads()
     raw["wall_s"] = time.perf_counter() - t0
