@@ -81,13 +81,13 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
     from ..run.runner import simulate_point
 
     say = say or (lambda m: print(f"simsparse: {m}", file=sys.stderr, flush=True))
-    exp = load_config(config)
     spec = load_spec(testbed) if testbed else None
     machine = f"testbed-{testbed_name(spec)}" if spec is not None else "host"
-    base = Path(out) if out else Path("results") / f"{exp.name}_{machine}"
     log = {"config": str(config), "testbed": testbed, "machine": machine}
-    with _stage(log, "calibrate"):
-        profiles = ensure_profiles(spec, sorted({p.P for p in exp.points}), quick, device, say)
+    with _stage(log, "calibrate"):   # before the config is read: it may name the profiles made here
+        profiles = ensure_profiles(spec, _rank_counts(config), quick, device, say)
+    exp = load_config(config)
+    base = Path(out) if out else Path("results") / f"{exp.name}_{machine}"
     log["profiles"] = {P: str(v["path"]) for P, v in profiles.items()}
     points = [replace(p, network=profiles[p.P]["network"], compute=profiles[p.P]["compute"], data_scale=1.0)
               for p in exp.points]
@@ -125,6 +125,23 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
     say(f"load average before and after measuring: {log['measure']['load_before']} and "
         f"{log['measure']['load_after']} (all stages in {cmp_dir / 'validate.json'})")
     return cmp_dir
+
+
+def _rank_counts(config: str) -> list[int]:
+    """The config's rank counts, read before the config is checked (its ``network:`` may name a
+    profile that the calibration is about to write); a config that does not give them plainly
+    gets load_config's own error."""
+    from ..config.sources import read_yaml
+
+    raw = read_yaml(Path(config), "config")
+    Ps = raw.get("P") if isinstance(raw, dict) else None
+    Ps = [Ps] if isinstance(Ps, int) else Ps
+    if not (isinstance(Ps, list) and Ps and all(isinstance(P, int) and not isinstance(P, bool) and P >= 1
+                                                   for P in Ps)):
+        load_config(config)   # raises the error that names the key
+        raise ConfigError(f"{config}: P = {Ps!r} is not allowed here: validate needs P as an integer or a list of "
+                          f"integers >= 1")
+    return sorted(set(Ps))
 
 
 @contextlib.contextmanager
