@@ -273,6 +273,8 @@ class Simulator(Driver):
         #: with shared cores, core-seconds every posted send and receive costs its rank (see _cpu_start)
         prof = getattr(self.device, "profile", None)
         self.msg_cpu = (getattr(prof, "message_cpu_s", None) or 0.0) if self.shared_cores else 0.0
+        #: with shared cores, core-seconds of the program's own Python before each kernel (the real driver's steps)
+        self.program_cpu = (getattr(prof, "program_cpu_s", None) or 0.0) if self.shared_cores else 0.0
         self.eager = int(eager_threshold_B)
         self.rdv_rtt = float(rendezvous_rtt_s)
         self.trace_on = trace
@@ -382,7 +384,7 @@ class Simulator(Driver):
                 return value   # no time, nothing queued before it, nothing to record
             dt = 0.0
         else:
-            dt = self.kernel_seconds(k, value, req.args, req.kwargs)
+            dt = self.kernel_seconds(k, value, req.args, req.kwargs) + self.program_cpu
         return self._device(prog, dt, value, "compute:" + req.kernel, "compute")
 
     def run_kernel(self, name: str, args: tuple, kwargs: dict):
@@ -641,13 +643,14 @@ class Simulator(Driver):
     def _cpu_start(self, h: Handle) -> None:
         """A posted request costs its rank ``msg_cpu`` core-seconds, shared
         with the other ranks' work (:class:`~simsparse.compute.cores.SharedCores`),
-        beside the transfer: the request completes when both are done. With
-        more ranks than cores, the real backend's driver, MPI's progress and
-        the kernel's TCP for each message, and the waiting loops that poll
-        for them, compete for the cores: an exchange of 1 KiB on the testbed
-        took 104 us at P = 2 and 415 us at P = 4 on 2 cores (CPU-bound:
-        4 ranks x 2 requests x 104 us / 2 cores), while 8 KiB took 695 us,
-        its wire time: the CPU work overlaps the wire's."""
+        beside the transfer: the request completes when both are done. The
+        real backend's driver, MPI's progress and the kernel's TCP for each
+        message, and the waiting loops that poll for them, run on the host's
+        cores: an exchange of 1 KiB on the testbed took 104 us at P = 2 and
+        415 us at P = 4 on 2 cores (CPU-bound: 4 ranks x 2 requests x 104 us
+        / 2 cores), while 8 KiB took 695 us, its wire time: the CPU work
+        overlaps the wire's. Through shared memory at P = 2 an exchange costs
+        two requests of CPU, twice a ping-pong's half round trip."""
         self.on_cpu[h] = None
         self.cores.run(self.msg_cpu, self._cpu_end, h)
 

@@ -69,8 +69,8 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
             "reps": 20 if quick else 100,
             "kernel_sizes": [3000, 30000, 300000] if quick else KERNEL_SIZES,
             "layer_reps": 2 if quick else 5}
-    if testbed is None:   # both directions at once, up to the suite's largest message (10^7 float32)
-        spec["exchange_sizes"] = [1 << i for i in range(12, 27, 4 if quick else 2)]
+    if testbed is None:   # both directions at once: small ones (CPU per request), up to the suite's largest message
+        spec["exchange_sizes"] = [4, 1 << 8, 1 << 10] + [1 << i for i in range(12, 27, 4 if quick else 2)]
     else:                 # the bandwidth is the description's; these check it, and the sharing
         spec["exchange_sizes"] = [4, 1 << 8, 1 << 10, 1 << 13, 1 << 16, 1 << 20, 1 << 22]   # small: CPU per request
         spec["concurrency_sizes"] = [1 << 18, 1 << 21]
@@ -91,7 +91,9 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
         comp = _launch(mpiexec, comp_spec, ranks if cpu_clock else max(min(ranks, cores), 2), None, timeout_s)
         raw = {**net, **comp, "wall_s": net["wall_s"] + comp["wall_s"]}
     raw["compute_clock"] = "cpu" if cpu_clock else "wall"
-    raw["shared_cores"] = cores if ranks > cores else None
+    # The ranks' driver and MPI progress run on this host's cores: on the CPU device their kernels and each
+    # request's CPU share those cores (processor sharing; with a core per rank each runs at full speed).
+    raw["shared_cores"] = cores if shared or device == "cpu" else None
     profile = build_profile(raw, ranks, device, command or " ".join(sys.argv), testbed)
     write_profile(profile, out)
     return out
@@ -174,6 +176,9 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
         compute["shared_cores"] = raw["shared_cores"]
         if cpu:
             compute["message_cpu_s"] = cpu
+        step = program_cpu(raw.get("steps"))
+        if step:
+            compute["program_cpu_s"] = step
     layer_fits, models = _layers(raw["layers"])
     if layer_fits:
         best = max(layer_fits.values(), key=lambda f: f["residuals"]["points"])
@@ -205,6 +210,18 @@ def _kernels(calls) -> tuple[dict, dict]:
         kernels[name] = {k: f[k] for k in ("launch_s", "per_elem_s", "complexity", "size_scale") if k in f}
         fits[name] = {**f, "sizes": len(elems), "calls": sum(len(v) for v in pts.values())}
     return kernels, fits
+
+
+def program_cpu(steps: dict | None) -> float | None:
+    """Core-seconds a rank program and the real driver spend between two
+    requests, charged per kernel call (``program_cpu_s``): the median of the
+    driver's steps, less the messages posted and kernels run inside them, times
+    the steps per kernel call, over every algorithm at every calibration size
+    (:class:`~.worker.StepProbe`; the median leaves out the first steps' one-off
+    costs: connections, first pages)."""
+    if not steps or not steps.get("steps") or not steps.get("kernel_calls"):
+        return None
+    return max(0.0, steps["median_s"]) * steps["steps"] / steps["kernel_calls"]
 
 
 def _memory_roofline(calls) -> dict:

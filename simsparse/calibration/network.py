@@ -101,13 +101,14 @@ SMALL_EXCHANGE_B = 1024
 def message_cpu(p2p: dict, P: int, cores) -> float | None:
     """Core-seconds per posted send or receive when P ranks share ``cores``
     cores (``message_cpu_s``): an exchange of small messages with every rank
-    busy is CPU-bound there, P ranks x 2 requests over the cores, so each
-    request costs t x cores / 2P. None with a core per rank, or without
-    small exchanges."""
+    busy is CPU-bound, P ranks x 2 requests over min(P, cores) busy cores, so
+    each request costs t x min(P, cores) / 2P (t / 2 with a core per rank:
+    the rank's driver posts, progresses and completes its two requests one
+    after the other). None without cores or small exchanges."""
     small = [t for m, t in p2p.get("exchange", []) if m <= SMALL_EXCHANGE_B]
-    if not cores or P <= cores or not small:
+    if not cores or not small:
         return None
-    return float(np.median(small)) * cores / (2 * P)
+    return float(np.median(small)) * min(P, cores) / (2 * P)
 
 
 def check_patterns(p2p: dict, network: dict, P: int, cores=None, cpu=None) -> list[dict]:

@@ -140,15 +140,72 @@ class KernelProbe:
             KERNELS[name].torch_fn = fn
 
 
-def kernels(comm, device_kind, sizes, quick, now=time.perf_counter) -> list:
-    """Run every algorithm at the calibration sizes on this backend and record its kernels."""
+class StepProbe:
+    """Times a rank program's own CPU between its requests: the driver's
+    stepping and the program's Python (``MPIDriver.step``, which runs the
+    generator until it blocks) less what runs inside it and is costed
+    elsewhere: the posting of messages (``isend``/``irecv``:
+    ``message_cpu_s``) and the kernels an idle device runs at once
+    (``_device``: :class:`KernelProbe`)."""
+
+    def __init__(self, now=time.perf_counter):
+        from ..backends.mpi import MPIContext, MPIDriver
+
+        self.own: list[float] = []   # per step: its time less what is costed elsewhere
+        self.active = False
+        self._orig = [(MPIDriver, "step", MPIDriver.step), (MPIContext, "isend", MPIContext.isend),
+                      (MPIContext, "irecv", MPIContext.irecv), (MPIDriver, "_device", MPIDriver._device)]
+        probe, depth, other = self, [0], [0.0]
+
+        def step(fn):
+            def run(*args):
+                if not probe.active or depth[0]:   # (a step inside a step is timed by the outer one)
+                    return fn(*args)
+                depth[0] += 1
+                other[0] = 0.0
+                t0 = now()
+                try:
+                    return fn(*args)
+                finally:
+                    depth[0] -= 1
+                    probe.own.append(now() - t0 - other[0])
+            return run
+
+        def post(fn):   # time inside a step that is not the program's own
+            def run(*args, **kwargs):
+                if not probe.active or not depth[0]:
+                    return fn(*args, **kwargs)
+                t0 = now()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    other[0] += now() - t0
+            return run
+
+        for cls, attr, fn in self._orig:
+            setattr(cls, attr, step(fn) if attr == "step" else post(fn))
+
+    def summary(self) -> dict:
+        """Quantiles of the steps' own time (a few first steps pay one-off costs: connections, first pages)."""
+        own = np.asarray(self.own or [np.nan])
+        return {"steps": len(self.own), "median_s": float(np.median(own)), "mean_s": float(own.mean()),
+                "p10_s": float(np.percentile(own, 10)), "p90_s": float(np.percentile(own, 90))}
+
+    def close(self):
+        for cls, attr, fn in self._orig:
+            setattr(cls, attr, fn)
+
+
+def kernels(comm, device_kind, sizes, quick, now=time.perf_counter) -> tuple[list, dict]:
+    """Run every algorithm at the calibration sizes on this backend; record its
+    kernels (:class:`KernelProbe`) and its programs' own CPU (:class:`StepProbe`)."""
     from ..algorithms import ALGORITHMS
     from ..experiments.run.loop import run_point
     from ..experiments.config.point import Point
     from ..experiments.run.worker import MPIBackend
 
     P = comm.Get_size()
-    probe = None
+    probe, steps = None, StepProbe(now)
     calls = []
     for name, cls in sorted(ALGORITHMS.items()):
         for n in sizes:
@@ -161,13 +218,14 @@ def kernels(comm, device_kind, sizes, quick, now=time.perf_counter) -> list:
             backend = MPIBackend(pt, device_kind)
             if probe is None:
                 probe = KernelProbe(backend.driver.rs.sync, now)
-            probe.active = True
+            probe.active = steps.active = True
             run_point(pt, backend)
-            probe.active = False
+            probe.active = steps.active = False
+    steps.close()
     if probe is not None:
         calls = probe.calls
         probe.close()
-    return calls
+    return calls, {**steps.summary(), "kernel_calls": len(calls)}
 
 
 # -- layers ----------------------------------------------------------------------------
@@ -239,7 +297,7 @@ def main(argv=None):
         raw["p2p"] = p2p(driver, comm, spec["p2p_sizes"], spec["reps"], spec["quick"], spec.get("exchange_sizes", ()),
                          spec.get("concurrency_sizes", (1 << 16, 1 << 20)))
     if "kernels" in parts:
-        raw["kernels"] = kernels(comm, spec["device"], spec["kernel_sizes"], spec["quick"], now)
+        raw["kernels"], raw["steps"] = kernels(comm, spec["device"], spec["kernel_sizes"], spec["quick"], now)
     if "layers" in parts:
         raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"], now)
     raw["device"] = f"{device.type}:{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}"

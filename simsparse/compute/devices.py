@@ -77,8 +77,11 @@ class DeviceProfile(BaseModel):
                                                    "processor-shared (ranks on one host's CPU, e.g. the testbed); "
                                                    "none: every rank has its device to itself")
     message_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds each posted send and "
-                                        "receive costs its rank, beside the transfer (simsparse calibrate --testbed: "
-                                        "from an exchange of small messages with every rank busy)")
+                                        "receive costs its rank, beside the transfer (simsparse calibrate: from an "
+                                        "exchange of small messages with every rank busy)")
+    program_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds a rank's program "
+                                        "and its driver spend before each kernel (the Python between two requests; "
+                                        "simsparse calibrate: the real driver's steps over every algorithm)")
     source: str | None = None
 
 

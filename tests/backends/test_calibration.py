@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import yaml
 
-from simsparse.calibration import build_profile, fit, write_profile
+from simsparse.calibration import host_cores, build_profile, fit, write_profile
 from simsparse.compute.devices import load_profile
 from simsparse.compute.models import model_costs, model_profile
 from simsparse.experiments.config.schema import load_config
@@ -128,7 +128,25 @@ def test_quick_calibration_end_to_end(tmp_path):
     assert {"topk", "add", "scatter_add", "concat"} <= set(prof["compute"]["kernels"])
     assert prof["compute"]["models"]["resnet20_cifar10"]["batch_size"] == 8
     assert all("residuals" in f for f in prof["fits"]["kernels"].values())
+    # the ranks' own CPU: per request (from small exchanges) and per kernel (the driver's steps), on this host's cores
+    assert prof["compute"]["shared_cores"] == host_cores()
+    assert 1e-7 < prof["compute"]["message_cpu_s"] < 1e-2 and 1e-7 < prof["compute"]["program_cpu_s"] < 1e-2
     load_profile(str(out))
+
+
+def test_cpu_per_request_and_per_kernel_from_the_raw_timings():
+    """message_cpu_s: an exchange of small messages is CPU-bound, P ranks x 2 requests over min(P, cores)
+    cores; program_cpu_s: the median step's own time times the steps per kernel call."""
+    from simsparse.calibration import program_cpu
+    from simsparse.calibration.network import message_cpu
+
+    ex = {"exchange": [(4, 80e-6), (256, 70e-6), (1024, 72e-6), (1 << 20, 1e-3)]}
+    assert message_cpu(ex, 2, 2) == pytest.approx(36e-6)          # a core per rank: its two requests in turn
+    assert message_cpu(ex, 8, 2) == pytest.approx(72e-6 * 2 / 16)  # 16 requests over 2 cores
+    assert message_cpu({"exchange": [(1 << 20, 1e-3)]}, 2, 2) is None and message_cpu(ex, 2, None) is None
+    steps = {"steps": 300, "median_s": 30e-6, "kernel_calls": 450}
+    assert program_cpu(steps) == pytest.approx(20e-6)
+    assert program_cpu({"steps": 0, "median_s": float("nan"), "kernel_calls": 0}) is None and program_cpu(None) is None
 
 
 def test_a_step_in_the_per_message_cost_is_found_where_mpi_changes_protocol():
@@ -202,7 +220,9 @@ def test_more_ranks_than_cores_time_kernels_in_cpu_seconds_with_every_rank_resid
     launches.clear()
     cal.calibrate(ranks=2, out=tmp_path / "q.yaml")
     assert launches == [(("p2p", "kernels", "layers"), None, 2)]
-    assert written[-1]["compute_clock"] == "wall" and written[-1]["shared_cores"] is None
+    assert written[-1]["compute_clock"] == "wall" and written[-1]["shared_cores"] == 2   # a core each, still shared
+    cal.calibrate(device="cuda", ranks=2, out=tmp_path / "g.yaml")
+    assert written[-1]["shared_cores"] is None   # kernels on the GPU
     assert worker.clock("cpu") is time.process_time and worker.clock("wall") is time.perf_counter
 
 

@@ -90,3 +90,24 @@ def test_requests_cost_cpu_on_shared_cores_beside_the_wire(P):
     assert time(4, shared_cores=P, message_cpu_s=c) == pytest.approx(2 * c, rel=1e-6)   # a core each
     big = 1 << 16
     assert time(big, shared_cores=2, message_cpu_s=c) == pytest.approx(big / B, rel=1e-6)
+
+
+def test_the_programs_own_cpu_is_charged_before_every_kernel():
+    """program_cpu_s c: each kernel call of a rank costs c more core-seconds
+    (the real driver's step and the program's Python before it); a ring of
+    P = 4 calls 7 kernels per rank (a copy, 3 sums, 3 copies); on 2 shared
+    cores the 4 ranks' kernels take twice as long; without shared_cores
+    nothing is charged."""
+    from tests.helpers import make_point
+    from simsparse.experiments.run.runner import simulate_point
+
+    c = 1e-3
+    prof = {"name": "cpu", "mem_bandwidth_Bps": 1e15, "launch_s": 0.0}
+
+    def t(**extra):
+        return simulate_point(make_point("ring", 4, n=8000, compute={**prof, **extra}, alpha=0.0, bw=1e15)).row["time_s"]
+
+    base = t(shared_cores=4)
+    assert t(shared_cores=4, program_cpu_s=c) == pytest.approx(base + 7 * c, rel=1e-6)
+    assert t(shared_cores=2, program_cpu_s=c) == pytest.approx(2 * (base + 7 * c), rel=1e-6)
+    assert t(program_cpu_s=c) == pytest.approx(t(), rel=1e-12)
