@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from ..backends.rank_env import rank_env
 from . import fit
 
 #: where a profile for R ranks goes by default; configs name it with {P} (resolved per point)
@@ -114,7 +115,7 @@ def _launch(mpiexec: str, spec: dict, ranks: int, testbed, timeout_s: float) -> 
         with open(sp, "w") as f:
             json.dump(spec, f)
         cmd = [sys.executable, "-m", "simsparse.calibration.worker", sp, rp]
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        env = rank_env()
         with _launcher(testbed, ranks) as tb:
             if tb is not None:
                 cmd = tb.wrap(cmd)

@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ...backends.rank_env import rank_env
 from ...registry import import_roots
 from ..results.metrics import PointOutcome
 from ..config.point import Point
@@ -169,7 +170,7 @@ def measure_points(points: list[Point], device: str = "auto", trace: bool = Fals
         if dump_results:
             os.makedirs(dump_results, exist_ok=True)
             cmd += ["--dump-results", dump_results]
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        env = rank_env()
         roots = import_roots({n for p in points for n in (p.algorithm, p.schedule)})
         if roots:  # the ranks are fresh interpreters: they import dotted-path plugins from where this one did
             env["PYTHONPATH"] = os.pathsep.join([*roots, *filter(None, [env.get("PYTHONPATH")])])

@@ -1,0 +1,37 @@
+"""The environment the real backend's ranks start with (backends/rank_env.py)."""
+import subprocess
+import sys
+
+from simsparse.backends.rank_env import RANK_ENV, rank_env
+
+PROBE = """
+import resource, numpy as np
+a = np.ones(4_000_000, np.float32)
+for _ in range(2):
+    c = a + a; del c                       # warm: the heap grows once
+f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(5):
+    c = a + a; del c
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+"""
+
+
+def test_a_caching_heap_and_one_thread_unless_the_caller_says_otherwise():
+    env = rank_env({"PATH": "/bin"})
+    assert env["PATH"] == "/bin" and env["OMP_NUM_THREADS"] == "1"
+    assert env["MALLOC_MMAP_MAX_"] == "0" and int(env["MALLOC_TRIM_THRESHOLD_"]) >= 1 << 32
+    mine = rank_env({"MALLOC_MMAP_MAX_": "65536", "OMP_NUM_THREADS": "4"})
+    assert mine["MALLOC_MMAP_MAX_"] == "65536" and mine["OMP_NUM_THREADS"] == "4"
+    assert set(RANK_ENV) <= set(mine)
+
+
+def test_with_it_a_buffer_freed_in_one_iteration_is_reused_without_faulting():
+    """16 MB outputs: glibc maps and unmaps each one by default (dynamic mmap threshold
+    starts at 128 KiB); under RANK_ENV the freed block is reused and nothing faults."""
+    def faults(env):
+        return int(subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
+                                  check=True).stdout)
+
+    base = {"PATH": "/usr/bin:/bin", "MALLOC_MMAP_THRESHOLD_": str(128 << 10)}   # glibc's default start, fixed
+    cached, fresh = faults(rank_env(base)), faults(base)
+    assert cached < 5 <= fresh, (cached, fresh)   # numpy asks for huge pages: a fresh 16 MB is >= 8 faults
