@@ -358,13 +358,17 @@ def _add_testbed_parsers(sub) -> None:
     p.add_argument("--quick", action="store_true", help="a quick calibration (fewer sizes and repetitions)")
     p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu", help="where tensors live")
     p.add_argument("--timeout", type=float, default=900, help="seconds a measured point may take")
+    p.add_argument("--repeats", type=_count("repeats"), default=None,
+                   help="measure the whole config this many times and compare each point's median repeat "
+                        "(default 3 on this host, 1 on a testbed)")
 
 
 def _testbed_commands(args) -> int:
     if args.cmd == "validate":
         from .experiments.analysis.validate import validate
 
-        validate(args.config, args.testbed, args.out, args.fresh, args.quick, args.device, args.timeout)
+        validate(args.config, args.testbed, args.out, args.fresh, args.quick, args.device, args.timeout,
+                 repeats=args.repeats)
         return 0
     from .testbed import commands
 

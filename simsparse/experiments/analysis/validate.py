@@ -10,9 +10,13 @@ measure and compare in one command, on an emulated cluster or on this host.
    per-message costs; the kernels of this CPU), simulated with traces.
 3. **Measure** the same points with the real backend, on the testbed
    (rank i in host namespace i, MPI over TCP through the shaped links) or
-   on this host.
+   on this host; ``--repeats R`` times over (default 3 on this host, 1 on
+   a testbed, where the links decide the time), each repeat the whole
+   config, and per point the repeat of median time is compared (its trace
+   too), the spread between repeats reported as the noise floor.
 4. **Compare** per point and per phase, print the error table and write it
-   beside the results: ``results/<name>_<machine>/{pred,meas,compare}``.
+   beside the results: ``results/<name>_<machine>/{pred,meas,compare}``
+   (the repeats in ``runs/r<i>``).
 
 Results are kept between runs: points already predicted or measured are
 not run again (``--fresh`` starts over). The calibration is never fitted to
@@ -27,11 +31,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 
 from ...files import yaml_load
 from ..config.schema import ConfigError, load_config
 from ...files import atomic_write
-from ..results.store import ResultsStore
+from ..results.store import ResultsStore, read_csv
 
 
 def profile_path(spec, P: int) -> Path:
@@ -71,9 +76,10 @@ def ensure_profiles(spec, Ps, quick: bool, device: str, say) -> dict[int, dict]:
 
 
 def validate(config: str, testbed: str | None = None, out: str | None = None, fresh: bool = False,
-             quick: bool = False, device: str = "cpu", timeout_s: float = 900, say=None) -> Path:
+             quick: bool = False, device: str = "cpu", timeout_s: float = 900, say=None,
+             repeats: int | None = None) -> Path:
     """The loop of the module docstring; returns the comparison folder."""
-    from ...testbed import Testbed, load_spec
+    from ...testbed import load_spec
     from ...testbed.plan import testbed_name
     from ..run import measure as ms
     from .compare import run_compare
@@ -103,28 +109,63 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
         pred.combine_traces(True)
 
     ms.check_prerequisites()
-    meas = ResultsStore(base / "meas", fresh=fresh)
     groups = ms.group_points([with_plan(p) for p in points])
-    todo = [g[0] for mid, g in groups.items() if not (meas.has(mid) and meas.has_trace(mid))]
-    say(f"measuring {len(todo)} of {len(groups)} real runs on {machine}")
-
-    def save(_p, o):
-        meas.save_trace(o.row["point_id"], o.trace)
-        meas.add(o.row)
-
+    R = repeats or (1 if spec is not None else 3)
+    runs = [ResultsStore(base / ("meas" if R == 1 else f"runs/r{r}"), fresh=fresh) for r in range(1, R + 1)]
     with _stage(log, "measure"):
-        for P in dict.fromkeys(p.P for p in todo):
-            batch = [p for p in todo if p.P == P]
-            with (Testbed(spec, P) if spec is not None else contextlib.nullcontext()) as tb:
-                ms.measure_points(batch, device=device, trace=True, timeout_s=timeout_s, members=groups,
-                                  on_point=save, testbed=tb)
-        meas.combine_traces(True)
+        for r, store in enumerate(runs, 1):   # whole repeats one after the other: a disturbance of a few
+            todo = [g[0] for mid, g in groups.items()           # seconds hits one repeat of a point, not all
+                    if not (store.has(mid) and store.has_trace(mid))]
+            say(f"measuring {len(todo)} of {len(groups)} real runs on {machine}"
+                + (f" (repeat {r} of {R})" if R > 1 else ""))
+            _measure_into(store, todo, groups, spec, device, timeout_s)
+        if R > 1:
+            log["repeat_spread"] = median_repeat(runs, list(groups), ResultsStore(base / "meas", fresh=True))
     cmp_dir = base / "compare"
     run_compare(base / "pred", base / "meas", out=cmp_dir, warn=say)
     atomic_write(cmp_dir / "validate.json", lambda tmp: Path(tmp).write_text(json.dumps(log, indent=1)))
+    if R > 1:
+        sp = log["repeat_spread"]
+        say(f"measured time per point, (max - min) / median over the {R} repeats: median {100 * sp['median']:.1f}%, "
+            f"p90 {100 * sp['p90']:.1f}% (the noise floor of the errors above)")
     say(f"load average before and after measuring: {log['measure']['load_before']} and "
         f"{log['measure']['load_after']} (all stages in {cmp_dir / 'validate.json'})")
     return cmp_dir
+
+
+def _measure_into(store, todo, groups, spec, device: str, timeout_s: float) -> None:
+    """One measurement of the ``todo`` points into ``store`` (rows and traces)."""
+    from ...testbed import Testbed
+    from ..run import measure as ms
+
+    def save(_p, o):
+        store.save_trace(o.row["point_id"], o.trace)
+        store.add(o.row)
+
+    for P in dict.fromkeys(p.P for p in todo):
+        batch = [p for p in todo if p.P == P]
+        with (Testbed(spec, P) if spec is not None else contextlib.nullcontext()) as tb:
+            ms.measure_points(batch, device=device, trace=True, timeout_s=timeout_s, members=groups,
+                              on_point=save, testbed=tb)
+    store.combine_traces(True)
+
+
+def median_repeat(runs, pids, out) -> dict:
+    """Per point, the repeat whose ``time_s`` is the median (the lower one for an even count) goes
+    into ``out`` with its trace, so every phase compared comes from one run; the row gains
+    ``repeats``, ``time_repeat_min_s`` and ``time_repeat_max_s``. Returns the median and p90 over
+    points of (max - min) / median: how far the same measurement moves between repeats."""
+    spreads = []
+    for pid in pids:
+        rows = sorted(((st.rows[pid], st) for st in runs if pid in st.rows), key=lambda x: x[0]["time_s"])
+        row, st = rows[(len(rows) - 1) // 2]
+        ts = [r["time_s"] for r, _ in rows]
+        out.save_trace(pid, read_csv(st.trace_file(pid)).to_dict("records") if st.has_trace(pid) else None)
+        out.add({**row, "repeats": len(rows), "time_repeat_min_s": min(ts), "time_repeat_max_s": max(ts)})
+        spreads.append((max(ts) - min(ts)) / row["time_s"])
+    out.combine_traces(True)
+    a = np.array(spreads or [np.nan])
+    return {"median": float(np.median(a)), "p90": float(np.percentile(a, 90)), "points": len(spreads)}
 
 
 def _rank_counts(config: str) -> list[int]:

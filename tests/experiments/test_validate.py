@@ -1,0 +1,49 @@
+"""simsparse validate's own logic: the rank counts read before calibrating, and the
+median of repeated measurements (experiments/analysis/validate.py)."""
+import pytest
+
+from simsparse.experiments.analysis.validate import _rank_counts, median_repeat
+from simsparse.experiments.config.schema import ConfigError
+from simsparse.experiments.results.store import ResultsStore, read_csv
+
+
+def _store(path, times):
+    st = ResultsStore(path)
+    for pid, t in times.items():
+        st.save_trace(pid, [{"point_id": pid, "iteration": 0, "rank": 0, "lane": "main", "phase": "main",
+                             "op": "send", "peer": 1, "bytes": 8, "start_s": 0.0, "end_s": t, "weight": 0.0}])
+        st.add({"point_id": pid, "algorithm": "ring", "P": 2, "n": 10, "time_s": t, "time_median_s": t})
+    return st
+
+
+def test_each_point_takes_the_repeat_of_median_time_with_that_repeats_trace(tmp_path):
+    runs = [_store(tmp_path / f"r{i}", t) for i, t in
+            enumerate([{"a": 1.0, "b": 2.0}, {"a": 5.0, "b": 2.2}, {"a": 1.2, "b": 9.0}], 1)]
+    out = ResultsStore(tmp_path / "meas", fresh=True)
+    spread = median_repeat(runs, ["a", "b"], out)
+    rows = read_csv(tmp_path / "meas" / "results.csv").set_index("point_id")
+    assert rows.loc["a", "time_s"] == 1.2 and rows.loc["b", "time_s"] == 2.2     # not the means 2.4 and 4.4
+    assert rows.loc["a", "repeats"] == 3 and rows.loc["a", "time_repeat_min_s"] == 1.0
+    assert rows.loc["b", "time_repeat_max_s"] == 9.0
+    assert read_csv(out.trace_file("a"))["end_s"].tolist() == [1.2]              # the same run's phases
+    assert len(read_csv(tmp_path / "meas" / "trace.csv")) == 2
+    assert spread["points"] == 2
+    assert spread["median"] == pytest.approx(((4.0 / 1.2) + (7.0 / 2.2)) / 2)
+
+
+def test_two_repeats_take_the_faster_and_a_point_missing_from_a_repeat_uses_the_others(tmp_path):
+    runs = [_store(tmp_path / "r1", {"a": 3.0, "b": 1.0}), _store(tmp_path / "r2", {"a": 2.0})]
+    out = ResultsStore(tmp_path / "meas", fresh=True)
+    median_repeat(runs, ["a", "b"], out)
+    assert out.rows["a"]["time_s"] == 2.0 and out.rows["b"]["time_s"] == 1.0 and out.rows["b"]["repeats"] == 1
+
+
+def test_rank_counts_are_read_before_the_profiles_they_name_exist(tmp_path):
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text("name: v\nnetwork: results/calibration/none-{P}r.yaml\nalgorithms: [ring]\nP: [4, 2, 4]\n")
+    assert _rank_counts(str(cfg)) == [2, 4]
+    cfg.write_text("name: v\nalgorithms: [ring]\nP: 3\n")
+    assert _rank_counts(str(cfg)) == [3]
+    cfg.write_text("name: v\nworkload: {n: 10}\nalgorithms: [ring]\nP: [2, two]\n")
+    with pytest.raises(ConfigError, match=r"v\.yaml.*P"):
+        _rank_counts(str(cfg))
