@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from dataclasses import replace
@@ -128,8 +129,9 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
         sp = log["repeat_spread"]
         say(f"measured time per point, (max - min) / median over the {R} repeats: median {100 * sp['median']:.1f}%, "
             f"p90 {100 * sp['p90']:.1f}% (the noise floor of the errors above)")
-    say(f"load average before and after measuring: {log['measure']['load_before']} and "
-        f"{log['measure']['load_after']} (all stages in {cmp_dir / 'validate.json'})")
+    m = log["measure"]
+    say(f"load average before and after measuring: {m['load_before']} and {m['load_after']}; steal time "
+        f"{m['steal_s']} s in {m['wall_s']} s x {os.cpu_count()} CPUs (all stages in {cmp_dir / 'validate.json'})")
     return cmp_dir
 
 
@@ -187,10 +189,21 @@ def _rank_counts(config: str) -> list[int]:
 
 @contextlib.contextmanager
 def _stage(log: dict, name: str):
-    """Record a stage's wall time and the load average (1 minute) before and after it."""
-    t0, before = time.time(), _load()
+    """Record a stage's wall time, the load average (1 minute) before and after it, and the CPU time
+    the hypervisor took from this virtual machine meanwhile (steal, summed over its CPUs)."""
+    t0, before, steal = time.time(), _load(), _steal()
     yield
-    log[name] = {"wall_s": round(time.time() - t0, 1), "load_before": before, "load_after": _load()}
+    log[name] = {"wall_s": round(time.time() - t0, 1), "load_before": before, "load_after": _load(),
+                 "steal_s": round(_steal() - steal, 2)}
+
+
+def _steal() -> float:
+    """Seconds of steal time since boot, all CPUs (/proc/stat; NaN where there is none)."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
 
 
 def _load() -> float:
