@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import sys
 import time
 
@@ -105,8 +106,16 @@ def clock(kind: str):
     return time.process_time if kind == "cpu" else time.perf_counter
 
 
+def _minflt() -> int:
+    """Minor page faults of this process so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 class KernelProbe:
-    """Wraps every kernel's torch implementation to record (work, seconds)."""
+    """Wraps every kernel's torch implementation to record (work, seconds,
+    minor page faults): a call that faulted grew the rank's heap (its first
+    touches), which a measured iteration in steady state does not pay
+    (:mod:`simsparse.backends.rank_env`)."""
 
     def __init__(self, sync, now=time.perf_counter):
         from ..compute.kernels import KERNELS
@@ -123,12 +132,14 @@ class KernelProbe:
             if not self.active:
                 return fn(*args, **kwargs)
             sync()
+            f0 = _minflt()
             t0 = now()
             out = fn(*args, **kwargs)
             sync()
             dt = now() - t0
+            faults = _minflt() - f0
             w = k.work(out, *args, **kwargs)
-            self.calls.append((k.name, float(w.elems), float(w.bytes), dt))
+            self.calls.append((k.name, float(w.elems), float(w.bytes), dt, faults))
             return out
 
         return timed

@@ -149,6 +149,24 @@ def test_cpu_per_request_and_per_kernel_from_the_raw_timings():
     assert program_cpu({"steps": 0, "median_s": float("nan"), "kernel_calls": 0}) is None and program_cpu(None) is None
 
 
+def test_kernel_calls_that_grew_the_heap_are_left_out_where_clean_ones_exist():
+    """A call that page-faulted paid its first touches once; steady state is the clean calls.
+    A size whose every call faulted keeps them (there is nothing else to fit)."""
+    from simsparse.calibration import _kernels, steady_calls
+
+    n = [1e4, 1e5, 1e6, 1e7]
+    calls = [("copy", e, 8 * e, 1e-9 * e, 0) for e in n for _ in range(2)]
+    calls += [("copy", 1e7, 8e7, 3e-2, 9000), ("copy", 1e6, 8e6, 5e-3, 900)]   # 3x: the heap grew
+    calls += [("sum", e, 4 * e, 2e-9 * e, 5) for e in n]                        # every call faulted
+    kept, left = steady_calls(calls)
+    assert left == 2 and all(c[3] < 2e-2 for c in kept if c[0] == "copy")
+    kernels, fits = _kernels(calls)
+    assert kernels["copy"]["per_elem_s"] == pytest.approx(1e-9, rel=1e-3)
+    assert fits["copy"]["calls_left_out_for_faults"] == 2 and fits["sum"]["calls_left_out_for_faults"] == 0
+    assert kernels["sum"]["per_elem_s"] == pytest.approx(2e-9, rel=1e-3)
+    assert steady_calls([("copy", 1e4, 8e4, 1e-5)]) == ([("copy", 1e4, 8e4, 1e-5)], 0)   # raws without faults
+
+
 def test_a_step_in_the_per_message_cost_is_found_where_mpi_changes_protocol():
     m = np.array([4 << i for i in range(0, 21)], float)
     resid = noisy(np.where(m <= 16384, 60e-6, 60e-6 + 150e-6), 4)
