@@ -10,9 +10,10 @@ and ``simsparse calibrate`` launch them with it).
   model assumes: it charges a kernel its memory traffic, not the kernel's
   page faults. With glibc's defaults every buffer above the (dynamic, at most
   32 MiB) mmap threshold is a fresh mapping: on the development VM a first
-  touch costs about 3 us per 4 KiB page (``benchmarks/page_faults.py``), and ``simsparse measure`` of ring, Top-k
-  and QSGD at 10^5..10^7 elements ran 1.2x to 3.4x slower, its system time
-  6x larger (docs/validation.md, "Page faults").
+  touch costs about 2.7 us per 4 KiB page (``benchmarks/bench_page_faults.py``),
+  and ``simsparse measure`` of ring, Top-k and QSGD at 10^5..10^7 elements ran
+  1.2x to 3.4x slower, its system time 6x larger (docs/validation.md, "What
+  the host model had to learn").
 
 A variable already set in the caller's environment wins, so a user can measure
 with glibc's defaults (e.g. ``MALLOC_MMAP_MAX_=65536``).

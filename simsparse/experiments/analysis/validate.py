@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import replace
@@ -37,7 +38,7 @@ import numpy as np
 from ...files import yaml_load
 from ..config.schema import ConfigError, load_config
 from ...files import atomic_write
-from ..results.store import ResultsStore, read_csv
+from ..results.store import ResultsStore
 
 
 def profile_path(spec, P: int) -> Path:
@@ -162,7 +163,10 @@ def median_repeat(runs, pids, out) -> dict:
         rows = sorted(((st.rows[pid], st) for st in runs if pid in st.rows), key=lambda x: x[0]["time_s"])
         row, st = rows[(len(rows) - 1) // 2]
         ts = [r["time_s"] for r, _ in rows]
-        out.save_trace(pid, read_csv(st.trace_file(pid)).to_dict("records") if st.has_trace(pid) else None)
+        if st.has_trace(pid):   # the file as it is: no parse and rewrite
+            atomic_write(out.trace_file(pid), lambda tmp, src=st.trace_file(pid): shutil.copyfile(src, tmp))
+        else:
+            out.save_trace(pid, None)
         out.add({**row, "repeats": len(rows), "time_repeat_min_s": min(ts), "time_repeat_max_s": max(ts)})
         spreads.append((max(ts) - min(ts)) / row["time_s"])
     out.combine_traces(True)
