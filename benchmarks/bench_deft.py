@@ -51,7 +51,7 @@ def simulate(name, grads, layers, density, network, device):
 
     topk.numpy = recording
     try:
-        sim = Simulator(network.build(), device, network.eager_threshold_B, network.rendezvous_rtt_s, trace=True)
+        sim = Simulator(network.build(), device, **network.protocol(), trace=True)
         stats = sim.run([lambda ctx, a=a, g=g: a.iteration(ctx, g) for a, g in zip(algs, grads)])
     finally:
         topk.numpy = real

@@ -50,7 +50,7 @@ def child(network: str, algorithm: str, P: int, n: int, data_scale: float = 1.0)
     pt, byte_scale = pt.at_scale()
     t0 = time.perf_counter()
     net = spec.build()
-    sim = Simulator(net, pt.device(), spec.eager_threshold_B, spec.rendezvous_rtt_s, byte_scale=byte_scale)
+    sim = Simulator(net, pt.device(), **spec.protocol(), byte_scale=byte_scale)
     algs = pt.instances()
     if hasattr(net, "machine"):
         net.machine(P)   # build the topology outside the timed simulation

@@ -78,7 +78,7 @@ def run(P, n, density, params, grads, spec, device=None, iterations=1):
     prm = OkTopkParams.model_validate(params)
     algs = [OkTopk(Setup(r, P, n, density), prm) for r in range(P)]
     try:
-        sim = Simulator(spec.build(), device, spec.eager_threshold_B, spec.rendezvous_rtt_s, trace=True)
+        sim = Simulator(spec.build(), device, **spec.protocol(), trace=True)
     except Exception as e:
         return None, f"{type(e).__name__}: {e}"
     out = []

@@ -201,17 +201,17 @@ class BulkRun:
                 t[r] = now + (end - now)
 
     def _ready(self, src, dst, nbytes, post_s, post_r):
-        """When each message may move (eager: when sent; rendezvous: when both
-        sides have posted, plus the handshake), and whether the event
-        simulation books it in posting order among its sender's ties."""
+        """When each message may move (eager or within the receiver's
+        unexpected window: when sent; rendezvous: when both sides have
+        posted), plus the start-up of a message past the eager threshold, and
+        whether the event simulation books it in posting order among its
+        sender's ties."""
         sim = self.sim
-        rdv = nbytes > sim.eager
-        ready = post_s
-        if rdv.any():
-            ready = np.where(rdv, np.maximum(post_s, post_r), post_s)
-            if sim.rdv_rtt > 0:
-                ready = np.where(rdv, ready + sim.rdv_rtt, ready)
-        return ready, ~rdv | (post_r <= post_s)
+        gated = nbytes > sim.window
+        ready = np.where(gated, np.maximum(post_s, post_r), post_s) if gated.any() else post_s
+        if sim.rdv_rtt > 0:
+            ready = np.where(nbytes > sim.eager, ready + sim.rdv_rtt, ready)
+        return ready, ~gated | (post_r <= post_s)
 
     def _waves(self) -> bool:
         """Time the waves as arrays; whether every wave was exact (it stops at
@@ -293,7 +293,7 @@ class BulkRun:
         P, t, sim = self.P, self.t, self.sim
         eng = HeapEngine()
         net = sim.network.bulk_scratch(eng, P)
-        rtt, eager = sim.rdv_rtt, sim.eager
+        rtt, eager, window = sim.rdv_rtt, sim.eager, sim.window
         waves = [(s.tolist(), d.tolist(), nb.tolist()) for s, d, nb, _ in self.waves]
         mine = self._mine()
         left = {key: len(a) + len(b) for key, (a, b) in mine.items()}
@@ -334,12 +334,12 @@ class BulkRun:
                 sends, recvs = mine[key]
                 s, d, nb = waves[k]
                 for i in recvs:   # a rendezvous send posted before moves now (plus the handshake)
-                    if nb[i] > eager and (s[i], k) in posted:
+                    if nb[i] > window and (s[i], k) in posted:
                         eng.at(rtt, lambda _, k=k, i=i: move(k, i, False)) if rtt > 0 else move(k, i, False)
                 for i in sends:
                     if nb[i] <= eager:
                         move(k, i, True)
-                    elif (d[i], k) in posted:
+                    elif nb[i] <= window or (d[i], k) in posted:   # buffered by the receiver, or rendezvous
                         eng.at(rtt, lambda _, k=k, i=i: move(k, i, True)) if rtt > 0 else move(k, i, True)
                 if not settle(r, key, list(self.during.get(key, ()))):
                     return

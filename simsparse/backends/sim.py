@@ -10,7 +10,10 @@ MPI semantics modelled:
   non-overtaking rule gives (no wildcards);
 * a message of at most ``eager_threshold_B`` bytes starts moving when the send
   is posted (eager); a larger one starts when both send and receive are posted
-  (rendezvous), plus ``rendezvous_rtt_s`` for the RTS/CTS handshake;
+  (rendezvous), plus ``rendezvous_rtt_s`` for the RTS/CTS handshake -- unless
+  it fits the ``unexpected_window_B`` that the transport buffers at the
+  receiver (TCP sockets: the receive window): then it moves when sent and
+  pays only the start-up;
 * a send completes when its data has arrived, a receive when its data has
   arrived and it has been posted. Payload arrays are copied when a send is
   posted, so a sender may reuse its buffers; the copy is read-only and is
@@ -259,7 +262,7 @@ class Simulator(Driver):
 
     def __init__(self, network: NetworkModel, device: Device | None = None, eager_threshold_B: int = 65536,
                  rendezvous_rtt_s: float = 0.0, trace: bool = False, byte_scale: float = 1.0, engine: str = "lean",
-                 bulk: bool = True):
+                 bulk: bool = True, unexpected_window_B: int | None = None):
         super().__init__()
         #: evaluate helper collectives in bulk where they and the network can (.bulk)
         self.bulk = bulk
@@ -277,6 +280,8 @@ class Simulator(Driver):
         self.program_cpu = (getattr(prof, "program_cpu_s", None) or 0.0) if self.shared_cores else 0.0
         self.eager = int(eager_threshold_B)
         self.rdv_rtt = float(rendezvous_rtt_s)
+        #: messages up to this size move when sent, before their receive is posted (at least the eager ones)
+        self.window = max(self.eager, int(unexpected_window_B)) if unexpected_window_B is not None else self.eager
         self.trace_on = trace
         #: data carried at 1/byte_scale of full size: data bytes and compute
         #: work count byte_scale times (host metadata, Scalars, counts as is)
@@ -601,9 +606,8 @@ class Simulator(Driver):
             return self._start(msg)
         else:
             q.append(msg)
-        if msg.nbytes <= self.eager:   # eager: it moves now (_start without the rendezvous case)
-            msg.started = True
-            self.network.transfer(msg.src, msg.peer, msg.nbytes, msg)
+        if msg.nbytes <= self.window:   # eager, or buffered by the receiver's transport: it moves now
+            self._start(msg)
 
     def _post_recv(self, src, dst, tag, h, late: bool = False):
         if late:
@@ -635,7 +639,7 @@ class Simulator(Driver):
 
     def _start(self, msg: _Message):
         msg.started = True
-        if self.rdv_rtt > 0 and msg.nbytes > self.eager:   # rendezvous: RTS/CTS first
+        if self.rdv_rtt > 0 and msg.nbytes > self.eager:   # rendezvous start-up (RTS/CTS) first
             self.env.at(self.rdv_rtt, self._transfer, msg)
         else:
             self.network.transfer(msg.src, msg.peer, msg.nbytes, msg)

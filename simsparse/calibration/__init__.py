@@ -76,6 +76,9 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
         spec["exchange_sizes"] = [4, 1 << 8, 1 << 10, 1 << 13, 1 << 16, 1 << 20, 1 << 22]   # small: CPU per request
         spec["concurrency_sizes"] = [1 << 18, 1 << 21]
         spec["p2p_sizes"] = [s for s in spec["p2p_sizes"] if s <= 1 << 22]
+        # receives posted after the message had time to cross (1.5 m / B + 50 ms): the unexpected window
+        B = testbed.payload_rate()
+        spec["late_sizes"] = [(m, 1.5 * m / B + 0.05) for m in (1 << 20, 1 << 22, 1 << 24)]
     # Kernels and layers are timed as a run does them: every rank resident and busy (they share the memory bus).
     # With more ranks than cores (the testbed's 4 and 8 ranks on a small host) a call is timed by its process's CPU
     # clock: the core-seconds it costs its rank while the others thrash the same caches, TLBs and page allocator,

@@ -75,7 +75,22 @@ def testbed_network(p2p: dict, spec, name: str, source: str) -> tuple[dict, dict
                      f"bytes / payload rate, gap from back-to-back small messages",
            "send_overhead_s": o_s, "recv_overhead_s": max(0.0, alpha - o_s), "gap_s": gap,
            "eager_threshold_B": step["threshold_B"], "rendezvous_rtt_s": step["high_s"] - step["low_s"]}
-    return net, {"overheads": step, "goodput": goodput}
+    late = unexpected_window(p2p.get("late", []), B)
+    if late["window_B"] is not None:
+        net["unexpected_window_B"] = late["window_B"]
+    return net, {"overheads": step, "goodput": goodput, "late_receiver": late}
+
+
+def unexpected_window(late, B: float) -> dict:
+    """The ``unexpected_window_B`` from receives posted late
+    (:func:`~simsparse.calibration.worker.late_receiver`): the bytes that
+    crossed before the post are m - t B, t the receive's time from its
+    post; the window is the largest size of which at least 90 % had
+    crossed. None if no size did (the transport waits for the receive)."""
+    rows = [{"bytes": int(m), "late_s": float(d), "receive_s": float(t),
+             "crossed_before_B": float(max(0.0, m - t * B))} for m, d, t in late if t is not None]
+    whole = [r["bytes"] for r in rows if r["crossed_before_B"] >= 0.9 * r["bytes"]]
+    return {"window_B": max(whole) if whole else None, "sizes": rows}
 
 
 def _beyond_the_wire(sizes, times, B, burst):

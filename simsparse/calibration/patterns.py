@@ -106,6 +106,6 @@ def simulate(spec, device, P: int, program):
     time it finished (the simulator's own run of what :mod:`.worker` times)."""
     from ..backends.sim import Simulator
 
-    sim = Simulator(spec.build(), device, spec.eager_threshold_B, spec.rendezvous_rtt_s)
+    sim = Simulator(spec.build(), device, **spec.protocol())
     stats = sim.run([program] * P)
     return stats.results, stats.finish_s

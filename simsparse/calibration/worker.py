@@ -41,7 +41,8 @@ def _median(xs):
     return float(np.median(xs))
 
 
-def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(1 << 16, 1 << 20)) -> dict:
+def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(1 << 16, 1 << 20),
+        late_sizes=()) -> dict:
     from mpi4py import MPI
 
     from ..ops import Dense
@@ -95,7 +96,40 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
         out["crossing"].append((m, _median(span(lambda c, mk=mk, count=count: patterns.crossing(c, mk, count)))
                                 / count))
         out["incast"].append((m, _median(span(lambda c, mk=mk: patterns.incast(c, mk)))))
+    if late_sizes:
+        out["late"] = late_receiver(comm, rs.box, late_sizes)
     return out
+
+
+def late_receiver(comm, box, sizes, reps: int = 2) -> list:
+    """How much of a message crosses before its receive is posted: rank 0
+    sends m bytes, rank 1 posts the receive ``late_s`` later (a time past
+    m / B at the ping-pong's bandwidth), without calling MPI meanwhile, and
+    times the receive from its post. A transport that waits for the receive
+    (rendezvous) takes m / B after it; one whose receiver buffers (TCP's
+    receive window) takes only a copy. The last of ``reps`` counts: the
+    first may find the socket's buffer not yet grown. Raw MPI, not a rank
+    program: the point is the transport, with nobody progressing it.
+    Returns ``(m, late_s, receive_s)`` on rank 1, else ``(m, late_s, None)``."""
+    from mpi4py import MPI
+
+    out = []
+    for m, late_s in sizes:
+        buf = np.ones(max(1, m // 4), np.float32)
+        t = None
+        for rep in range(reps):
+            box.quiet_wait(comm.Ibarrier())
+            if comm.rank == 0:
+                req = comm.Isend(buf, 1, tag=7000 + rep)
+                box.quiet_wait(req)
+            elif comm.rank == 1:
+                time.sleep(late_s)
+                t0 = time.perf_counter()
+                box.quiet_wait(comm.Irecv(buf, 0, tag=7000 + rep))
+                t = time.perf_counter() - t0
+        out.append((4 * max(1, m // 4), late_s, t))
+    box.quiet_wait(comm.Ibarrier())
+    return [tuple(r) for r in comm.bcast(out if comm.rank == 1 else None, root=1)]
 
 
 # -- kernels -------------------------------------------------------------------------
@@ -313,7 +347,7 @@ def main(argv=None):
     if "p2p" in parts:
         driver = MPIDriver(comm, device)
         raw["p2p"] = p2p(driver, comm, spec["p2p_sizes"], spec["reps"], spec["quick"], spec.get("exchange_sizes", ()),
-                         spec.get("concurrency_sizes", (1 << 16, 1 << 20)))
+                         spec.get("concurrency_sizes", (1 << 16, 1 << 20)), spec.get("late_sizes", ()))
     if "kernels" in parts:
         raw["kernels"], raw["steps"] = kernels(comm, spec["device"], spec["kernel_sizes"], spec["quick"], now)
     if "layers" in parts:

@@ -20,9 +20,19 @@ class NetworkSpecBase(BaseModel):
     source: str | None = Field(None, description="where the numbers come from")
     eager_threshold_B: int = Field(65536, ge=0, description="messages up to this size are sent eagerly (MPI eager protocol)")
     rendezvous_rtt_s: float = Field(0.0, ge=0, description="extra RTS/CTS handshake time for larger (rendezvous) messages")
+    unexpected_window_B: int | None = Field(
+        None, ge=0, description="messages up to this size move when sent, before their receive is posted, because "
+        "the transport buffers them at the receiver (TCP sockets: the receive window, net.ipv4.tcp_rmem); they "
+        "still pay rendezvous_rtt_s past the eager threshold. Default: the eager threshold (RDMA rendezvous and "
+        "shared-memory copies wait for the receive). `calibrate --testbed` measures it with a late receiver")
 
     def build(self):  # pragma: no cover - interface
         raise NotImplementedError
+
+    def protocol(self) -> dict:
+        """The MPI protocol settings, as :class:`~simsparse.backends.sim.Simulator` takes them."""
+        return {"eager_threshold_B": self.eager_threshold_B, "rendezvous_rtt_s": self.rendezvous_rtt_s,
+                "unexpected_window_B": self.unexpected_window_B}
 
     def label(self) -> str:
         return self.name or self.model
@@ -124,6 +134,7 @@ class FlowSpecBase(NetworkSpecBase):
     def _topology_keys(self) -> set[str]:
         """The keys the machine depends on (not protocol, overheads or placement)."""
         return set(type(self).model_fields) - {"name", "source", "eager_threshold_B", "rendezvous_rtt_s",
+                                                "unexpected_window_B",
                                                 "send_overhead_s", "recv_overhead_s", "gap_s", "placement",
                                                 "placement_seed", "endpoints"}
 

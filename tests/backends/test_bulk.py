@@ -82,6 +82,9 @@ def test_rendezvous_data_scale_and_random_placement():
     check(dataclasses.replace(p, data_scale=0.3))
     ft = {**net("comet_fdr_4gpu"), "placement": "random", "placement_seed": 3, "eager_threshold_B": 4096}
     assert check(dataclasses.replace(p, network=ft)) in ("bulk", "bulk~")
+    # past the eager threshold but within the receiver's unexpected window: moves when sent, after the start-up
+    check(dataclasses.replace(p, network={**p.network, "unexpected_window_B": 20000}))
+    assert check(dataclasses.replace(p, network={**ft, "unexpected_window_B": 20000})) in ("bulk", "bulk~")
 
 
 def test_training_schedule_overlaps_bulk_collectives_with_backward():

@@ -268,3 +268,19 @@ def test_crossing_shares_the_tree_uplinks_and_not_the_star():
     assert span(tree, patterns.pairs) == pytest.approx(a.nbytes / B, rel=0.02)
     assert span(tree, patterns.crossing) == pytest.approx(2 * a.nbytes / B, rel=0.02)
     assert span(star, patterns.crossing) == pytest.approx(span(star, patterns.pairs), rel=1e-9)
+
+
+@pytest.mark.parametrize("late, window", [
+    # TCP: the receiver's socket took every size before the receive was posted (a copy after it)
+    ([(1 << 20, 0.2, 4e-4), (1 << 22, 0.6, 9e-4), (1 << 24, 2.1, 4e-3)], 1 << 24),
+    # up to 4 MiB; of 16 MiB a quarter crossed, the rest took its wire time after the post
+    ([(1 << 20, 0.2, 4e-4), (1 << 22, 0.6, 9e-4), (1 << 24, 2.1, 0.75 * (1 << 24) / 1.2375e7)], 1 << 22),
+    # rendezvous: every receive takes the wire time after its post
+    ([(1 << 20, 0.2, (1 << 20) / 1.2375e7), (1 << 22, 0.6, (1 << 22) / 1.2375e7)], None),
+])
+def test_the_unexpected_window_is_the_largest_message_that_crossed_before_its_receive(late, window):
+    from simsparse.calibration.network import unexpected_window
+
+    got = unexpected_window(late, 1.2375e7)
+    assert got["window_B"] == window
+    assert [r["bytes"] for r in got["sizes"]] == [m for m, _, _ in late]

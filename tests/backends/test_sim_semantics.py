@@ -55,6 +55,27 @@ def test_rendezvous_waits_for_the_receive_and_pays_the_handshake():
     assert st.finish_s[1] == st.finish_s[0]
 
 
+
+@pytest.mark.parametrize("window, moves_early", [(None, False), (999, False), (1000, True), (10**9, True)])
+def test_a_message_within_the_unexpected_window_moves_before_its_receive(window, moves_early):
+    """Past the eager threshold, a transport that buffers at the receiver (TCP's
+    receive window) moves the message when it is sent; the start-up is still paid."""
+    m = 1000
+
+    def sender(ctx):
+        yield ctx.waitall([ctx.isend(1, vec(m))])
+
+    def receiver(ctx):
+        yield from _sleep(ctx, 1.0)
+        yield ctx.waitall([ctx.irecv(0)])
+
+    st = sim(eager_threshold_B=100, rendezvous_rtt_s=5e-6, unexpected_window_B=window).run([sender, receiver])
+    if moves_early:
+        assert st.finish_s[0] == pytest.approx(5e-6 + A + m / BW)
+        assert st.finish_s[1] == pytest.approx(1.0)
+    else:
+        assert st.finish_s[0] == pytest.approx(1.0 + 5e-6 + A + m / BW)
+
 def test_messages_on_one_channel_do_not_overtake():
     def sender(ctx):
         hs = [ctx.isend(1, vec(4000 if i == 0 else 4, float(i))) for i in range(3)]

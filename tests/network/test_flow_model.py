@@ -211,7 +211,7 @@ def test_gap_and_overheads():
 
 def run_programs(spec, P, program):
     """Run ``program(ctx)`` on every rank; returns the iteration stats."""
-    sim = Simulator(spec.build(), None, spec.eager_threshold_B, spec.rendezvous_rtt_s)
+    sim = Simulator(spec.build(), None, **spec.protocol())
     return sim.run([program] * P)
 
 

@@ -149,7 +149,7 @@ def alphabeta_fit(net: dict, P: int, run) -> tuple[dict, str]:
     alpha = max(t_small - 4 * chunks[0] * beta, 0.0)
     fit = {"model": "alphabeta", "name": f"{_name(net)} (alpha-beta fit)", "alpha_s": alpha,
            "bandwidth_Bps": 1 / beta, "eager_threshold_B": net.get("eager_threshold_B", 65536),
-           "rendezvous_rtt_s": net.get("rendezvous_rtt_s", 0.0)}
+           "rendezvous_rtt_s": net.get("rendezvous_rtt_s", 0.0), "unexpected_window_B": net.get("unexpected_window_B")}
     return fit, (f"an alpha-beta fit of {_name(net)} at P = {P} (alpha {alpha * 1e6:.2f} us, {1 / beta / 1e9:.2f} GB/s, "
                  f"from a ring allreduce simulated on it, whose steps are 2(P-1) x (alpha + chunk beta); contention "
                  f"is not modelled: --flow simulates the flow-level network, slower)")

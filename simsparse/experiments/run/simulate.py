@@ -35,7 +35,7 @@ class SimBackend:
         small, byte_scale = point.at_scale()
         self.point, self.trace = small, trace
         self.local_ranks = range(point.P)
-        self.sim = Simulator(spec.build(), point.device(), spec.eager_threshold_B, spec.rendezvous_rtt_s, trace=trace,
+        self.sim = Simulator(spec.build(), point.device(), **spec.protocol(), trace=trace,
                              byte_scale=byte_scale, engine=point.engine, bulk=point.collectives == "auto")
         #: how the helper collectives ran, the least exact over the iterations (IterationStats.collectives)
         self.collectives = "events"
