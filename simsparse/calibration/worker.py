@@ -103,16 +103,14 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
 
 def late_receiver(comm, box, sizes, reps: int = 2) -> list:
     """How much of a message crosses before its receive is posted: rank 0
-    sends m bytes, rank 1 posts the receive ``late_s`` later (a time past
-    m / B at the ping-pong's bandwidth), without calling MPI meanwhile, and
+    sends m bytes, rank 1 posts the receive ``late_s`` later (past m / B at
+    the description's payload rate), without calling MPI meanwhile, and
     times the receive from its post. A transport that waits for the receive
     (rendezvous) takes m / B after it; one whose receiver buffers (TCP's
     receive window) takes only a copy. The last of ``reps`` counts: the
     first may find the socket's buffer not yet grown. Raw MPI, not a rank
     program: the point is the transport, with nobody progressing it.
-    Returns ``(m, late_s, receive_s)`` on rank 1, else ``(m, late_s, None)``."""
-    from mpi4py import MPI
-
+    Every rank returns rank 1's ``(m, late_s, receive_s)`` per size."""
     out = []
     for m, late_s in sizes:
         buf = np.ones(max(1, m // 4), np.float32)
