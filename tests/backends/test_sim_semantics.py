@@ -24,25 +24,8 @@ def sim(**kw):
     return Simulator(AlphaBetaNetwork(A, BW), **kw)
 
 
-def test_eager_message_moves_before_the_receive_is_posted():
-    m = 1000
-
-    def sender(ctx):
-        yield ctx.waitall([ctx.isend(1, vec(m))])
-
-    def receiver(ctx):
-        yield from _sleep(ctx, 1.0)  # post the receive late
-        (got,) = yield ctx.waitall([ctx.irecv(0)])
-        return ctx.now()
-
-    st = sim(eager_threshold_B=m).run([sender, receiver])
-    assert st.finish_s[0] == pytest.approx(A + m / BW)  # sender done long before
-    assert st.finish_s[1] == pytest.approx(1.0)
-
-
-def test_rendezvous_waits_for_the_receive_and_pays_the_handshake():
-    m = 1000
-
+def _late_receive(m, **kw):
+    """Rank 0 sends m bytes; rank 1 posts its receive 1 s later."""
     def sender(ctx):
         yield ctx.waitall([ctx.isend(1, vec(m))])
 
@@ -50,10 +33,21 @@ def test_rendezvous_waits_for_the_receive_and_pays_the_handshake():
         yield from _sleep(ctx, 1.0)
         yield ctx.waitall([ctx.irecv(0)])
 
-    st = sim(eager_threshold_B=m - 1, rendezvous_rtt_s=5e-6).run([sender, receiver])
+    return sim(**kw).run([sender, receiver])
+
+
+def test_eager_message_moves_before_the_receive_is_posted():
+    m = 1000
+    st = _late_receive(m, eager_threshold_B=m)
+    assert st.finish_s[0] == pytest.approx(A + m / BW)  # sender done long before
+    assert st.finish_s[1] == pytest.approx(1.0)
+
+
+def test_rendezvous_waits_for_the_receive_and_pays_the_handshake():
+    m = 1000
+    st = _late_receive(m, eager_threshold_B=m - 1, rendezvous_rtt_s=5e-6)
     assert st.finish_s[0] == pytest.approx(1.0 + 5e-6 + A + m / BW)
     assert st.finish_s[1] == st.finish_s[0]
-
 
 
 @pytest.mark.parametrize("window, moves_early", [(None, False), (999, False), (1000, True), (10**9, True)])
@@ -61,20 +55,13 @@ def test_a_message_within_the_unexpected_window_moves_before_its_receive(window,
     """Past the eager threshold, a transport that buffers at the receiver (TCP's
     receive window) moves the message when it is sent; the start-up is still paid."""
     m = 1000
-
-    def sender(ctx):
-        yield ctx.waitall([ctx.isend(1, vec(m))])
-
-    def receiver(ctx):
-        yield from _sleep(ctx, 1.0)
-        yield ctx.waitall([ctx.irecv(0)])
-
-    st = sim(eager_threshold_B=100, rendezvous_rtt_s=5e-6, unexpected_window_B=window).run([sender, receiver])
+    st = _late_receive(m, eager_threshold_B=100, rendezvous_rtt_s=5e-6, unexpected_window_B=window)
     if moves_early:
         assert st.finish_s[0] == pytest.approx(5e-6 + A + m / BW)
         assert st.finish_s[1] == pytest.approx(1.0)
     else:
         assert st.finish_s[0] == pytest.approx(1.0 + 5e-6 + A + m / BW)
+
 
 def test_messages_on_one_channel_do_not_overtake():
     def sender(ctx):
