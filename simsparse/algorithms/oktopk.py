@@ -60,6 +60,7 @@ Where the paper and the public code (Shigangli/Ok-Topk at 9763dcc) differ:
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from typing import Literal
 
 import numpy as np
@@ -261,14 +262,18 @@ class OkTopk(Algorithm):
         P, r, n = ctx.size, ctx.rank, self.setup.n
         total = sum(sizes)
         off = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-        want = [total // P + (j < total % P) for j in range(P)]
+        want = np.full(P, total // P)
+        want[:total % P] += 1
         boff = np.concatenate([[0], np.cumsum(want)]).tolist()
 
         def overlap(i, j):  # part of rank i's buffer that belongs in block j
             return max(off[i], boff[j]), min(off[i + 1], boff[j + 1])
 
+        # the blocks this buffer meets and the buffers this block meets (only those can overlap)
+        lo, hi = bisect_right(boff, off[r]) - 1, bisect_left(boff, off[r + 1])
+        lo2, hi2 = bisect_right(off, boff[r]) - 1, bisect_left(off, boff[r + 1])
         sends, recvs, srcs = [], [], []
-        for j in range(P):
+        for j in sorted(set(range(max(lo, 0), min(hi, P))) | set(range(max(lo2, 0), min(hi2, P)))):
             if j == r:
                 continue
             a, b = overlap(r, j)
