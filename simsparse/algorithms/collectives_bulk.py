@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..compute.kernels import Work
+from ..compute.sparse_kernels import COOParts
 from ..ops import Scalars
 from .base import pof2_floor
 
@@ -59,6 +61,8 @@ def alltoall_bulk(reqs, run):
     receives and sends, reduces the previous bucket (``overlap``), waits.
     The reduction kernels run per rank, as ``compute`` would run them."""
     P, q0 = run.P, reqs[0]
+    if _scatter_split(reqs):
+        return _alltoall_scatter(reqs, run)
     blocks = [[run.freeze(b) for b in q.blocks] for q in reqs]
     size = np.array([[run.size(b) for b in row] for row in blocks], dtype=np.int64)
     ranks = np.arange(P)
@@ -110,6 +114,109 @@ def alltoall_bulk(reqs, run):
         if pending[r]:
             acc[r] = _reduce(run, r, reqs[r].reduce, acc[r], pending[r])
     return acc
+
+
+#: the reduction :func:`_alltoall_scatter` evaluates on arrays: ``acc[idx - offset] += values``
+#: part by part (:func:`simsparse.algorithms.oktopk.scatter_add_region`)
+SCATTER = "scatter_add_region"
+
+
+def _scatter_split(reqs) -> bool:
+    """Whether every rank sends one COO selection cut at the regions its
+    receivers scatter-add into (:class:`~simsparse.compute.sparse_kernels.COOParts`,
+    numpy, one dtype), with destination rotation: Ok-Topk's split and reduce."""
+    q0 = reqs[0]
+    red = q0.reduce
+    if red is None or red.kernel != SCATTER or red.each or red.kwargs or not q0.rotation:
+        return False
+    if not isinstance(q0.blocks, COOParts):
+        return False
+    bounds = np.asarray(q0.blocks.bounds, dtype=np.int64)
+    for r, q in enumerate(reqs):
+        b, acc = q.blocks, q.reduce.acc
+        if not (isinstance(b, COOParts) and isinstance(b.coo.values, np.ndarray) and isinstance(acc, np.ndarray)
+                and acc.dtype == b.coo.values.dtype and len(b) == len(reqs)
+                and np.array_equal(np.asarray(b.bounds, dtype=np.int64), bounds)
+                and q.reduce.args == (bounds[r],) and len(acc) == bounds[r + 1] - bounds[r]):
+            return False
+    return True
+
+
+def _alltoall_scatter(reqs, run):
+    """:func:`alltoall_bulk` of split selections, on arrays: the sizes from
+    the cut positions, the reductions' seconds from their work, and the
+    reduced regions by one ``np.add.at`` over every entry in the order the
+    receivers add them (source r, r-1, ..., r-P+1 for region r), so every
+    value is the event path's to the last bit. No part object is made."""
+    P, q0 = run.P, reqs[0]
+    parts = [q.blocks for q in reqs]
+    C = np.stack([p.counts() for p in parts])   # C[s, d]: entries s sends to d
+    unit = np.array([p.coo.indices.itemsize + p.coo.values.itemsize for p in parts], dtype=np.int64)
+    nbytes = C * unit[:, None]
+    size = run.sizes(nbytes)
+    ranks = np.arange(P)
+    buckets = q0.buckets(P)
+    starts = [b.start for b in buckets]
+    # what rank r adds at step i (from source (r - i) mod P), summed per bucket
+    nnz = np.add.reduceat(_by_step(C), starts, axis=1)
+    nb = np.add.reduceat(_by_step(nbytes), starts, axis=1)
+    isz = reqs[0].reduce.acc.itemsize
+    pairs, inv = np.unique(np.stack((nnz.ravel(), nb.ravel())), axis=1, return_inverse=True)
+    dts = [run.work_seconds(SCATTER, Work(int(e), int(b) + 2 * int(e) * isz)) for e, b in pairs.T]
+    dt = np.asarray(dts)[inv.reshape(-1)].reshape(P, len(buckets)).tolist()
+    overlap = q0.reduce.overlap
+    for j, bucket in enumerate(buckets):
+        src, dst, pos = [], [], []
+        for k, i in enumerate(i for i in bucket if i):
+            src.append(ranks)
+            dst.append((ranks + i) % P)
+            pos.append(np.full(P, k))
+        if src:
+            src, dst = np.concatenate(src), np.concatenate(dst)
+            run.wave(src, dst, size[src, dst], np.concatenate(pos))
+        for r in range(P):
+            if overlap and j:   # the previous bucket, while this one is in flight
+                run.timed(r, dt[r][j - 1], during=True)
+            if not overlap:
+                run.timed(r, dt[r][j])
+    if overlap:
+        for r in range(P):
+            run.timed(r, dt[r][-1])
+    return _scatter_values(reqs, C)
+
+
+def _by_step(M: np.ndarray) -> np.ndarray:
+    """B[r, i] = M[(r - i) mod P, r]: what rank r gets at rotation step i."""
+    P = len(M)
+    out = np.empty_like(M)
+    for r, col in enumerate(M.T):
+        out[r] = np.roll(col[::-1], r + 1)
+    return out
+
+
+def _scatter_values(reqs, C):
+    """Every region reduced: one ``np.add.at`` over all entries, sorted
+    stably by the step at which their region's owner receives them."""
+    P = len(reqs)
+    bounds = np.asarray(reqs[0].blocks.bounds, dtype=np.int64)
+    out = np.concatenate([q.reduce.acc for q in reqs])
+    key = np.int16 if P < 2**14 else np.int32   # radix sort
+    idx, val = [], []
+    for q in reqs:
+        p = q.blocks
+        a, b = int(p.cuts[0]), int(p.cuts[-1])
+        idx.append(p.coo.indices[a:b])
+        val.append(p.coo.values[a:b])
+    owner = np.repeat(np.tile(np.arange(P, dtype=key), P), C.ravel())
+    source = np.repeat(np.arange(P, dtype=key), C.sum(axis=1))
+    step = (owner.astype(np.int32) - source) % P
+    order = np.argsort(step.astype(key), kind="stable")
+    del owner, source, step
+    np.add.at(out, np.concatenate(idx)[order] - bounds[0], np.concatenate(val)[order])
+    accs = [q.reduce.acc for q in reqs]
+    for r, acc in enumerate(accs):
+        acc[:] = out[bounds[r] - bounds[0]:bounds[r + 1] - bounds[0]]
+    return accs
 
 
 def _reduce(run, r, red, acc, blocks, during=False):

@@ -127,6 +127,7 @@ class BulkRun:
         self.sim, self.P, self.entry, self.order = sim, len(entry), entry, order
         self.waves: list = []                        # (src, dst, nbytes, pos), messages in posting order
         self.steps: list = [[] for _ in range(self.P)]   # per rank: its waves (int) and kernels after them (seconds)
+        self.kinds: list = [bytearray() for _ in range(self.P)]   # per step: 0 a wave, 1 a kernel
         self.during: dict = {}                       # (rank, wave) -> kernel seconds between posting and waiting
         self.kernels = False
 
@@ -137,6 +138,15 @@ class BulkRun:
     def size(self, payload: Payload) -> int:
         """Bytes on the wire, as ``isend`` counts them."""
         return self.sim.wire_bytes(payload)
+
+    def sizes(self, nbytes: np.ndarray) -> np.ndarray:
+        """Bytes on the wire of data payloads of ``nbytes`` (as :meth:`size`)."""
+        s = self.sim.byte_scale
+        return nbytes if s == 1.0 else np.rint(nbytes * s).astype(np.int64)
+
+    def work_seconds(self, name: str, work) -> float:
+        """Device seconds of kernel ``name`` doing ``work`` (for :meth:`timed`)."""
+        return self.sim.work_seconds(name, work)
 
     def wave(self, src, dst, nbytes, pos=None) -> None:
         """Messages src[i] -> dst[i] of nbytes[i] that every rank taking part
@@ -150,17 +160,24 @@ class BulkRun:
         self.waves.append((src, dst, np.asarray(nbytes, dtype=np.int64), pos))
         for r in np.unique(np.concatenate((src, dst))).tolist():
             self.steps[r].append(k)
+            self.kinds[r].append(0)
 
     def kernel(self, rank: int, name: str, args: tuple, kwargs: dict, during: bool = False):
         """Rank ``rank`` runs a kernel after its last wave (``during``: after
         posting it, before waiting for it); returns the kernel's value."""
         value, dt = self.sim.run_kernel(name, args, kwargs)
+        self.timed(rank, dt, during)
+        return value
+
+    def timed(self, rank: int, dt: float, during: bool = False) -> None:
+        """Rank ``rank`` runs a kernel of ``dt`` device seconds whose value the
+        schedule computes itself (as :meth:`kernel` would place it)."""
         if during:
             self.during.setdefault((rank, self.steps[rank][-1]), []).append(dt)
         else:
             self.steps[rank].append(float(dt))
+            self.kinds[rank].append(1)
         self.kernels = True
-        return value
 
     # -- timing ------------------------------------------------------------------------
     def evaluate(self) -> None:
@@ -288,8 +305,15 @@ class BulkRun:
         """Time the schedule as the event simulation would: every message a
         ``transfer`` on a scratch copy of the network driven by a private
         engine, each rank posting its next wave when the last message of
-        the previous one arrives, kernels on its device."""
+        the previous one arrives, kernels on its device. On the alpha-beta
+        network the same replay runs compiled (:mod:`.replay_ab`)."""
         self._reset()
+        from ..network.alphabeta import AlphaBetaNetwork
+        from .replay_ab import compiled, replay_run
+
+        if type(self.sim.network) is AlphaBetaNetwork and compiled() is not None:
+            replay_run(self)
+            return
         P, t, sim = self.P, self.t, self.sim
         eng = HeapEngine()
         net = sim.network.bulk_scratch(eng, P)

@@ -403,10 +403,15 @@ class Simulator(Driver):
         ``value``), its work scaled back to full size."""
         if self.ideal:
             return 0.0
-        w = k.work(value, *args, **kwargs)
+        return self.work_seconds(k.name, k.work(value, *args, **kwargs))
+
+    def work_seconds(self, name: str, w: Work) -> float:
+        """Device seconds of kernel ``name`` doing work ``w``, scaled back to full size."""
+        if self.ideal:
+            return 0.0
         if self.byte_scale != 1.0:
             w = Work(w.elems * self.byte_scale, w.bytes * self.byte_scale)
-        return self.device.cost(k.name, w)
+        return self.device.cost(name, w)
 
     def wire_bytes(self, payload: Payload) -> int:
         """Bytes on the wire: data scaled back to full size, host metadata as is."""

@@ -11,6 +11,7 @@ from simsparse.algorithms import ALGORITHMS
 from simsparse.algorithms.collectives import Allgather, AllreduceHost, Alltoall, Reduce
 from simsparse.backends.sim import Simulator
 from simsparse.compute.devices import load_profile
+from simsparse.compute.sparse_kernels import coo_split
 from simsparse.experiments.config.point import to_dense
 from simsparse.experiments.run.runner import simulate_point
 from simsparse.network.alphabeta import AlphaBetaNetwork
@@ -119,11 +120,21 @@ def _blocks(r, P):
     return [COO(np.array([r], np.int32), np.array([10 * r + j], np.float32), P) for j in range(P)]
 
 
+def _split(r, P):
+    """Rank r's selection of 3P of 4P indices, cut at P regions of 4: most
+    indices get values from most ranks, so the order of the sums shows."""
+    rng = np.random.default_rng(r)
+    idx = np.sort(rng.choice(4 * P, size=3 * P, replace=False)).astype(np.int32)
+    return coo_split.numpy(COO(idx, rng.standard_normal(3 * P).astype(np.float32), 4 * P), list(range(0, 4 * P + 1, 4)))
+
+
 ONE = {   # a program of one collective: what it returns
     "allgather_rd": lambda ctx: Allgather(Dense(np.full(ctx.rank + 1, ctx.rank, np.float32)), "rd"),
     "allgather_ring": lambda ctx: Allgather(Dense(np.full(2, ctx.rank, np.float32)), "ring"),
     "alltoall_reduce": lambda ctx: Alltoall(_blocks(ctx.rank, ctx.size), 1, True, 2,
                                             Reduce("scatter_add_region", np.zeros(ctx.size, np.float32), (0,))),
+    "alltoall_split": lambda ctx: Alltoall(_split(ctx.rank, ctx.size), 1, True, 3,
+                                           Reduce("scatter_add_region", np.zeros(4, np.float32), (4 * ctx.rank,))),
     "alltoall_unrotated": lambda ctx: Alltoall(_blocks(ctx.rank, ctx.size), 1, False, 3),
     "allreduce_host": lambda ctx: AllreduceHost(np.array([ctx.rank, 1]), "max", 2),
 }
@@ -158,6 +169,20 @@ def test_bulk_schedules_return_what_the_messages_deliver(which):
         assert bk.results[0][0] == [10 * s for s in range(P)]   # rank 0 got 10 s + 0 from every s
 
 
+def test_split_selections_are_reduced_on_arrays(monkeypatch):
+    """Ok-Topk's split and reduce (a split selection per rank, scatter-add)
+    takes the array path: no part objects, every value and time the event
+    path's (also with P100 kernel times, where the reductions overlap the
+    next bucket)."""
+    import simsparse.algorithms.collectives_bulk as cb
+
+    calls = []
+    real = cb._alltoall_scatter
+    monkeypatch.setattr(cb, "_alltoall_scatter", lambda reqs, run: calls.append(len(reqs)) or real(reqs, run))
+    p = make_point("oktopk", 12, n=4000, density=0.05, iterations=2, warmup=1, compute=P100, seed=3)
+    assert check(p) in ("bulk", "bulk~") and calls and set(calls) == {12}
+
+
 def test_ranks_posting_different_collectives_is_an_error():
     def prog(ctx):
         if ctx.rank == 0:
@@ -182,3 +207,32 @@ def test_the_network_models_and_backends_are_the_protocols():
                                                                                                   "transfer")))
     be = SimBackend(make_point("ring", 4))
     assert all(hasattr(be, a) for a in ExperimentBackend.__annotations__)
+
+
+@pytest.mark.parametrize("algorithm", ["oktopk", "topkdsa", "dsar_split_allgather", "gtopk"])
+def test_the_compiled_replay_is_the_python_replay(monkeypatch, algorithm):
+    """On the alpha-beta network the replay runs compiled (backends.replay_ab);
+    ``SIMSPARSE_NUMBA=0`` runs the Python replay. Both give the same rows to
+    the last bit: times, exactness, bytes and messages; eager, rendezvous
+    with a handshake, and an unexpected window with reduced data; P100
+    kernels between posting and waiting."""
+    import simsparse.backends.replay_ab as ra
+
+    if ra.compiled() is None:
+        pytest.skip("numba is not installed")
+    calls = []
+    real = ra.replay_run
+    monkeypatch.setattr(ra, "replay_run", lambda run: calls.append(1) or real(run))
+    for P in (5, 13):
+        for variant in range(3):
+            kw = dict(eager=256, rendezvous_rtt_s=3e-6 if variant == 1 else 0.0) if variant else {}
+            p = make_point(algorithm, P, n=4000, density=0.02, iterations=2, warmup=1, compute=P100, seed=P, **kw)
+            if variant == 2:
+                p = dataclasses.replace(p, network={**p.network, "unexpected_window_B": 1000}, data_scale=0.3)
+            rows = []
+            for flag in ("0", "1"):
+                monkeypatch.setenv("SIMSPARSE_NUMBA", flag)
+                r = simulate_point(p).row
+                rows.append((r["time_s"], r["collectives"], r["bytes_total"], r["msgs_total"]))
+            assert rows[0] == rows[1], (algorithm, P, variant)
+    assert calls or algorithm == "gtopk"   # the compiled replay ran (gtopk's waves never wait: no replay)

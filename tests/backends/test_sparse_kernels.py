@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from simsparse.compute.kernels import KERNELS, get_kernel
+from simsparse.compute.sparse_kernels import COOParts
 from simsparse.ops import COO
 
 from tests.helpers import requires_torch
@@ -89,7 +90,7 @@ def test_torch_matches_numpy(name):
             return T(v.copy())
         if isinstance(v, COO):
             return v.map(lambda z: T(z.copy()))
-        if isinstance(v, list) and v and isinstance(v[0], COO):
+        if isinstance(v, (list, COOParts)) and len(v) and isinstance(v[0], COO):
             return [conv(q) for q in v]
         return v
 
@@ -99,7 +100,7 @@ def test_torch_matches_numpy(name):
     def flat(v):
         if isinstance(v, COO):
             return [np.asarray(v.indices), np.asarray(v.values)]
-        if isinstance(v, list):
+        if isinstance(v, (list, COOParts)):
             return [z for q in v for z in flat(q)]
         return [np.asarray(v)]
 
