@@ -22,15 +22,14 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
 NETWORKS = ["alphabeta", "ib_fdr_fattree", "ethernet_1g", "comet_fdr_4gpu", "ib_edr_fattree", "aries_alphabeta",
             "ethernet_100g_leafspine"]
 
 
 def main():
-    from conftest import make_point
-    from test_engine import net
+    from tests.helpers import make_point, net
 
     from simsparse.algorithms import ALGORITHMS
     from simsparse.compute.devices import load_profile
