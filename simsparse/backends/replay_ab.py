@@ -31,7 +31,6 @@ GO, MOVE, ARRIVE, RESUME = 0, 1, 2, 3
 
 try:
     import numba
-    from numba.typed import List
 except ImportError:   # pragma: no cover - numba is a core dependency
     numba = None
 
@@ -63,49 +62,50 @@ def fit(st, en, n, last, t, d):
     return t
 
 @_njit
-def book(ps, pe, pn, plast, p, t, d, now):
-    """``_Port.book`` on port p."""
+def book(PS, PE, pn, plast, p, t, d, now):
+    """``_Port.book`` on port p (row p of PS and PE, its first pn[p] intervals);
+    returns the storage, doubled when the row was full."""
     if d <= 0:
-        return
+        return PS, PE
     n = pn[p]
-    st, en = ps[p], pe[p]
-    if n == len(st):   # grow
-        st2, en2 = np.empty(2 * n + 4), np.empty(2 * n + 4)
-        st2[:n], en2[:n] = st[:n], en[:n]
-        ps[p], pe[p] = st2, en2
-        st, en = st2, en2
+    if n == PS.shape[1]:   # grow every row
+        PS2, PE2 = np.empty((PS.shape[0], 2 * n)), np.empty((PS.shape[0], 2 * n))
+        PS2[:, :n], PE2[:, :n] = PS, PE
+        PS, PE = PS2, PE2
+    st, en = PS[p], PE[p]
     if t >= plast[p]:
         st[n], en[n] = t, t + d
         plast[p] = t + d
     else:
         i = np.searchsorted(st[:n], t, side="right")
-        st[i + 1:n + 1] = st[i:n].copy()
-        en[i + 1:n + 1] = en[i:n].copy()
+        for j in range(n, i, -1):
+            st[j], en[j] = st[j - 1], en[j - 1]
         st[i], en[i] = t, t + d
     n += 1
     if n > 64 and en[0] <= now:   # forget the past now and then
         k = np.searchsorted(en[:n], now, side="right")
-        st[:n - k] = st[k:n].copy()
-        en[:n - k] = en[k:n].copy()
+        for j in range(n - k):
+            st[j], en[j] = st[j + k], en[j + k]
         n -= k
     pn[p] = n
+    return PS, PE
 
 @_njit
-def transfer(m, firm, now, P, msrc, mdst, mnb, alpha, beta, ps, pe, pn, plast,
+def transfer(m, firm, now, P, msrc, mdst, mnb, alpha, beta, PS, PE, pn, plast,
              chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d, border, nbook, heap, seq):
     """``bulk_transfer``: book message m's ports, schedule its arrival;
-    returns (sequence, whether the booking order is the event path's)."""
+    returns (sequence, whether the booking order is the event path's, the port storage)."""
     s, q = msrc[m], P + mdst[m]
     d = alpha + mnb[m] * beta
     ok = True
     if plast[s] <= now and plast[q] <= now:
         t1 = now
     else:
-        own = fit(ps[s], pe[s], pn[s], plast[s], now, d)
+        own = fit(PS[s], PE[s], pn[s], plast[s], now, d)
         tt = now
         while True:   # alternate until both ports agree on a start
-            t1 = fit(ps[s], pe[s], pn[s], plast[s], tt, d)
-            t2 = fit(ps[q], pe[q], pn[q], plast[q], t1, d)
+            t1 = fit(PS[s], PE[s], pn[s], plast[s], tt, d)
+            t2 = fit(PS[q], PE[q], pn[q], plast[q], t1, d)
             if t2 == t1:
                 break
             tt = t2
@@ -114,8 +114,8 @@ def transfer(m, firm, now, P, msrc, mdst, mnb, alpha, beta, ps, pe, pn, plast,
         elif own != now:
             ok = chain_set[s] and (chain_t[s] < now or (chain_t[s] == now and chain_firm[s] and firm))
     if d > 0:
-        book(ps, pe, pn, plast, s, t1, d, now)
-        book(ps, pe, pn, plast, q, t1, d, now)
+        PS, PE = book(PS, PE, pn, plast, s, t1, d, now)
+        PS, PE = book(PS, PE, pn, plast, q, t1, d, now)
         log_t1[m], log_d[m] = t1, d
         border[nbook[0]] = m
         nbook[0] += 1
@@ -128,7 +128,7 @@ def transfer(m, firm, now, P, msrc, mdst, mnb, alpha, beta, ps, pe, pn, plast,
     mstart[m] = now
     seq += 1
     heapq.heappush(heap, (now + (t1 + d - now), seq, ARRIVE, m, 0, 0))
-    return seq, ok
+    return seq, ok, PS, PE
 
 @_njit
 def device_run(r, x, t, dev, busy):
@@ -154,14 +154,14 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
     busy = np.zeros(P)
     exact_dev = True
     exact_net = True
-    ps, pe = List(), List()   # ports: 0..P-1 send, P..2P-1 receive
-    pn = np.zeros(2 * P, dtype=np.int64)
+    # ports (0..P-1 send, P..2P-1 receive): row p holds port p's pn[p] busy intervals
+    pn = port_off[1:] - port_off[:-1]
+    cap = 2 * max(pn.max(), 32)
+    PS, PE = np.empty((2 * P, cap)), np.empty((2 * P, cap))
     plast = port_last.copy()
     for p in range(2 * P):
         a, b = port_off[p], port_off[p + 1]
-        ps.append(np.concatenate((port_st[a:b], np.empty(8))))
-        pe.append(np.concatenate((port_en[a:b], np.empty(8))))
-        pn[p] = b - a
+        PS[p, :b - a], PE[p, :b - a] = port_st[a:b], port_en[a:b]
     chain_t = np.full(P, -np.inf)
     chain_firm = np.zeros(P, dtype=np.bool_)
     chain_set = np.zeros(P, dtype=np.bool_)
@@ -192,7 +192,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
         now = ev[0]
         typ, a, b, c = ev[2], ev[3], ev[4], ev[5]
         if typ == MOVE:
-            seq, ok = transfer(a, b == 1, now, P, msrc, mdst, mnb, alpha, beta, ps, pe, pn, plast, chain_t,
+            seq, ok, PS, PE = transfer(a, b == 1, now, P, msrc, mdst, mnb, alpha, beta, PS, PE, pn, plast, chain_t,
                                chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d, border, nbook, heap, seq)
             exact_net = ok and exact_net
             continue
@@ -253,14 +253,14 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
                         seq += 1
                         heapq.heappush(heap, (now + rtt, seq, MOVE, m, 0, 0))
                     else:
-                        seq, ok = transfer(m, False, now, P, msrc, mdst, mnb, alpha, beta, ps, pe, pn, plast,
+                        seq, ok, PS, PE = transfer(m, False, now, P, msrc, mdst, mnb, alpha, beta, PS, PE, pn, plast,
                                            chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d,
                                            border, nbook, heap, seq)
                         exact_net = ok and exact_net
             for x in range(send_off[j], send_off[j + 1]):
                 m = send_idx[x]
                 if mnb[m] <= eager or ((mnb[m] <= window or posted[ritem[m]]) and not rtt > 0):
-                    seq, ok = transfer(m, True, now, P, msrc, mdst, mnb, alpha, beta, ps, pe, pn, plast,
+                    seq, ok, PS, PE = transfer(m, True, now, P, msrc, mdst, mnb, alpha, beta, PS, PE, pn, plast,
                                        chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d,
                                        border, nbook, heap, seq)
                     exact_net = ok and exact_net
