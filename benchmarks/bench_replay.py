@@ -44,6 +44,7 @@ def main():
         return real(run)
 
     replay_ab.replay_run = counted
+    replay_ab.COMPILE_FROM = 0   # the grid's replays are small
     p100 = load_profile("p100").model_dump()
     wall = {"0": 0.0, "1": 0.0}
     cases = differ = 0

@@ -187,7 +187,6 @@ def _alltoall_scatter(reqs, run):
 
 def _by_step(M: np.ndarray) -> np.ndarray:
     """B[r, i] = M[(r - i) mod P, r]: what rank r gets at rotation step i."""
-    P = len(M)
     out = np.empty_like(M)
     for r, col in enumerate(M.T):
         out[r] = np.roll(col[::-1], r + 1)

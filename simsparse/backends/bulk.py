@@ -306,12 +306,12 @@ class BulkRun:
         ``transfer`` on a scratch copy of the network driven by a private
         engine, each rank posting its next wave when the last message of
         the previous one arrives, kernels on its device. On the alpha-beta
-        network the same replay runs compiled (:mod:`.replay_ab`)."""
+        network a large replay runs compiled (:mod:`.replay_ab`)."""
         self._reset()
         from ..network.alphabeta import AlphaBetaNetwork
         from .replay_ab import compiled, replay_run
 
-        if type(self.sim.network) is AlphaBetaNetwork and compiled() is not None:
+        if type(self.sim.network) is AlphaBetaNetwork and compiled(sum(len(w[0]) for w in self.waves)) is not None:
             replay_run(self)
             return
         P, t, sim = self.P, self.t, self.sim
