@@ -161,7 +161,7 @@ def _concat_work(out, parts, n=None):
     return Work(out.nnz, 2 * out.nbytes)
 
 
-@kernel("coo_concat", work=_concat_work)
+@kernel("coo_concat", work=_concat_work, memo=True)
 def coo_concat(parts, n=None):
     """Concatenate sparse vectors with disjoint, ordered index ranges."""
     parts = list(parts)
