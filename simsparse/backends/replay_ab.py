@@ -35,7 +35,7 @@ except ImportError:   # pragma: no cover - numba is a core dependency
     numba = None
 
 
-#: replays of fewer messages run in Python: compiling takes about 12 s once per installation
+#: replays of fewer messages run in Python: compiling takes about 20 s once per installation
 #: (cached after), a Python replay of 20,000 messages about 0.3 s
 COMPILE_FROM = 20000
 
@@ -54,7 +54,12 @@ def _njit(fn):
     return numba.njit(cache=True)(fn) if numba is not None else None
 
 
-@_njit
+def _inline(fn):
+    """A helper of :func:`replay`, inlined into it (a call passing two dozen arrays costs more than its body)."""
+    return numba.njit(cache=True, inline="always")(fn) if numba is not None else None
+
+
+@_inline
 def fit(st, en, n, last, t, d):
     """Earliest t' >= t with [t', t' + d) free (``_Port.fit``)."""
     if t >= last:
@@ -69,7 +74,7 @@ def fit(st, en, n, last, t, d):
         i += 1
     return t
 
-@_njit
+@_inline
 def book(PS, PE, pn, plast, p, t, d, now):
     """``_Port.book`` on port p (row p of PS and PE, its first pn[p] intervals);
     returns the storage, doubled when the row was full."""
@@ -98,7 +103,7 @@ def book(PS, PE, pn, plast, p, t, d, now):
     pn[p] = n
     return PS, PE
 
-@_njit
+@_inline
 def transfer(m, firm, now, P, msrc, mdst, mnb, alpha, beta, PS, PE, pn, plast,
              chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d, border, nbook, heap, seq):
     """``bulk_transfer``: book message m's ports, schedule its arrival;
@@ -138,7 +143,7 @@ def transfer(m, firm, now, P, msrc, mdst, mnb, alpha, beta, PS, PE, pn, plast,
     heapq.heappush(heap, (now + (t1 + d - now), seq, ARRIVE, m, 0, 0))
     return seq, ok, PS, PE
 
-@_njit
+@_inline
 def device_run(r, x, t, dev, busy):
     """``BulkRun._device`` for one kernel of x seconds; whether the device was busy."""
     nw = t[r]
