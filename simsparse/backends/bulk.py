@@ -239,6 +239,8 @@ class BulkRun:
         order they resumed from the previous one."""
         self._reset()
         t, net, P = self.t, self.sim.network, self.P
+        if not all(net.bulk_wave_possible(src, dst, pos) for src, dst, _, pos in self.waves):
+            return False
         before, after = self._kernels_by_wave()
         rkey = np.empty(P)   # the place of each rank's last resumption among the events
         rkey[self.order] = np.arange(P)

@@ -87,6 +87,10 @@ class FlowBulk:
         self._last_batch = (src, dst, got)
         return got
 
+    def bulk_wave_possible(self, src, dst, pos) -> bool:
+        """Whether flows are solo depends on when they run: always worth a try."""
+        return True
+
     def bulk_wave(self, ready, src, dst, nbytes, pos, firm):
         """Arrivals of messages posted at ``ready`` (arrays) if every flow is
         solo, exactly as ``transfer`` gives them; else (None, False)."""

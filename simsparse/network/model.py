@@ -36,6 +36,10 @@ class NetworkModel(Protocol):
         """Arrivals of messages ready at ``ready`` if each starts then, exactly
         as ``transfer`` gives them; else (None, False)."""
 
+    def bulk_wave_possible(self, src: np.ndarray, dst: np.ndarray, pos: np.ndarray) -> bool:
+        """False if ``bulk_wave`` can never time these messages (whatever the
+        times): the evaluation then goes straight to the replay."""
+
     def bulk_scratch(self, env, P: int) -> "NetworkModel":
         """A copy of this model for a replay on a private engine."""
 
