@@ -300,11 +300,16 @@ class AlphaBetaNetwork:
         src, dst, start, d = (np.concatenate(c) for c in zip(*self._pending))
         self._pending = []
         end = start + d
+        small = np.int16 if len(self._send) < 2**15 else np.int64   # a radix sort by port
         for ports, idx in ((self._send, src), (self._recv, dst)):
-            o = np.lexsort((start, idx))
+            o = np.argsort(idx.astype(small), kind="stable")
             idx, st, en = idx[o], start[o], end[o]
             cut = np.flatnonzero(np.diff(idx)) + 1
+            down = np.diff(st) < 0   # a port's intervals booked out of start order (backfilled)
             for a, b in zip([0, *cut.tolist()], [*cut.tolist(), len(idx)]):
+                if down[a:b - 1].any():
+                    s = a + np.argsort(st[a:b], kind="stable")
+                    st[a:b], en[a:b] = st[s], en[s]
                 ports[int(idx[a])].hold(st[a:b], en[a:b], self._earliest)
 
 
