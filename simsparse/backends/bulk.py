@@ -128,7 +128,8 @@ class BulkRun:
         self.waves: list = []                        # (src, dst, nbytes, pos), messages in posting order
         self.steps: list = [[] for _ in range(self.P)]   # per rank: its waves (int) and kernels after them (seconds)
         self.kinds: list = [bytearray() for _ in range(self.P)]   # per step: 0 a wave, 1 a kernel
-        self.during: dict = {}                       # (rank, wave) -> kernel seconds between posting and waiting
+        self.during_log: tuple = ([], [], [])        # kernels between posting a wave and waiting: rank, wave, seconds
+        self._during: dict | None = None
         self.kernels = False
 
     @staticmethod
@@ -162,6 +163,16 @@ class BulkRun:
             self.steps[r].append(k)
             self.kinds[r].append(0)
 
+    @property
+    def during(self) -> dict:
+        """(rank, wave) -> the seconds of the kernels it runs between posting that wave and waiting for it."""
+        if self._during is None:
+            self._during = {}
+            for r, k, dt in zip(*self.during_log):
+                if k >= 0:
+                    self._during.setdefault((r, k), []).append(dt)
+        return self._during
+
     def kernel(self, rank: int, name: str, args: tuple, kwargs: dict, during: bool = False):
         """Rank ``rank`` runs a kernel after its last wave (``during``: after
         posting it, before waiting for it); returns the kernel's value."""
@@ -173,7 +184,11 @@ class BulkRun:
         """Rank ``rank`` runs a kernel of ``dt`` device seconds whose value the
         schedule computes itself (as :meth:`kernel` would place it)."""
         if during:
-            self.during.setdefault((rank, self.steps[rank][-1]), []).append(dt)
+            rs, ws, ds = self.during_log
+            rs.append(rank)
+            ws.append(self.steps[rank][-1] if self.kinds[rank] and self.kinds[rank][-1] == 0 else -1)   # -1: no wave
+            ds.append(dt)
+            self._during = None
         else:
             self.steps[rank].append(float(dt))
             self.kinds[rank].append(1)

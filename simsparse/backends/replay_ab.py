@@ -321,20 +321,14 @@ def replay_run(run) -> None:
     send_off[1:] = np.cumsum(np.bincount(sitem, minlength=n_items))
     recv_off = np.zeros(n_items + 1, dtype=np.int64)
     recv_off[1:] = np.cumsum(np.bincount(ritem, minlength=n_items))
-    dur_n = np.zeros(n_items, dtype=np.int64)
-    during = [(r, k, dts) for (r, k), dts in run.during.items() if type(k) is int]   # others are never read
-    dur_n = np.zeros(n_items, dtype=np.int64)
-    if during:
-        dr, dk, dl = (np.array(c) for c in zip(*((r, k, len(d)) for r, k, d in during)))
-        at = witems[np.searchsorted(wkey, dr * nw + dk)]
-        dur_n[at] = dl
+    dr, dk, dd = (np.asarray(c) for c in run.during_log)
+    keep = dk >= 0 if len(dk) else np.zeros(0, dtype=bool)   # kernels after a rank's last wave are never read
+    dr, dk, dd = dr[keep].astype(np.int64), dk[keep].astype(np.int64), dd[keep].astype(np.float64)
+    at = witems[np.searchsorted(wkey, dr * nw + dk)]   # each one's wave step
+    o = np.argsort(at, kind="stable")                  # grouped by step, in the order they were recorded
     dur_off = np.zeros(n_items + 1, dtype=np.int64)
-    dur_off[1:] = np.cumsum(dur_n)
-    dur_dt = np.zeros(dur_off[-1])
-    if during:
-        flat = np.array([x for _, _, dts in during for x in dts], dtype=np.float64)
-        dest = np.repeat(dur_off[at], dl) + (np.arange(len(flat)) - np.repeat(np.cumsum(dl) - dl, dl))
-        dur_dt[dest] = flat
+    dur_off[1:] = np.cumsum(np.bincount(at, minlength=n_items))
+    dur_dt = dd[o]
     port_off, port_st, port_en, port_last = net.bulk_ports()
     (t, dev, busy, done, exact_dev, exact_net, mstart, marr, border, log_t1, log_d) = replay(
         P, run.entry.astype(np.float64), np.asarray(run.order, dtype=np.int64), run.device.astype(np.float64),
