@@ -74,6 +74,7 @@ def fit(st, en, n, last, t, d):
         i += 1
     return t
 
+
 @_inline
 def book(PS, PE, pn, plast, p, t, d, now):
     """``_Port.book`` on port p (row p of PS and PE, its first pn[p] intervals);
@@ -102,6 +103,7 @@ def book(PS, PE, pn, plast, p, t, d, now):
         n -= k
     pn[p] = n
     return PS, PE
+
 
 @_inline
 def transfer(m, firm, now, P, msrc, mdst, mnb, alpha, beta, PS, PE, pn, plast,
@@ -143,6 +145,7 @@ def transfer(m, firm, now, P, msrc, mdst, mnb, alpha, beta, PS, PE, pn, plast,
     heapq.heappush(heap, (now + (t1 + d - now), seq, ARRIVE, m, 0, 0))
     return seq, ok, PS, PE
 
+
 @_inline
 def device_run(r, x, t, dev, busy):
     """``BulkRun._device`` for one kernel of x seconds; whether the device was busy."""
@@ -156,6 +159,7 @@ def device_run(r, x, t, dev, busy):
         dev[r] = end
         t[r] = nw + (end - nw)
     return was
+
 
 @_njit
 def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
