@@ -73,10 +73,7 @@ def alltoall_bulk(reqs, run):
     for bucket in q0.buckets(P):
         src, dst, pos, srcs_of = [], [], [], [[] for _ in range(P)]
         if q0.rotation:
-            for k, i in enumerate(i for i in bucket if i):
-                src.append(ranks)
-                dst.append((ranks + i) % P)
-                pos.append(np.full(P, k))
+            src, dst, pos = _rotation(P, bucket)
             for r in range(P):
                 srcs_of[r] = [(r - i) % P for i in bucket if i]
             local = 0 in bucket
@@ -87,9 +84,10 @@ def alltoall_bulk(reqs, run):
                 dst.append(np.full(len(s), i))
                 pos.append(k - ((s >= bucket.start) & (s < i)))   # its earlier steps in the bucket, skipping itself
                 srcs_of[i] = [j for j in range(P) if j != i]
-        if src:
-            src, dst = np.concatenate(src), np.concatenate(dst)
-            run.wave(src, dst, size[src, dst], np.concatenate(pos))
+            if src:
+                src, dst, pos = np.concatenate(src), np.concatenate(dst), np.concatenate(pos)
+        if len(src):
+            run.wave(src, dst, size[src, dst], pos)
         if red and red.overlap:   # the previous bucket, while this one is in flight
             for r in range(P):
                 if pending[r]:
@@ -114,6 +112,18 @@ def alltoall_bulk(reqs, run):
         if pending[r]:
             acc[r] = _reduce(run, r, reqs[r].reduce, acc[r], pending[r])
     return acc
+
+
+def _rotation(P: int, bucket: range):
+    """A bucket of rotation steps as one wave: step i (not 0, the block that
+    stays) sends r -> (r + i) mod P for every rank r, at the place of i among
+    the bucket's steps; (src, dst, pos) arrays, empty when the bucket is step 0 only."""
+    steps = [i for i in bucket if i]
+    ranks = np.arange(P)
+    src = np.tile(ranks, len(steps))
+    dst = np.concatenate([(ranks + i) % P for i in steps]) if steps else src
+    pos = np.repeat(np.arange(len(steps)), P)
+    return src, dst, pos
 
 
 #: the reduction :func:`_alltoall_scatter` evaluates on arrays: ``acc[idx - offset] += values``
@@ -154,7 +164,6 @@ def _alltoall_scatter(reqs, run):
     unit = np.array([p.coo.indices.itemsize + p.coo.values.itemsize for p in parts], dtype=np.int64)
     nbytes = C * unit[:, None]
     size = run.sizes(nbytes)
-    ranks = np.arange(P)
     buckets = q0.buckets(P)
     starts = [b.start for b in buckets]
     # what rank r adds at step i (from source (r - i) mod P), summed per bucket
@@ -166,14 +175,9 @@ def _alltoall_scatter(reqs, run):
     dt = np.asarray(dts)[inv.reshape(-1)].reshape(P, len(buckets)).tolist()
     overlap = q0.reduce.overlap
     for j, bucket in enumerate(buckets):
-        src, dst, pos = [], [], []
-        for k, i in enumerate(i for i in bucket if i):
-            src.append(ranks)
-            dst.append((ranks + i) % P)
-            pos.append(np.full(P, k))
-        if src:
-            src, dst = np.concatenate(src), np.concatenate(dst)
-            run.wave(src, dst, size[src, dst], np.concatenate(pos))
+        src, dst, pos = _rotation(P, bucket)
+        if len(src):
+            run.wave(src, dst, size[src, dst], pos)
         for r in range(P):
             if overlap and j:   # the previous bucket, while this one is in flight
                 run.timed(r, dt[r][j - 1], during=True)

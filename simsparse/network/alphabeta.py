@@ -84,9 +84,11 @@ class _Port:
             self.last = float(en[-1])
 
     def realize(self) -> None:
-        """Take the lazy intervals into the lists, less those that ended
-        before the earliest entry of the evaluation that booked them (as its
-        commit would have forgotten them; no later fit starts before it)."""
+        """Take the lazy intervals (if any) into the lists, less those that
+        ended before the earliest entry of the evaluation that booked them (as
+        its commit would have forgotten them; no later fit starts before it)."""
+        if self.lazy is None:
+            return
         st, en, early = self.lazy
         self.lazy = None
         keep = en > early
@@ -135,10 +137,8 @@ class AlphaBetaNetwork:
             return
         if a.bulk > now or b.bulk > now:
             self.bulk_touched += 1
-        if a.lazy is not None:
-            a.realize()
-        if b.lazy is not None:
-            b.realize()
+        a.realize()
+        b.realize()
         t = now
         while True:  # alternate until both ports agree on a start
             t1 = a.fit(t, d)
@@ -166,8 +166,7 @@ class AlphaBetaNetwork:
         """Begin a bulk evaluation on the network as it is now; no message of
         it is ready before ``earliest``."""
         for p in self._send + self._recv:
-            if p.lazy is not None:
-                p.realize()
+            p.realize()
         self._S0 = np.array([p.last for p in self._send])   # each port free from, as others left it
         self._R0 = np.array([p.last for p in self._recv])
         # ... and when their last message started: one ready after that was booked after it
@@ -185,7 +184,7 @@ class AlphaBetaNetwork:
         """Arrivals of messages ready at ``ready`` (arrays) if every port is
         used once and free then (exact); else (None, False)."""
         S, R = self._bS, self._bR
-        if pos.any() or (S[src] > ready).any() or (R[dst] > ready).any() or len(np.unique(dst)) < len(dst):
+        if not self.bulk_wave_possible(src, dst, pos) or (S[src] > ready).any() or (R[dst] > ready).any():
             return None, False
         d = self.alpha + nbytes * self.beta
         end = ready + d
@@ -283,8 +282,7 @@ class AlphaBetaNetwork:
         ports): offsets, starts, ends and each port's last end."""
         ports = self._send + self._recv
         for p in ports:
-            if p.lazy is not None:
-                p.realize()
+            p.realize()
         off = np.zeros(len(ports) + 1, dtype=np.int64)
         off[1:] = np.cumsum([len(p.starts) for p in ports])
         st = np.array([x for p in ports for x in p.starts], dtype=np.float64)
@@ -314,8 +312,7 @@ class AlphaBetaNetwork:
 
 
 def _copy_port(p: _Port) -> _Port:
-    if p.lazy is not None:
-        p.realize()
+    p.realize()
     c = _Port()
     c.starts, c.ends, c.last = list(p.starts), list(p.ends), p.last
     return c
