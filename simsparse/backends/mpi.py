@@ -59,8 +59,8 @@ class _Rank:
         self.trace_on = trace
         self.reset()
 
-    def reset(self):
-        self.t0 = time.perf_counter()
+    def reset(self, t0: float | None = None):
+        self.t0 = time.perf_counter() if t0 is None else t0
         self.box.reset()
         self.bytes_sent = self.msgs_sent = 0
         self.trace: list[TraceRecord] = []
@@ -167,11 +167,13 @@ class MPIDriver(Driver):
                 p.register_post_accumulate_grad_hook(lambda _p, i=i: self._grad_hook(i))
 
     # -- one iteration ---------------------------------------------------------
-    def run(self, make_program) -> IterationStats:
+    def run(self, make_program, t0: float | None = None) -> IterationStats:
         """Run the rank's main program ``make_program(ctx)`` to completion
-        (with everything it spawns); the stats of this rank."""
+        (with everything it spawns); the stats of this rank, its times from
+        ``t0`` (a ``perf_counter`` reading: the common start of the ranks,
+        :class:`~.start.CommonStart`), or from now."""
         rs = self.rs
-        rs.reset()
+        rs.reset(t0)
         self.runnable, self.device_q, self.blocked = deque(), deque(), []
         self.changed = False  # a handle completed since the blocked waits were last checked
         self.in_hook, self.hook_s, self.spawning = 0, 0.0, 0

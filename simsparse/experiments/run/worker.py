@@ -3,9 +3,11 @@
 Run as ``mpiexec -n P python -m simsparse.experiments.run.worker POINTS.json OUT.json``
 (``simsparse measure`` does this). Every point runs through the same
 :func:`~.loop.run_point` as in the simulator; rank 0 writes the rows.
-An iteration starts after a barrier (waited without spinning where the
-wait mode allows, :func:`~simsparse.backends.wire.wait_mode`); its time is the maximum over ranks of
-the time the rank's main program took; the reported time is the mean over
+Every rank starts an iteration at one instant of a common clock
+(:class:`~simsparse.backends.start.CommonStart`, waited without spinning
+where the wait mode allows, :func:`~simsparse.backends.wire.wait_mode`);
+its time is the maximum over ranks of when the rank's main program
+returned, from that instant; the reported time is the mean over
 whole periods of the algorithm's periodic work, from the same iterations as
 in the simulator (:mod:`.period`: the algorithm's counters skip ahead to the
 kinds of iteration the measured ones miss; batches and gradients follow the
@@ -38,6 +40,7 @@ class MPIBackend:
         import torch
 
         from ...backends.mpi import MPIDriver, pick_device
+        from ...backends.start import CommonStart
 
         self.comm = comm = MPI.COMM_WORLD
         self.rank, P = comm.Get_rank(), comm.Get_size()
@@ -50,6 +53,7 @@ class MPIBackend:
         self.local_ranks, self.root = [self.rank], self.rank == 0
         self.trainer = _trainer(point, self.rank, device) if point.schedule else None
         self.driver = MPIDriver(comm, device, trace, self.trainer)
+        self.start = CommonStart(comm, self.driver.rs.box)
         self.workload = None if point.schedule else point.workload_obj()
 
     def gather(self, values):
@@ -64,8 +68,7 @@ class MPIBackend:
         else:
             prog = job.program(self.driver.rs.from_host(self.workload.grad(self.rank, it).copy()))
         box = self.driver.rs.box
-        box.quiet_wait(self.comm.Ibarrier())   # a rank that waits for the others leaves them the cores
-        stats = self.driver.run(prog)
+        stats = self.driver.run(prog, self.start.wait())
         box.quiet_wait(self.comm.Ibarrier())   # (likewise before the gathers of the loop)
         self.last = (job, stats.results[0])
         return stats
@@ -100,6 +103,7 @@ def measure(point: Point, device_kind="auto", trace=False, dump=None) -> dict | 
     """Run one point on COMM_WORLD; rank 0 returns {row, trace}, others None."""
     backend = MPIBackend(point, device_kind, trace)
     out = run_point(point, backend)
+    late = backend.comm.gather(backend.start.late_s, root=0)
     if dump:
         job, result = backend.last
         finals = backend.gather([job.result_dense(result)])
@@ -108,6 +112,7 @@ def measure(point: Point, device_kind="auto", trace=False, dump=None) -> dict | 
     if out is None:
         return None
     out.row["compute"] = backend.device_label()
+    out.row["start_late_s"] = max(late)   # the worst start a rank missed (0: every rank began on time)
     return {"row": out.row, "trace": out.trace}
 
 
