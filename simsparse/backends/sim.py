@@ -54,7 +54,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compute.cores import SharedCores
+from ..compute.cores import core_pools
 from ..compute.devices import Device, IdealDevice
 from ..compute.kernels import KERNELS, Work, get_kernel
 from ..engine import make_engine
@@ -232,7 +232,7 @@ class SimContext(ContextBase):
         rs.msgs_sent += 1
         msg = _Message(sim, self.rank, dst, tag, self.wire_tag(tag), payload, nb, sim.env.now, self._phase, self.lane)
         if sim.msg_cpu:
-            sim._cpu_start(msg)
+            sim._cpu_start(msg, self.rank)
         if self.program.stream is None:
             sim._post_send(msg)
         else:
@@ -245,7 +245,7 @@ class SimContext(ContextBase):
         sim = self.sim
         h = Handle("recv", src, tag, 0, sim.env.now, self._phase, self.lane)
         if sim.msg_cpu:
-            sim._cpu_start(h)
+            sim._cpu_start(h, self.rank)
         wt = self.wire_tag(tag)
         if self.program.stream is None:
             sim._post_recv(src, self.rank, wt, h)
@@ -304,7 +304,9 @@ class Simulator(Driver):
         self.ranks = [_Rank(r, len(model.sizes) if model else 0) for r in range(P)]
         self.pending: dict = {}   # (src, dst, tag) -> unmatched sends or receives (see _post_send)
         # a trace holds every message, as the real backend's does: then collectives run as messages
-        self.cores = SharedCores(env, self.shared_cores) if self.shared_cores else None
+        binding = getattr(getattr(self.device, "profile", None), "core_binding", "none")
+        #: rank r's cores (compute.cores: one pool, or bound in blocks)
+        self.cores = core_pools(env, self.shared_cores, P, binding) if self.shared_cores else None
         self.on_cpu: dict = {}   # handle -> None while its rank's CPU work runs, or its completion that waits for it
         # with shared cores a kernel's end depends on the other ranks' work: then collectives run as messages
         self._bulk = self.bulk and not self.trace_on and self.network.bulk_capable() and self.cores is None
@@ -513,7 +515,7 @@ class Simulator(Driver):
 
     def _core_next(self, rs) -> None:
         prog, dt, *_ = rs.core_q[0]
-        self.cores.run(dt, self._core_done, (rs, self.env.now))
+        self.cores[rs.rank].run(dt, self._core_done, (rs, self.env.now))
 
     def _core_done(self, rs_start) -> None:
         rs, start = rs_start
@@ -649,7 +651,7 @@ class Simulator(Driver):
         else:
             self.network.transfer(msg.src, msg.peer, msg.nbytes, msg)
 
-    def _cpu_start(self, h: Handle) -> None:
+    def _cpu_start(self, h: Handle, rank: int) -> None:
         """A posted request costs its rank ``msg_cpu`` core-seconds, shared
         with the other ranks' work (:class:`~simsparse.compute.cores.SharedCores`),
         beside the transfer: the request completes when both are done. The
@@ -661,7 +663,7 @@ class Simulator(Driver):
         overlaps the wire's. Through shared memory at P = 2 an exchange costs
         two requests of CPU, twice a ping-pong's half round trip."""
         self.on_cpu[h] = None
-        self.cores.run(self.msg_cpu, self._cpu_end, h)
+        self.cores[rank].run(self.msg_cpu, self._cpu_end, h)
 
     def _cpu_end(self, h: Handle) -> None:
         done = self.on_cpu.pop(h)

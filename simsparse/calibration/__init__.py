@@ -168,8 +168,10 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
         network, net_fits = netfit.testbed_network(p2p, testbed, name, f"simsparse calibrate --testbed on {host}")
     loggp = {"o_send_s": p2p["window"][0][2], "g_s": p2p["window"][0][1],
              "window": [{"bytes": m, "per_message_s": g, "post_s": o} for m, g, o in p2p["window"]]}
+    # the testbed's launcher binds each rank to a core (simsparse.testbed.launch): the model binds them alike
+    binding = "block" if testbed is not None and raw.get("shared_cores") else "none"
     cpu = netfit.message_cpu(p2p, ranks, raw.get("shared_cores"))
-    concurrency = netfit.check_patterns(p2p, network, ranks, raw.get("shared_cores"), cpu)
+    concurrency = netfit.check_patterns(p2p, network, ranks, raw.get("shared_cores"), cpu, binding)
 
     kernels, kfits = _kernels(raw["kernels"])
     mem = _memory_roofline(raw["kernels"])
@@ -178,6 +180,7 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
                "launch_s": mem["launch_s"], "mem_bandwidth_Bps": mem["mem_bandwidth_Bps"], "kernels": kernels}
     if raw.get("shared_cores"):
         compute["shared_cores"] = raw["shared_cores"]
+        compute["core_binding"] = binding
         if cpu:
             compute["message_cpu_s"] = cpu
         step = program_cpu(raw.get("steps"))

@@ -126,15 +126,17 @@ def message_cpu(p2p: dict, P: int, cores) -> float | None:
     return float(np.median(small)) * min(P, cores) / (2 * P)
 
 
-def check_patterns(p2p: dict, network: dict, P: int, cores=None, cpu=None) -> list[dict]:
+def check_patterns(p2p: dict, network: dict, P: int, cores=None, cpu=None, binding: str = "none") -> list[dict]:
     """Each measured pattern beside the simulator's time for it on ``network``
-    (with ``cores`` shared by the ranks and ``cpu`` per request, as the profile runs)."""
+    (with ``cores`` shared by the ranks, bound as ``binding`` says, and ``cpu``
+    per request, as the profile runs)."""
     from ..compute.devices import DeviceProfile, ParametricDevice
     from ..network.spec import NETWORK_SPECS
     from ..ops import Dense
 
     spec = NETWORK_SPECS[network["model"]].model_validate(network)
-    device = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=cores, message_cpu_s=cpu)) \
+    device = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=cores, message_cpu_s=cpu,
+                                                core_binding=binding)) \
         if cores else None
 
     def maker(m):

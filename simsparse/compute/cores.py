@@ -11,6 +11,12 @@ earliest end, as the flow model does for bandwidth.
 
 Work is in seconds of one core. A rank with no job uses no core: waiting
 ranks sleep (the real backend's ``poll`` wait mode).
+
+*Binding* (:func:`core_pools`). Unbound, the ranks share one pool of C
+cores. Bound ``block`` (as the testbed's launcher binds them, and as MPI
+launchers do with ``-bind-to core``), rank r runs on core floor(r C / P)
+only, each core processor-shared by its own ranks: a rank's work waits for
+its core even while another core idles.
 """
 from __future__ import annotations
 
@@ -69,3 +75,22 @@ class SharedCores:
         self._schedule()
         for _, fn, arg in done:
             fn(arg)
+
+
+#: how ranks are placed on shared cores: one pool, or each rank bound to a core in rank blocks
+BINDINGS = ("none", "block")
+
+
+def core_pools(env, cores: float, P: int, binding: str = "none") -> list[SharedCores]:
+    """The cores rank r runs on, for r in 0..P-1 (the same object for ranks that share them)."""
+    if binding == "none":
+        return [SharedCores(env, cores)] * P
+    if binding != "block":
+        raise ValueError(f"core binding {binding!r}: must be one of {', '.join(BINDINGS)}")
+    C = int(cores)
+    if C != cores or C < 1:
+        raise ValueError(f"shared_cores = {cores}: ranks bound to cores need a whole number of cores")
+    if P <= C:
+        return [SharedCores(env, 1.0) for _ in range(P)]
+    pools = [SharedCores(env, 1.0) for _ in range(C)]
+    return [pools[r * C // P] for r in range(P)]

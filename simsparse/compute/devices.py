@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..registry import Registry, is_dotted
 from ..files import YamlTooLarge, yaml_load
@@ -76,6 +76,9 @@ class DeviceProfile(BaseModel):
                                        description="the ranks of a run share this many cores: their device work is "
                                                    "processor-shared (ranks on one host's CPU, e.g. the testbed); "
                                                    "none: every rank has its device to itself")
+    core_binding: Literal["none", "block"] = Field("none", description="with shared_cores: 'none', the ranks share "
+                                                  "one pool of cores; 'block', rank r is bound to core r*C/P and "
+                                                  "shares it with its block of ranks only (the testbed binds them)")
     message_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds each posted send and "
                                         "receive costs its rank, beside the transfer (simsparse calibrate: from an "
                                         "exchange of small messages with every rank busy)")
@@ -83,6 +86,13 @@ class DeviceProfile(BaseModel):
                                         "and its driver spend before each kernel (the Python between two requests; "
                                         "simsparse calibrate: the real driver's steps over every algorithm)")
     source: str | None = None
+
+    @model_validator(mode="after")
+    def _whole_cores_when_bound(self):
+        if self.core_binding == "block" and self.shared_cores is not None and self.shared_cores != int(self.shared_cores):
+            raise ValueError(f"core_binding: block binds each rank to one core, so shared_cores must be a whole "
+                             f"number (got {self.shared_cores})")
+        return self
 
 
 class Device:
