@@ -355,6 +355,8 @@ def _add_testbed_parsers(sub) -> None:
     p.add_argument("--testbed", metavar="SPEC", help="the emulated cluster to run on (default: this host)")
     p.add_argument("--out", help="results folder (default results/<name>_<machine>)")
     p.add_argument("--fresh", action="store_true", help="predict and measure every point again")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="calibrate again even where a profile of this machine exists")
     p.add_argument("--quick", action="store_true", help="a quick calibration (fewer sizes and repetitions)")
     p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu", help="where tensors live")
     p.add_argument("--timeout", type=float, default=900, help="seconds a measured point may take")
@@ -368,7 +370,7 @@ def _testbed_commands(args) -> int:
         from .experiments.analysis.validate import validate
 
         validate(args.config, args.testbed, args.out, args.fresh, args.quick, args.device, args.timeout,
-                 repeats=args.repeats)
+                 repeats=args.repeats, recalibrate=args.recalibrate)
         return 0
     from .testbed import commands
 

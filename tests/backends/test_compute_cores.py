@@ -111,3 +111,56 @@ def test_the_programs_own_cpu_is_charged_before_every_kernel():
     assert t(shared_cores=4, program_cpu_s=c) == pytest.approx(base + 7 * c, rel=1e-6)
     assert t(shared_cores=2, program_cpu_s=c) == pytest.approx(2 * (base + 7 * c), rel=1e-6)
     assert t(program_cpu_s=c) == pytest.approx(t(), rel=1e-12)
+
+
+def bound_ends(binding, P, cores, busy):
+    """Ranks ``busy`` each run 1 s of work at 0 on ``cores`` cores bound as ``binding``; their ends."""
+    from simsparse.compute.cores import core_pools
+
+    env = HeapEngine()
+    pools = core_pools(env, cores, P, binding)
+    ends = {}
+    for r in busy:
+        env.at(0.0, lambda r: pools[r].run(1.0, lambda k: ends.__setitem__(k, env.now), r), r)
+    env.run()
+    return [ends[r] for r in busy]
+
+
+def test_ranks_bound_in_blocks_share_only_their_own_core():
+    # P = 4 on 2 cores: ranks 0, 1 on core 0 and 2, 3 on core 1
+    assert bound_ends("block", 4, 2, [0, 1]) == pytest.approx([2.0, 2.0])   # one core for both
+    assert bound_ends("none", 4, 2, [0, 1]) == pytest.approx([1.0, 1.0])    # one pool: a core each
+    assert bound_ends("block", 4, 2, [0, 2]) == pytest.approx([1.0, 1.0])
+    assert bound_ends("block", 4, 2, [0, 1, 2, 3]) == pytest.approx(bound_ends("none", 4, 2, [0, 1, 2, 3]))
+    assert bound_ends("block", 8, 2, [0, 1, 2, 3, 4]) == pytest.approx([4.0] * 4 + [1.0])
+    assert bound_ends("block", 2, 4, [0, 1]) == pytest.approx([1.0, 1.0])   # fewer ranks than cores
+
+
+def test_binding_needs_whole_cores_and_a_known_name():
+    from pydantic import ValidationError
+
+    from simsparse.compute.cores import core_pools
+    from simsparse.compute.devices import DeviceProfile
+
+    with pytest.raises(ValidationError, match="whole number"):
+        DeviceProfile(mem_bandwidth_Bps=1e9, shared_cores=1.5, core_binding="block")
+    with pytest.raises(ValueError, match="must be one of"):
+        core_pools(HeapEngine(), 2, 4, "scatter")
+
+
+def test_bound_ranks_in_the_simulator():
+    """A gather's root reduces alone: bound or not, the same time when every
+    rank works at once (an allreduce's kernels), and never faster bound."""
+    from tests.helpers import make_point
+    from simsparse.experiments.run.runner import simulate_point
+
+    prof = {"name": "cpu", "mem_bandwidth_Bps": 1e9, "launch_s": 1e-3, "shared_cores": 2}
+    pool = simulate_point(make_point("ring", 4, n=8000, compute=prof, alpha=0.0, bw=1e15))
+    bound = simulate_point(make_point("ring", 4, n=8000, compute={**prof, "core_binding": "block"},
+                                      alpha=0.0, bw=1e15))
+    assert bound.row["time_s"] == pytest.approx(pool.row["time_s"], rel=1e-9)
+    gt_pool = simulate_point(make_point("gtopk", 4, n=8000, compute=prof, alpha=0.0, bw=1e15))
+    gt_bound = simulate_point(make_point("gtopk", 4, n=8000, compute={**prof, "core_binding": "block"},
+                                         alpha=0.0, bw=1e15))
+    assert gt_bound.row["time_s"] >= gt_pool.row["time_s"] * (1 - 1e-9)
+    assert gt_bound.row["correct"] is True

@@ -19,7 +19,8 @@ measure and compare in one command, on an emulated cluster or on this host.
    (the repeats in ``runs/r<i>``).
 
 Results are kept between runs: points already predicted or measured are
-not run again (``--fresh`` starts over). The calibration is never fitted to
+not run again (``--fresh`` starts over; ``--recalibrate`` measures the
+profiles again too). The calibration is never fitted to
 the runs it predicts: it uses its own sizes and seeds (:mod:`simsparse.calibration`).
 """
 from __future__ import annotations
@@ -50,21 +51,24 @@ def profile_path(spec, P: int) -> Path:
 
 
 def _usable(path: Path, spec) -> bool:
-    """Whether a profile exists and was measured on this same machine."""
+    """Whether a profile exists, was measured on this same machine, and the
+    way the runs now run (a testbed's ranks bound to cores)."""
     if not path.is_file():
         return False
     prof = yaml_load(path.read_text()) or {}
     made_on = (prof.get("provenance") or {}).get("testbed")
+    if spec is not None and "core_binding" not in (prof.get("compute") or {}):
+        return False   # calibrated before the testbed bound its ranks to cores
     return made_on == (spec.model_dump() if spec is not None else None)
 
 
-def ensure_profiles(spec, Ps, quick: bool, device: str, say) -> dict[int, dict]:
+def ensure_profiles(spec, Ps, quick: bool, device: str, say, recalibrate: bool = False) -> dict[int, dict]:
     from ...calibration import CalibrationError, calibrate
 
     out = {}
     for P in Ps:
         path = profile_path(spec, P)
-        if not _usable(path, spec):
+        if recalibrate or not _usable(path, spec):
             say(f"calibrating {'testbed ' + path.stem if spec is not None else 'this host'} with {P} ranks -> {path}")
             try:
                 calibrate(device, P, path, quick=quick, testbed=spec,
@@ -79,7 +83,7 @@ def ensure_profiles(spec, Ps, quick: bool, device: str, say) -> dict[int, dict]:
 
 def validate(config: str, testbed: str | None = None, out: str | None = None, fresh: bool = False,
              quick: bool = False, device: str = "cpu", timeout_s: float = 900, say=None,
-             repeats: int | None = None) -> Path:
+             repeats: int | None = None, recalibrate: bool = False) -> Path:
     """The loop of the module docstring; returns the comparison folder."""
     from ...testbed import load_spec
     from ...testbed.plan import testbed_name
@@ -93,7 +97,7 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
     machine = f"testbed-{testbed_name(spec)}" if spec is not None else "host"
     log = {"config": str(config), "testbed": testbed, "machine": machine}
     with _stage(log, "calibrate"):   # before the config is read: it may name the profiles made here
-        profiles = ensure_profiles(spec, _rank_counts(config), quick, device, say)
+        profiles = ensure_profiles(spec, _rank_counts(config), quick, device, say, recalibrate)
     exp = load_config(config)
     base = Path(out) if out else Path("results") / f"{exp.name}_{machine}"
     log["profiles"] = {P: str(v["path"]) for P, v in profiles.items()}

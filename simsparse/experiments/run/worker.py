@@ -31,6 +31,9 @@ from .loop import run_point
 from ..config.point import Point
 
 
+_START = None
+
+
 class MPIBackend:
     name = "mpi"
     values = "full"   # real tensors, always checked
@@ -53,7 +56,8 @@ class MPIBackend:
         self.local_ranks, self.root = [self.rank], self.rank == 0
         self.trainer = _trainer(point, self.rank, device) if point.schedule else None
         self.driver = MPIDriver(comm, device, trace, self.trainer)
-        self.start = CommonStart(comm, self.driver.rs.box)
+        global _START   # one per launch: what it learnt of the ranks' wake-ups carries over to the next point
+        self.start = _START = CommonStart(comm, self.driver.rs.box, _START)
         self.workload = None if point.schedule else point.workload_obj()
 
     def gather(self, values):
