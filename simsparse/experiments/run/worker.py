@@ -3,11 +3,11 @@
 Run as ``mpiexec -n P python -m simsparse.experiments.run.worker POINTS.json OUT.json``
 (``simsparse measure`` does this). Every point runs through the same
 :func:`~.loop.run_point` as in the simulator; rank 0 writes the rows.
-Every rank starts an iteration at one instant of a common clock
-(:class:`~simsparse.backends.start.CommonStart`, waited without spinning
-where the wait mode allows, :func:`~simsparse.backends.wire.wait_mode`);
-its time is the maximum over ranks of when the rank's main program
-returned, from that instant; the reported time is the mean over
+An iteration starts after a barrier (waited without spinning where the
+wait mode allows, :func:`~simsparse.backends.wire.wait_mode`), or with
+``SIMSPARSE_START=common`` at one instant of a common clock
+(:class:`~simsparse.backends.start.CommonStart`); its time is the maximum
+over ranks of the time the rank's main program took from its start; the reported time is the mean over
 whole periods of the algorithm's periodic work, from the same iterations as
 in the simulator (:mod:`.period`: the algorithm's counters skip ahead to the
 kinds of iteration the measured ones miss; batches and gradients follow the
@@ -43,7 +43,7 @@ class MPIBackend:
         import torch
 
         from ...backends.mpi import MPIDriver, pick_device
-        from ...backends.start import CommonStart
+        from ...backends.start import CommonStart, common_start_wanted
 
         self.comm = comm = MPI.COMM_WORLD
         self.rank, P = comm.Get_rank(), comm.Get_size()
@@ -57,7 +57,10 @@ class MPIBackend:
         self.trainer = _trainer(point, self.rank, device) if point.schedule else None
         self.driver = MPIDriver(comm, device, trace, self.trainer)
         global _START   # one per launch: what it learnt of the ranks' wake-ups carries over to the next point
-        self.start = _START = CommonStart(comm, self.driver.rs.box, _START)
+        if common_start_wanted():
+            self.start = _START = CommonStart(comm, self.driver.rs.box, _START)
+        else:
+            self.start = None
         self.workload = None if point.schedule else point.workload_obj()
 
     def gather(self, values):
@@ -72,7 +75,11 @@ class MPIBackend:
         else:
             prog = job.program(self.driver.rs.from_host(self.workload.grad(self.rank, it).copy()))
         box = self.driver.rs.box
-        stats = self.driver.run(prog, self.start.wait())
+        if self.start is None:
+            box.quiet_wait(self.comm.Ibarrier())   # a rank that waits for the others leaves them the cores
+            stats = self.driver.run(prog)
+        else:
+            stats = self.driver.run(prog, self.start.wait())
         box.quiet_wait(self.comm.Ibarrier())   # (likewise before the gathers of the loop)
         self.last = (job, stats.results[0])
         return stats
@@ -107,7 +114,7 @@ def measure(point: Point, device_kind="auto", trace=False, dump=None) -> dict | 
     """Run one point on COMM_WORLD; rank 0 returns {row, trace}, others None."""
     backend = MPIBackend(point, device_kind, trace)
     out = run_point(point, backend)
-    late = backend.comm.gather(backend.start.late_s, root=0)
+    late = backend.comm.gather(backend.start.late_s if backend.start else 0.0, root=0)
     if dump:
         job, result = backend.last
         finals = backend.gather([job.result_dense(result)])
@@ -116,7 +123,8 @@ def measure(point: Point, device_kind="auto", trace=False, dump=None) -> dict | 
     if out is None:
         return None
     out.row["compute"] = backend.device_label()
-    out.row["start_late_s"] = max(late)   # the worst start a rank missed (0: every rank began on time)
+    if backend.start is not None:
+        out.row["start_late_s"] = max(late)   # the worst common start a rank missed (0: all began on time)
     return {"row": out.row, "trace": out.trace}
 
 
