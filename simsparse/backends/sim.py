@@ -278,6 +278,8 @@ class Simulator(Driver):
         self.msg_cpu = (getattr(prof, "message_cpu_s", None) or 0.0) if self.shared_cores else 0.0
         #: with shared cores, core-seconds of the program's own Python before each kernel (the real driver's steps)
         self.program_cpu = (getattr(prof, "program_cpu_s", None) or 0.0) if self.shared_cores else 0.0
+        #: with shared cores, how ranks are bound to them (compute.cores: one pool, or blocks)
+        self.core_binding = getattr(prof, "core_binding", "none")
         self.eager = int(eager_threshold_B)
         self.rdv_rtt = float(rendezvous_rtt_s)
         #: messages up to this size move when sent, before their receive is posted (at least the eager ones)
@@ -304,9 +306,7 @@ class Simulator(Driver):
         self.ranks = [_Rank(r, len(model.sizes) if model else 0) for r in range(P)]
         self.pending: dict = {}   # (src, dst, tag) -> unmatched sends or receives (see _post_send)
         # a trace holds every message, as the real backend's does: then collectives run as messages
-        binding = getattr(getattr(self.device, "profile", None), "core_binding", "none")
-        #: rank r's cores (compute.cores: one pool, or bound in blocks)
-        self.cores = core_pools(env, self.shared_cores, P, binding) if self.shared_cores else None
+        self.cores = core_pools(env, self.shared_cores, P, self.core_binding) if self.shared_cores else None
         self.on_cpu: dict = {}   # handle -> None while its rank's CPU work runs, or its completion that waits for it
         # with shared cores a kernel's end depends on the other ranks' work: then collectives run as messages
         self._bulk = self.bulk and not self.trace_on and self.network.bulk_capable() and self.cores is None

@@ -45,7 +45,7 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
         late_sizes=()) -> dict:
     from mpi4py import MPI
 
-    from ..backends.start import CommonStart, common_start_wanted
+    from ..backends.start import make_start
     from ..ops import Dense
 
     rs = driver.rs
@@ -63,18 +63,14 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
             vals.append(driver.run(prog).results[0])
         return vals
 
-    start = CommonStart(comm, rs.box) if common_start_wanted() else None
+    start = make_start(comm, rs.box)
 
     def span(prog, repeat=5):
         """Per repetition, the time from the start (as the suite's iterations start: a barrier, or a
         common instant) until the last rank finished."""
         vals = []
         for _ in range(repeat):
-            if start is None:
-                rs.box.quiet_wait(comm.Ibarrier())
-                fin = driver.run(prog).finish_s[0]
-            else:
-                fin = driver.run(prog, start.wait()).finish_s[0]
+            fin = driver.run(prog, start.wait()).finish_s[0]
             rs.box.quiet_wait(comm.Ibarrier())
             vals.append(comm.allreduce(fin, op=MPI.MAX))
         return vals

@@ -81,16 +81,20 @@ class SharedCores:
 BINDINGS = ("none", "block")
 
 
+def bound_core(rank: int, P: int, C: int) -> int:
+    """The core (0..C-1) that ``block`` binding gives rank ``rank`` of ``P``:
+    blocks of P / C ranks per core, or a core each when P <= C."""
+    return rank * C // P if P > C else rank % C
+
+
 def core_pools(env, cores: float, P: int, binding: str = "none") -> list[SharedCores]:
-    """The cores rank r runs on, for r in 0..P-1 (the same object for ranks that share them)."""
+    """The cores rank r runs on, for r in 0..P-1 (the same object for ranks
+    that share them). ``block`` needs a whole number of cores
+    (:class:`~simsparse.compute.devices.DeviceProfile` checks it)."""
     if binding == "none":
         return [SharedCores(env, cores)] * P
     if binding != "block":
         raise ValueError(f"core binding {binding!r}: must be one of {', '.join(BINDINGS)}")
     C = int(cores)
-    if C != cores or C < 1:
-        raise ValueError(f"shared_cores = {cores}: ranks bound to cores need a whole number of cores")
-    if P <= C:
-        return [SharedCores(env, 1.0) for _ in range(P)]
-    pools = [SharedCores(env, 1.0) for _ in range(C)]
-    return [pools[r * C // P] for r in range(P)]
+    pools = [SharedCores(env, 1.0) for _ in range(min(C, P))]
+    return [pools[bound_core(r, P, C)] for r in range(P)]

@@ -36,10 +36,11 @@ def main(argv: list[str]) -> int:
 
 
 def bind(rank: int, size: int) -> None:
-    """Bind this process to rank ``rank``'s core (blocks of ranks per core)."""
+    """Bind this process to rank ``rank``'s core (blocks of ranks per core, as the model binds them)."""
+    from ..compute.cores import bound_core
+
     cpus = sorted(os.sched_getaffinity(0))
-    C = len(cpus)
-    os.sched_setaffinity(0, {cpus[rank * C // size] if size > C else cpus[rank % C]})
+    os.sched_setaffinity(0, {cpus[bound_core(rank, size, len(cpus))]})
 
 
 if __name__ == "__main__":

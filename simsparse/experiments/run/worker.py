@@ -43,7 +43,7 @@ class MPIBackend:
         import torch
 
         from ...backends.mpi import MPIDriver, pick_device
-        from ...backends.start import CommonStart, common_start_wanted
+        from ...backends.start import make_start
 
         self.comm = comm = MPI.COMM_WORLD
         self.rank, P = comm.Get_rank(), comm.Get_size()
@@ -57,10 +57,7 @@ class MPIBackend:
         self.trainer = _trainer(point, self.rank, device) if point.schedule else None
         self.driver = MPIDriver(comm, device, trace, self.trainer)
         global _START   # one per launch: what it learnt of the ranks' wake-ups carries over to the next point
-        if common_start_wanted():
-            self.start = _START = CommonStart(comm, self.driver.rs.box, _START)
-        else:
-            self.start = None
+        self.start = _START = make_start(comm, self.driver.rs.box, _START)
         self.workload = None if point.schedule else point.workload_obj()
 
     def gather(self, values):
@@ -74,13 +71,8 @@ class MPIBackend:
             prog = job.program()
         else:
             prog = job.program(self.driver.rs.from_host(self.workload.grad(self.rank, it).copy()))
-        box = self.driver.rs.box
-        if self.start is None:
-            box.quiet_wait(self.comm.Ibarrier())   # a rank that waits for the others leaves them the cores
-            stats = self.driver.run(prog)
-        else:
-            stats = self.driver.run(prog, self.start.wait())
-        box.quiet_wait(self.comm.Ibarrier())   # (likewise before the gathers of the loop)
+        stats = self.driver.run(prog, self.start.wait())   # waiting ranks leave the cores to the others
+        self.driver.rs.box.quiet_wait(self.comm.Ibarrier())   # (likewise before the gathers of the loop)
         self.last = (job, stats.results[0])
         return stats
 
@@ -114,7 +106,7 @@ def measure(point: Point, device_kind="auto", trace=False, dump=None) -> dict | 
     """Run one point on COMM_WORLD; rank 0 returns {row, trace}, others None."""
     backend = MPIBackend(point, device_kind, trace)
     out = run_point(point, backend)
-    late = backend.comm.gather(backend.start.late_s if backend.start else 0.0, root=0)
+    late = backend.comm.gather(backend.start.late_s, root=0)
     if dump:
         job, result = backend.last
         finals = backend.gather([job.result_dense(result)])
@@ -123,7 +115,7 @@ def measure(point: Point, device_kind="auto", trace=False, dump=None) -> dict | 
     if out is None:
         return None
     out.row["compute"] = backend.device_label()
-    if backend.start is not None:
+    if backend.start.late_s is not None:
         out.row["start_late_s"] = max(late)   # the worst common start a rank missed (0: all began on time)
     return {"row": out.row, "trace": out.trace}
 
