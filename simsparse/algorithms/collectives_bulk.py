@@ -141,12 +141,13 @@ def _scatter_split(reqs) -> bool:
         return False
     if not isinstance(q0.blocks, COOParts):
         return False
-    bounds = np.asarray(q0.blocks.bounds, dtype=np.int64)
+    shared = q0.blocks.bounds
+    bounds = np.asarray(shared, dtype=np.int64)
     for r, q in enumerate(reqs):
         b, acc = q.blocks, q.reduce.acc
         if not (isinstance(b, COOParts) and isinstance(b.coo.values, np.ndarray) and isinstance(acc, np.ndarray)
                 and acc.dtype == b.coo.values.dtype and len(b) == len(reqs)
-                and np.array_equal(np.asarray(b.bounds, dtype=np.int64), bounds)
+                and (b.bounds is shared or np.array_equal(np.asarray(b.bounds, dtype=np.int64), bounds))
                 and q.reduce.args == (bounds[r],) and len(acc) == bounds[r + 1] - bounds[r]):
             return False
     return True
@@ -170,22 +171,23 @@ def _alltoall_scatter(reqs, run):
     nnz = np.add.reduceat(_by_step(C), starts, axis=1)
     nb = np.add.reduceat(_by_step(nbytes), starts, axis=1)
     isz = reqs[0].reduce.acc.itemsize
-    pairs, inv = np.unique(np.stack((nnz.ravel(), nb.ravel())), axis=1, return_inverse=True)
-    dts = [run.work_seconds(SCATTER, Work(int(e), int(b) + 2 * int(e) * isz)) for e, b in pairs.T]
-    dt = np.asarray(dts)[inv.reshape(-1)].reshape(P, len(buckets)).tolist()
+    # one kernel time per distinct (entries, bytes): unique on one int64 key, not on pairs (axis=1 sorts rows)
+    m = int(nb.max()) + 1 if nb.size else 1
+    key, inv = np.unique(nnz.ravel() * m + nb.ravel(), return_inverse=True)
+    e_of, b_of = np.divmod(key, m)
+    dts = [run.work_seconds(SCATTER, Work(e, b + 2 * e * isz)) for e, b in zip(e_of.tolist(), b_of.tolist())]
+    dt = np.asarray(dts)[inv.reshape(-1)].reshape(P, len(buckets)).T.tolist()   # dt[bucket][rank]
     overlap = q0.reduce.overlap
     for j, bucket in enumerate(buckets):
         src, dst, pos = _rotation(P, bucket)
         if len(src):
             run.wave(src, dst, size[src, dst], pos)
-        for r in range(P):
-            if overlap and j:   # the previous bucket, while this one is in flight
-                run.timed(r, dt[r][j - 1], during=True)
-            if not overlap:
-                run.timed(r, dt[r][j])
-    if overlap:
-        for r in range(P):
-            run.timed(r, dt[r][-1])
+        if overlap and j:   # the previous bucket, while this one is in flight
+            run.timed_all(dt[j - 1], during=True)
+        if not overlap:
+            run.timed_all(dt[j])
+    if overlap and buckets:
+        run.timed_all(dt[-1])
     return _scatter_values(reqs, C)
 
 

@@ -61,6 +61,7 @@ Where the paper and the public code (Shigangli/Ok-Topk at 9763dcc) differ:
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -75,6 +76,15 @@ from .dense import _bounds
 from .oktopk_select import ThresholdTuning, as_dtype, radix_select, rescale
 
 TAG_SPLIT, TAG_COUNTS, TAG_BOUNDS, TAG_SELECT, TAG_SIZES, TAG_BALANCE, TAG_GATHER = range(11, 18)
+
+
+@lru_cache(maxsize=8)
+def equal_regions(n: int, P: int) -> np.ndarray:
+    """The P + 1 boundaries of equal regions, one read-only array that every
+    rank shares (P lists of P + 1 ints would be 0.6 GB at P = 4096)."""
+    b = np.asarray(_bounds(n, P), dtype=np.int64)
+    b.setflags(write=False)
+    return b
 
 
 class OkTopkParams(SparseParams, ThresholdTuning):
@@ -151,7 +161,7 @@ class OkTopk(Algorithm):
         self.local_thr = as_dtype(rescale(thr, sel.nnz, k, p.local_low, p.local_high, p.local_scale, p.local_scale),
                                   self.setup.dtype)
         if not p.balanced_boundaries:
-            bounds = _bounds(self.setup.n, ctx.size)
+            bounds = equal_regions(self.setup.n, ctx.size)
         else:
             if self.bounds is None or self.due("boundaries"):
                 with ctx.phase("boundaries"):
@@ -159,7 +169,7 @@ class OkTopk(Algorithm):
             bounds = self.bounds
         with ctx.phase("split_reduce"):
             reduced = yield from self._split_reduce(ctx, x, sel, bounds)
-        result, gthr = yield from self._global_topk(ctx, reduced, bounds[ctx.rank], exact)
+        result, gthr = yield from self._global_topk(ctx, reduced, int(bounds[ctx.rank]), exact)
         self.global_thr = gthr if exact else as_dtype(
             rescale(gthr, result.nnz, k, p.global_low, p.global_high, p.global_scale_low, p.global_scale_high),
             self.setup.dtype)
@@ -185,18 +195,21 @@ class OkTopk(Algorithm):
         return thr
 
     def _balanced_bounds(self, ctx, sel):
-        """P-1 equal-count split points of the selected indices, averaged over ranks."""
+        """P-1 equal-count split points of the selected indices, averaged over
+        ranks: the P + 1 boundaries, an int64 array."""
         P, n = ctx.size, self.setup.n
         if P == 1:
-            return [0, n]
+            return equal_regions(n, 1)
         m = sel.nnz
         if m >= P:
             step = m // P
             pts = np.asarray(sel.indices[step:step * P:step].tolist(), dtype=np.int64)
         else:
-            pts = np.asarray(_bounds(n, P)[1:-1], dtype=np.int64)
+            pts = equal_regions(n, P)[1:-1].copy()
         total = yield AllreduceHost(pts, "sum", TAG_BOUNDS)
-        return [0, *(np.asarray(total) // P).tolist(), n]
+        bounds = np.empty(P + 1, dtype=np.int64)
+        bounds[0], bounds[1:-1], bounds[-1] = 0, np.asarray(total) // P, n
+        return bounds
 
     def _split_reduce(self, ctx, x, sel, bounds):
         """Send each region's entries to its owner, bucketed; reduce into a dense region."""
@@ -205,8 +218,9 @@ class OkTopk(Algorithm):
         if p.count_exchange and P > 1:
             with ctx.phase("counts"):
                 yield Alltoall([Scalars.of([q.nnz], "int32") for q in parts], TAG_COUNTS)
-        buf = yield ctx.compute("zeros", bounds[r + 1] - bounds[r], x)
-        red = Reduce("scatter_add_region", buf, (bounds[r],), overlap=p.overlap)
+        lo, hi = int(bounds[r]), int(bounds[r + 1])
+        buf = yield ctx.compute("zeros", hi - lo, x)
+        red = Reduce("scatter_add_region", buf, (lo,), overlap=p.overlap)
         return (yield Alltoall(parts, TAG_SPLIT, p.rotation, p.bucket_size, red))
 
     def _global_topk(self, ctx, reduced, offset, exact):

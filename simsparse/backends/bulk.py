@@ -194,6 +194,21 @@ class BulkRun:
             self.kinds[rank].append(1)
         self.kernels = True
 
+    def timed_all(self, dts, during: bool = False) -> None:
+        """:meth:`timed` for every rank r with ``dts[r]``, in rank order (one
+        call instead of P: Ok-Topk's split and reduce makes P x buckets)."""
+        if during:
+            rs, ws, ds = self.during_log
+            rs.extend(range(self.P))
+            ws.extend([s[-1] if k and k[-1] == 0 else -1 for s, k in zip(self.steps, self.kinds)])
+            ds.extend(dts)
+            self._during = None
+        else:
+            for s, k, dt in zip(self.steps, self.kinds, dts):
+                s.append(float(dt))
+                k.append(1)
+        self.kernels = True
+
     # -- timing ------------------------------------------------------------------------
     def evaluate(self) -> None:
         sim, P = self.sim, self.P
