@@ -172,6 +172,11 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
     binding = "block" if testbed is not None and raw.get("shared_cores") else "none"
     cpu = netfit.message_cpu(p2p, ranks, raw.get("shared_cores"))
     concurrency = netfit.check_patterns(p2p, network, ranks, raw.get("shared_cores"), cpu, binding)
+    if testbed is None:
+        network, concurrency = netfit.exchange_scale(p2p, network, concurrency, ranks, raw.get("shared_cores"), cpu,
+                                                     binding)
+        if "size_scale" in network:
+            net_fits["exchange_scale"] = network["size_scale"]
 
     kernels, kfits = _kernels(raw["kernels"])
     mem = _memory_roofline(raw["kernels"])

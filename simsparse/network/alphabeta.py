@@ -107,12 +107,26 @@ class AlphaBetaNetwork:
     """The contention-free fast path. ``transfer`` is called by the simulator
     when a message may start moving; ``done`` is called when it has arrived."""
 
-    def __init__(self, alpha_s: float, bandwidth_Bps: float):
+    def __init__(self, alpha_s: float, bandwidth_Bps: float, size_scale=None):
         if alpha_s < 0 or bandwidth_Bps <= 0:
             raise ValueError("alpha_s must be >= 0 and bandwidth_Bps > 0")
         self.alpha = float(alpha_s)
         self.beta = 1.0 / float(bandwidth_Bps)
+        # measured over alpha + m beta per size band (SMPI's piecewise factors): None, or (log sizes, factors)
+        self.scale = None if not size_scale else (np.log([float(m) for m, _ in size_scale]),
+                                                 np.array([float(f) for _, f in size_scale]))
         self.env = None
+
+    def duration(self, nbytes):
+        """Seconds a message of ``nbytes`` (a number or an array) holds its
+        ports: ``(alpha + nbytes beta)``, times the size band's factor where
+        the profile has them (interpolated in log size, constant beyond the
+        measured sizes). Every path times a message with this one expression."""
+        d = self.alpha + nbytes * self.beta
+        if self.scale is None:
+            return d
+        f = np.interp(np.log(np.maximum(nbytes, 1.0)), *self.scale)
+        return d * f if isinstance(d, np.ndarray) else d * float(f)
 
     def reset(self, env, P: int) -> None:
         """Bind to a fresh simulation of ``P`` ranks (idle network) on an
@@ -124,7 +138,7 @@ class AlphaBetaNetwork:
 
     def transfer(self, src: int, dst: int, nbytes: int, done: Callable[[], None]) -> None:
         now = self.env.now
-        d = self.alpha + nbytes * self.beta
+        d = self.duration(nbytes)
         a, b = self._send[src], self._recv[dst]
         if a.last <= now and b.last <= now:
             # both ports idle from now on: what they booked before is past
@@ -186,7 +200,7 @@ class AlphaBetaNetwork:
         S, R = self._bS, self._bR
         if not self.bulk_wave_possible(src, dst, pos) or (S[src] > ready).any() or (R[dst] > ready).any():
             return None, False
-        d = self.alpha + nbytes * self.beta
+        d = self.duration(nbytes)
         end = ready + d
         held = d > 0   # as in transfer: only a message that takes time books its ports
         S[src[held]], R[dst[held]] = end[held], end[held]
@@ -214,7 +228,7 @@ class AlphaBetaNetwork:
         the same time is booked there, nor for its send port behind its
         sender's message of the same ready time not booked in posting order."""
         now = self.env.now
-        d = self.alpha + nbytes * self.beta
+        d = self.duration(nbytes)
         a, b = self._send[src], self._recv[dst]
         ok = True
         if a.last <= now and b.last <= now:

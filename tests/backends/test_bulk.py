@@ -22,7 +22,16 @@ from tests.helpers import make_point, net
 P100 = load_profile("p100").model_dump()
 #: the approximation's error on the iteration time, at most (measured: 1.3 % over 550 random cases)
 APPROX = 0.02
-NETWORKS = {"alphabeta": None, "fattree": "ib_fdr_fattree"}
+#: the alpha-beta line with SMPI-style factors per size band, as `calibrate` fits this host
+SCALED = {"model": "alphabeta", "alpha_s": 2e-6, "bandwidth_Bps": 5e9,
+          "size_scale": [[1024, 1.0], [16384, 2.5], [1e6, 0.75], [1.6e7, 1.4]]}
+NETWORKS = {"alphabeta": None, "fattree": "ib_fdr_fattree", "alphabeta_scaled": SCALED}
+
+
+def on(point, network: str):
+    """``point`` on the network ``NETWORKS[network]`` names (None: the point's own)."""
+    v = NETWORKS[network]
+    return point if v is None else dataclasses.replace(point, network=v if isinstance(v, dict) else net(v))
 
 
 def both(point):
@@ -59,9 +68,7 @@ def test_every_algorithm_small_P(network):
     for algorithm in sorted(ALGORITHMS):
         for P in (1, 2, 3, 5, 8, 13):
             p = make_point(algorithm, P, n=4000, density=0.02, iterations=2, warmup=1, compute=P100, seed=P)
-            if NETWORKS[network]:
-                p = dataclasses.replace(p, network=net(NETWORKS[network]))
-            paths.append(check(p))
+            paths.append(check(on(p, network)))
     bulk = [x for x in paths if x != "events"]
     assert len(bulk) > len(paths) / 2 and bulk.count("bulk") >= len(bulk) / 2
 
@@ -70,10 +77,7 @@ def test_every_algorithm_small_P(network):
 @pytest.mark.parametrize("algorithm,P", [("oktopk", 31), ("topka", 64), ("gaussiank", 33), ("topkdsa", 24),
                                          ("dsar_split_allgather", 48)])
 def test_larger_P(network, algorithm, P):
-    p = make_point(algorithm, P, n=20000, density=0.01, compute=P100, seed=P)
-    if NETWORKS[network]:
-        p = dataclasses.replace(p, network=net(NETWORKS[network]))
-    check(p)
+    check(on(make_point(algorithm, P, n=20000, density=0.01, compute=P100, seed=P), network))
 
 
 def test_rendezvous_data_scale_and_random_placement():

@@ -114,6 +114,29 @@ def test_profile_is_accepted_as_network_and_compute(tmp_path):
     assert pt.network["alpha_s"] == pytest.approx(5e-6, rel=0.02) and pt.compute["kernels"]
 
 
+def test_exchanges_off_the_line_get_factors_per_size_band_and_the_model_meets_them():
+    """Through shared memory an exchange's cost per byte changes with size
+    (eager copies, caches, fresh receive buffers): the calibration keeps the
+    line and adds SMPI-style factors per band where it misses by more than
+    15 %; the model then gives back the measured exchanges, and every path of
+    the simulator times a message with the same expression."""
+    from simsparse.network.spec import AlphaBetaSpec
+
+    raw = synthetic_raw()
+    sizes = [4, 256, 1024] + [1 << i for i in range(12, 27, 2)]
+    off = {1 << 14: 2.5, 1 << 20: 0.75, 1 << 24: 1.4}
+    raw["p2p"]["exchange"] = [(m, 2 * (5e-6 + m / 2e9) * off.get(m, 1.0)) for m in sizes]
+    prof = build_profile(raw, 2, "cpu", "test")
+    scale = dict((int(m), f) for m, f in prof["network"]["size_scale"])
+    assert scale[1024] == 1.0 and set(off) <= set(scale)
+    ex = {c["bytes"]: c for c in prof["fits"]["patterns"] if c["pattern"] == "exchange"}
+    net = AlphaBetaSpec.model_validate({k: v for k, v in prof["network"].items() if k != "kind"}).build()
+    m = np.array([100.0, 5000, 1 << 14, 3e5, 1 << 20, 1 << 24, 1e9])
+    assert [net.duration(float(x)) for x in m] == net.duration(m).tolist()   # bit for bit
+    assert net.duration(100.0) == net.alpha + 100 * net.beta                 # below the bands: the line
+    assert all(abs(c["error"]) < 0.05 for b, c in ex.items() if b > 1024), ex
+
+
 @requires_mpi
 @pytest.mark.mpi
 def test_quick_calibration_end_to_end(tmp_path):
