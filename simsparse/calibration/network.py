@@ -69,13 +69,13 @@ def exchange_scale(p2p: dict, network: dict, checks: list, P: int, cores=None, c
         return network, checks
     net = dict(network)
     # the line holds up to the small exchanges, which measured the CPU per request (message_cpu)
-    anchor = [[float(SMALL_EXCHANGE_B), 1.0]]
+    anchor = [[SMALL_EXCHANGE_B, 1.0]]
     for _ in range(rounds):
-        net["size_scale"] = anchor + [[float(m), float(f)] for m, f in scale]
+        net["size_scale"] = anchor + [[int(m), float(f)] for m, f in scale]
         r = ratios(check_patterns(p2p, net, P, cores, cpu, binding))
         left = fit.band_ratio(list(r), list(r.values()), [m for m, _ in scale])
         scale = [[m, f * q] for (m, f), q in zip(scale, left)]
-    net["size_scale"] = anchor + [[float(m), float(f)] for m, f in scale]
+    net["size_scale"] = anchor + [[int(m), float(f)] for m, f in scale]
     net["source"] += "; per size band, the exchanges' measured over modelled time (size_scale)"
     return net, check_patterns(p2p, net, P, cores, cpu, binding)
 

@@ -48,7 +48,7 @@ class AlphaBetaSpec(NetworkSpecBase):
     model: Literal["alphabeta"] = "alphabeta"
     alpha_s: float = Field(1e-6, ge=0, description="per-message latency in seconds")
     bandwidth_Bps: float = Field(1e10, gt=0, description="per-endpoint bandwidth in bytes per second")
-    size_scale: list[tuple[float, float]] | None = Field(
+    size_scale: list[tuple[int, float]] | None = Field(
         None, description="[[bytes, factor], ...]: a message of m bytes takes (alpha_s + m / bandwidth_Bps) times "
         "the factor at m, interpolated in log size and constant beyond the ends (SMPI's piecewise factors). "
         "`simsparse calibrate` sets it where the measured exchanges leave the line by more than 15 %: through "

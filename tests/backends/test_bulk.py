@@ -24,7 +24,7 @@ P100 = load_profile("p100").model_dump()
 APPROX = 0.02
 #: the alpha-beta line with SMPI-style factors per size band, as `calibrate` fits this host
 SCALED = {"model": "alphabeta", "alpha_s": 2e-6, "bandwidth_Bps": 5e9,
-          "size_scale": [[1024, 1.0], [16384, 2.5], [1e6, 0.75], [1.6e7, 1.4]]}
+          "size_scale": [[1024, 1.0], [16384, 2.5], [1000000, 0.75], [16000000, 1.4]]}
 NETWORKS = {"alphabeta": None, "fattree": "ib_fdr_fattree", "alphabeta_scaled": SCALED}
 
 

@@ -114,7 +114,7 @@ def test_profile_is_accepted_as_network_and_compute(tmp_path):
     assert pt.network["alpha_s"] == pytest.approx(5e-6, rel=0.02) and pt.compute["kernels"]
 
 
-def test_exchanges_off_the_line_get_factors_per_size_band_and_the_model_meets_them():
+def test_exchanges_off_the_line_get_factors_per_size_band_and_the_model_meets_them(tmp_path):
     """Through shared memory an exchange's cost per byte changes with size
     (eager copies, caches, fresh receive buffers): the calibration keeps the
     line and adds SMPI-style factors per band where it misses by more than
@@ -135,6 +135,11 @@ def test_exchanges_off_the_line_get_factors_per_size_band_and_the_model_meets_th
     assert [net.duration(float(x)) for x in m] == net.duration(m).tolist()   # bit for bit
     assert net.duration(100.0) == net.alpha + 100 * net.beta                 # below the bands: the line
     assert all(abs(c["error"]) < 0.05 for b, c in ex.items() if b > 1024), ex
+    path = tmp_path / "local-2r.yaml"   # a config that names the profile passes the config's bounds
+    write_profile(prof, path)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"network: {path}\nworkload: {{n: 1000}}\nalgorithms: [ring]\nP: 2\n")
+    assert list(load_config(cfg).points[0].network["size_scale"][0]) == [1024, 1.0]
 
 
 @requires_mpi
