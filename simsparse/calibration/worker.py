@@ -41,6 +41,10 @@ def _median(xs):
     return float(np.median(xs))
 
 
+#: sweeps over the exchange sizes (three timings per size in each; the median is over all of them)
+EXCHANGE_ROUNDS = 3
+
+
 def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(1 << 16, 1 << 20),
         late_sizes=()) -> dict:
     from mpi4py import MPI
@@ -83,11 +87,15 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
         out["pingpong"].append((4 * max(1, m // 4), _median(t) if rs.rank == 0 else None))
     if exchange_sizes:   # libfabric connects to a peer on its first message: not inside a timed exchange
         span(lambda c, mk=maker(4): patterns.exchange(c, mk, 1), repeat=1)
-    for m in exchange_sizes:
-        mk = maker(m)
-        n = 3 if m <= 1 << 20 else 1
-        t = span(lambda c, mk=mk, n=n: patterns.exchange(c, mk, n), repeat=3)
-        out["exchange"].append((4 * max(1, m // 4), _median(t) / n))
+    # the sizes in EXCHANGE_ROUNDS sweeps, alternately up and down, so a slow stretch of this
+    # machine (minutes long here) lands on every size a little rather than on a few entirely
+    got: dict = {m: [] for m in exchange_sizes}
+    for k in range(EXCHANGE_ROUNDS if exchange_sizes else 0):
+        for m in (exchange_sizes if k % 2 == 0 else exchange_sizes[::-1]):
+            mk = maker(m)
+            n = 3 if m <= 1 << 20 else 1
+            got[m] += [v / n for v in span(lambda c, mk=mk, n=n: patterns.exchange(c, mk, n), repeat=3)]
+    out["exchange"] = [(4 * max(1, m // 4), _median(got[m])) for m in exchange_sizes]
     for m in (4, 64, 1024):
         mk, count = maker(m), 64 if quick else 256
         vals = run(lambda c, mk=mk, count=count: patterns.window(c, mk, count))
