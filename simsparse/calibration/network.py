@@ -54,8 +54,8 @@ def exchange_scale(p2p: dict, network: dict, checks: list, P: int, cores=None, c
     the median of measured over modelled exchange time), where the line
     misses a band by more than 15 %: one line cannot follow a transfer
     through shared memory across MPI's eager copies, the caches and fresh
-    receive buffers (here 16 KiB exchanged at 1.4 to 2.4 times the line,
-    1 MiB at 0.7, 16 MiB at 1.45, over four calibrations). The factors
+    receive buffers (here 16 KiB exchanged at 1.3 to 2.4 times the line,
+    1 MiB at 0.66 to 0.86, 16 MiB at 1.4 to 1.5, over four calibrations). The factors
     scale the whole message time, so they are refined a few rounds, each
     by the ratio the last one left. Returns the network and its checks."""
     def ratios(checks):
