@@ -343,9 +343,7 @@ class BulkRun:
         from ..network.alphabeta import AlphaBetaNetwork
         from .replay_ab import compiled, replay_run
 
-        net = self.sim.network
-        if type(net) is AlphaBetaNetwork and net.scale is None and \
-                compiled(sum(len(w[0]) for w in self.waves)) is not None:
+        if type(self.sim.network) is AlphaBetaNetwork and compiled(sum(len(w[0]) for w in self.waves)) is not None:
             replay_run(self)
             return
         P, t, sim = self.P, self.t, self.sim

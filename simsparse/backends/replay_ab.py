@@ -106,12 +106,12 @@ def book(PS, PE, pn, plast, p, t, d, now):
 
 
 @_inline
-def transfer(m, firm, now, P, msrc, mdst, mnb, alpha, beta, PS, PE, pn, plast,
+def transfer(m, firm, now, P, msrc, mdst, mdur, PS, PE, pn, plast,
              chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d, border, nbook, heap, seq):
     """``bulk_transfer``: book message m's ports, schedule its arrival;
     returns (sequence, whether the booking order is the event path's, the port storage)."""
     s, q = msrc[m], P + mdst[m]
-    d = alpha + mnb[m] * beta
+    d = mdur[m]
     ok = True
     if plast[s] <= now and plast[q] <= now:
         t1 = now
@@ -164,7 +164,7 @@ def device_run(r, x, t, dev, busy):
 @_njit
 def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
            soff, kind, dt, send_off, send_idx, recv_off, recv_idx, dur_off, dur_dt,
-           port_off, port_st, port_en, port_last, alpha, beta, rtt, eager, window):
+           port_off, port_st, port_en, port_last, mdur, rtt, eager, window):
     nitems = len(kind)
     t = entry.copy()
     dev = device.copy()
@@ -209,7 +209,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
         now = ev[0]
         typ, a, b, c = ev[2], ev[3], ev[4], ev[5]
         if typ == MOVE:
-            seq, ok, PS, PE = transfer(a, b == 1, now, P, msrc, mdst, mnb, alpha, beta, PS, PE, pn, plast, chain_t,
+            seq, ok, PS, PE = transfer(a, b == 1, now, P, msrc, mdst, mdur, PS, PE, pn, plast, chain_t,
                                chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d, border, nbook, heap, seq)
             exact_net = ok and exact_net
             continue
@@ -270,14 +270,14 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
                         seq += 1
                         heapq.heappush(heap, (now + rtt, seq, MOVE, m, 0, 0))
                     else:
-                        seq, ok, PS, PE = transfer(m, False, now, P, msrc, mdst, mnb, alpha, beta, PS, PE, pn, plast,
+                        seq, ok, PS, PE = transfer(m, False, now, P, msrc, mdst, mdur, PS, PE, pn, plast,
                                            chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d,
                                            border, nbook, heap, seq)
                         exact_net = ok and exact_net
             for x in range(send_off[j], send_off[j + 1]):
                 m = send_idx[x]
                 if mnb[m] <= eager or ((mnb[m] <= window or posted[ritem[m]]) and not rtt > 0):
-                    seq, ok, PS, PE = transfer(m, True, now, P, msrc, mdst, mnb, alpha, beta, PS, PE, pn, plast,
+                    seq, ok, PS, PE = transfer(m, True, now, P, msrc, mdst, mdur, PS, PE, pn, plast,
                                        chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d,
                                        border, nbook, heap, seq)
                     exact_net = ok and exact_net
@@ -337,7 +337,7 @@ def replay_run(run) -> None:
     (t, dev, busy, done, exact_dev, exact_net, mstart, marr, border, log_t1, log_d) = replay(
         P, run.entry.astype(np.float64), np.asarray(run.order, dtype=np.int64), run.device.astype(np.float64),
         msrc, mdst, mnb, sitem, ritem, item_rank, soff, kind, dt, send_off, send_idx, recv_off, recv_idx,
-        dur_off, dur_dt, port_off, port_st, port_en, port_last, net.alpha, net.beta,
+        dur_off, dur_dt, port_off, port_st, port_en, port_last, net.duration(mnb.astype(np.float64)),
         float(sim.rdv_rtt), float(sim.eager), float(sim.window))
     run.t, run.device, run.busy, run.done = t, dev, busy, done.tolist()
     free = net.bulk_took(msrc, mdst, mstart, (msrc[border], mdst[border], log_t1[border], log_d[border]))

@@ -219,7 +219,7 @@ def test_the_compiled_replay_is_the_python_replay(monkeypatch, algorithm):
     ``SIMSPARSE_NUMBA=0`` runs the Python replay. Both give the same rows to
     the last bit: times, exactness, bytes and messages; eager, rendezvous
     with a handshake, and an unexpected window with reduced data; P100
-    kernels between posting and waiting."""
+    kernels between posting and waiting; a network with factors per size band."""
     import simsparse.backends.replay_ab as ra
 
     if ra.compiled() is None:
@@ -229,11 +229,13 @@ def test_the_compiled_replay_is_the_python_replay(monkeypatch, algorithm):
     monkeypatch.setattr(ra, "replay_run", lambda run: calls.append(1) or real(run))
     monkeypatch.setattr(ra, "COMPILE_FROM", 0)   # these replays are small
     for P in (5, 13):
-        for variant in range(3):
-            kw = dict(eager=256, rendezvous_rtt_s=3e-6 if variant == 1 else 0.0) if variant else {}
+        for variant in range(4):
+            kw = dict(eager=256, rendezvous_rtt_s=3e-6 if variant == 1 else 0.0) if variant in (1, 2) else {}
             p = make_point(algorithm, P, n=4000, density=0.02, iterations=2, warmup=1, compute=P100, seed=P, **kw)
             if variant == 2:
                 p = dataclasses.replace(p, network={**p.network, "unexpected_window_B": 1000}, data_scale=0.3)
+            if variant == 3:   # factors from 64 B up: every message of these points is scaled
+                p = dataclasses.replace(p, network={**SCALED, "size_scale": [[64, 1.7], [512, 0.8], [4096, 1.3]]})
             rows = []
             for flag in ("0", "1"):
                 monkeypatch.setenv("SIMSPARSE_NUMBA", flag)

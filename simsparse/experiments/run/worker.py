@@ -106,7 +106,8 @@ def measure(point: Point, device_kind="auto", trace=False, dump=None) -> dict | 
     """Run one point on COMM_WORLD; rank 0 returns {row, trace}, others None."""
     backend = MPIBackend(point, device_kind, trace)
     out = run_point(point, backend)
-    late = backend.comm.gather(backend.start.late_s, root=0)
+    common = backend.start.late_s is not None   # the same on every rank (SIMSPARSE_START)
+    late = backend.comm.gather(backend.start.late_s, root=0) if common else None
     if dump:
         job, result = backend.last
         finals = backend.gather([job.result_dense(result)])
@@ -115,7 +116,7 @@ def measure(point: Point, device_kind="auto", trace=False, dump=None) -> dict | 
     if out is None:
         return None
     out.row["compute"] = backend.device_label()
-    if backend.start.late_s is not None:
+    if common:
         out.row["start_late_s"] = max(late)   # the worst common start a rank missed (0: all began on time)
     return {"row": out.row, "trace": out.trace}
 
