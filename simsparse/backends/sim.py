@@ -57,6 +57,7 @@ import numpy as np
 from ..compute.cores import core_pools
 from ..compute.devices import Device, IdealDevice
 from ..compute.kernels import KERNELS, Work, get_kernel
+from ..compute.message_path import MessagePath
 from ..engine import make_engine
 from ..network.model import NetworkModel
 from ..ops import Bundle, ContextBase, Dense, Handle, Payload, TraceRecord
@@ -153,10 +154,10 @@ class _Message(Handle):
     def __call__(self) -> None:
         self.arrived = True
         sim, h = self.sim, self.recv
-        if sim.trace_on or sim.on_cpu:
+        if sim.trace_on or sim.on_cpu or sim.path is not None:
             sim._complete(self, None, self.nbytes, self.src)
             if h is not None:
-                sim._complete(h, self.payload, self.nbytes, self.peer)
+                sim._arrived(h, self.payload, self.nbytes, self.peer)
             return
         self.done = True   # _complete without the trace (every message passes here)
         sim._notify(self)
@@ -233,7 +234,9 @@ class SimContext(ContextBase):
         msg = _Message(sim, self.rank, dst, tag, self.wire_tag(tag), payload, nb, sim.env.now, self._phase, self.lane)
         if sim.msg_cpu:
             sim._cpu_start(msg, self.rank)
-        if self.program.stream is None:
+        if sim.path is not None:   # serialised on the rank's core first (compute.message_path)
+            sim.cores[self.rank].run(sim.path.send_s(payload, nb), sim._packed, (self, msg))
+        elif self.program.stream is None:
             sim._post_send(msg)
         else:
             post(self, lambda: sim._post_send(msg, late=True))
@@ -276,6 +279,9 @@ class Simulator(Driver):
         #: with shared cores, core-seconds every posted send and receive costs its rank (see _cpu_start)
         prof = getattr(self.device, "profile", None)
         self.msg_cpu = (getattr(prof, "message_cpu_s", None) or 0.0) if self.shared_cores else 0.0
+        #: with shared cores and a measured send/receive path, its CPU per message (compute.message_path)
+        costs = getattr(prof, "message_path", None) if self.shared_cores else None
+        self.path = MessagePath(costs) if costs else None
         #: with shared cores, core-seconds of the program's own Python before each kernel (the real driver's steps)
         self.program_cpu = (getattr(prof, "program_cpu_s", None) or 0.0) if self.shared_cores else 0.0
         #: with shared cores, how ranks are bound to them (compute.cores: one pool, or blocks)
@@ -640,7 +646,7 @@ class Simulator(Driver):
                 pending[key] = q[0]
         msg.recv = h
         if msg.arrived:
-            self._complete(h, msg.payload, msg.nbytes, dst)
+            self._arrived(h, msg.payload, msg.nbytes, dst)
         elif not msg.started:
             self._start(msg)
 
@@ -664,6 +670,26 @@ class Simulator(Driver):
         two requests of CPU, twice a ping-pong's half round trip."""
         self.on_cpu[h] = None
         self.cores[rank].run(self.msg_cpu, self._cpu_end, h)
+
+    def _packed(self, arg) -> None:
+        """A send's payload is serialised: it is posted now (behind its stream, if any)."""
+        ctx, msg = arg
+        msg.post_s = self.env.now
+        if ctx.program.stream is None:
+            self._post_send(msg)
+        else:
+            post(ctx, lambda: self._post_send(msg, late=True))
+
+    def _arrived(self, h: Handle, value, nbytes, owner) -> None:
+        """A receive's message is here: with a measured receive path its rank
+        matches and unpacks it first (compute.message_path), then it completes."""
+        if self.path is None:
+            self._complete(h, value, nbytes, owner)
+        else:
+            self.cores[owner].run(self.path.recv_s(value, nbytes), self._unpacked, (h, value, nbytes, owner))
+
+    def _unpacked(self, arg) -> None:
+        self._complete(*arg)
 
     def _cpu_end(self, h: Handle) -> None:
         done = self.on_cpu.pop(h)

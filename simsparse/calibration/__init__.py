@@ -160,9 +160,15 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
 
     host = socket.gethostname()
     p2p = raw["p2p"]
+    # the send and receive path around every message (compute.message_path): in the algorithms' runs, what the
+    # suite pays; in the back-to-back patterns, what their times hold beside the transport (host only so far:
+    # the testbed's per-message costs are its LogGP o, fitted from the ping-pong)
+    path, path_fits = fit.fit_message_path(raw.get("message_path") or []) if testbed is None else ({}, {})
+    hot, hot_fits = fit.fit_message_path(p2p.get("path") or []) if path else ({}, {})
     if testbed is None:
         name = f"local-{device}-{ranks}r"
-        network, net_fits = netfit.host_network(p2p, name, f"simsparse calibrate on {host} through the real backend")
+        network, net_fits = netfit.host_network(p2p, name, f"simsparse calibrate on {host} through the real backend",
+                                                hot)
     else:
         name = f"testbed-{_testbed_name(testbed)}-{ranks}r"
         network, net_fits = netfit.testbed_network(p2p, testbed, name, f"simsparse calibrate --testbed on {host}")
@@ -170,11 +176,11 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
              "window": [{"bytes": m, "per_message_s": g, "post_s": o} for m, g, o in p2p["window"]]}
     # the testbed's launcher binds each rank to a core (simsparse.testbed.launch): the model binds them alike
     binding = "block" if testbed is not None and raw.get("shared_cores") else "none"
-    cpu = netfit.message_cpu(p2p, ranks, raw.get("shared_cores"))
-    concurrency = netfit.check_patterns(p2p, network, ranks, raw.get("shared_cores"), cpu, binding)
+    cpu = netfit.message_cpu(p2p, ranks, raw.get("shared_cores"), hot)
+    concurrency = netfit.check_patterns(p2p, network, ranks, raw.get("shared_cores"), cpu, binding, hot)
     if testbed is None:
         network, concurrency = netfit.exchange_scale(p2p, network, concurrency, ranks, raw.get("shared_cores"), cpu,
-                                                     binding)
+                                                     binding, path=hot)
         if "size_scale" in network:
             net_fits["exchange_scale"] = network["size_scale"]
 
@@ -188,6 +194,8 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
         compute["core_binding"] = binding
         if cpu:
             compute["message_cpu_s"] = cpu
+        if path:
+            compute["message_path"] = path
         step = program_cpu(raw.get("steps"))
         if step:
             compute["program_cpu_s"] = step
@@ -203,7 +211,8 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
     return {"kind": "machine", "name": name,
             "provenance": prov,
             "network": network, "compute": compute,
-            "fits": {"network": net_fits, "loggp": loggp, "patterns": concurrency, "kernels": kfits,
+            "fits": {"network": net_fits, "loggp": loggp,
+                     "message_path": {"algorithms": path_fits, "patterns": {"costs": hot, "fits": hot_fits}}, "patterns": concurrency, "kernels": kfits,
                      "memory": mem, "layers": layer_fits},
             "measurements": {"pingpong": [{"bytes": m, "half_rtt_s": t} for m, t in p2p["pingpong"]]}}
 

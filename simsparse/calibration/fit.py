@@ -159,3 +159,39 @@ def fit_roofline(ops, flops, mm_bytes, other_bytes, times) -> dict:
     launch, rate, bw = (float(v) for v in np.exp(sol.x))
     return {"launch_s": launch, "flops_per_s": rate, "mem_bandwidth_Bps": bw,
             "residuals": residuals(roofline_time(launch, rate, bw, ops, flops, mm, other), t)}
+
+
+def fit_message_path(samples) -> tuple[dict, dict]:
+    """Per wire format, each side's ``launch + bytes x per_byte``
+    (:class:`~simsparse.compute.message_path.PathCost`) from
+    ``(side, format, bytes, seconds)`` samples: medians per half-decade of
+    bytes (one-off first messages drop out), then a relative least-squares
+    line; a single band gives the launch alone. A format needs both sides.
+    Returns (costs, fits with residuals and counts)."""
+    by: dict = {}
+    for side, fmt, nb, dt in samples:
+        by.setdefault((fmt, side), []).append((float(nb), float(dt)))
+    costs, fits = {}, {}
+    for fmt in sorted({f for f, _ in by}):
+        if (fmt, "send") not in by or (fmt, "recv") not in by:
+            continue
+        cost, fit = {}, {}
+        for side in ("send", "recv"):
+            nb, dt = (np.asarray(a) for a in zip(*by[(fmt, side)]))
+            band = _band(nb)
+            m = np.array([np.median(nb[band == b]) for b in np.unique(band)])
+            t = np.array([np.median(dt[band == b]) for b in np.unique(band)])
+            keep = t > 0
+            m, t = m[keep], t[keep]
+            if not len(t):
+                break
+            if len(t) >= 2:
+                launch, per = _nnls_rel(np.column_stack([np.ones_like(m), m]), t)
+            else:
+                launch, per = float(t[0]), 0.0
+            cost[f"{side}_s"], cost[f"{side}_per_byte_s"] = float(launch), float(per)
+            fit[side] = {"messages": int(len(dt)), "bands": int(len(t)), "bytes": [int(v) for v in m],
+                         "median_s": [float(v) for v in t], "residuals": residuals(launch + per * m, t)}
+        else:
+            costs[fmt], fits[fmt] = cost, fit
+    return costs, fits

@@ -27,12 +27,17 @@ import numpy as np
 from . import fit, patterns
 
 
-def host_network(p2p: dict, name: str, source: str) -> tuple[dict, dict]:
+def host_network(p2p: dict, name: str, source: str, path: dict | None = None) -> tuple[dict, dict]:
+    """The alpha-beta line; with ``path`` (the send and receive path of these
+    back-to-back messages, :func:`.fit.fit_message_path`) it is fitted to
+    the time beyond that path, which the simulator charges on its own
+    (:mod:`simsparse.compute.message_path`)."""
+    beyond = _beyond_path(path)
     sizes, times = zip(*p2p["pingpong"])
-    pp = fit.fit_eager_switch(sizes, times)
+    pp = fit.fit_eager_switch(sizes, [beyond(m, t) for m, t in p2p["pingpong"]])
     bw = pp.get("rendezvous_bandwidth_Bps", pp["bandwidth_Bps"])
     fits = {"pingpong": pp}
-    big = [(m, t) for m, t in p2p.get("exchange", []) if m >= 1 << 20]
+    big = [(m, beyond(m, t)) for m, t in p2p.get("exchange", []) if m >= 1 << 20]
     if len(big) >= 2:
         ex = fit.fit_alpha_beta(*zip(*big))
         fits["exchange"] = ex
@@ -40,6 +45,8 @@ def host_network(p2p: dict, name: str, source: str) -> tuple[dict, dict]:
         how = "bandwidth from exchanges (both directions at once) of 1 MiB and more"
     else:
         how = "bandwidth from the large ping-pong messages"
+    if path:
+        how += ", both beyond the send and receive path timed around their messages"
     net = {"name": name, "model": "alphabeta",
            "source": f"{source}: alpha from the ping-pong's eager segment (Hockney), {how}",
            "alpha_s": pp["alpha_s"], "bandwidth_Bps": bw, "eager_threshold_B": pp["eager_threshold_B"],
@@ -47,8 +54,20 @@ def host_network(p2p: dict, name: str, source: str) -> tuple[dict, dict]:
     return net, fits
 
 
+def _beyond_path(path: dict | None):
+    """(bytes, seconds) -> the seconds beyond one dense message's send and
+    receive path (``path``: costs per format), at least a tenth of them."""
+    if not path:
+        return lambda m, t: t
+    from ..compute.message_path import MessagePath
+    from ..ops import Dense
+
+    mp = MessagePath(path)
+    return lambda m, t: max(t - mp.send_s(Dense(None), m) - mp.recv_s(Dense(None), m), 0.1 * t)
+
+
 def exchange_scale(p2p: dict, network: dict, checks: list, P: int, cores=None, cpu=None,
-                   binding: str = "none", rounds: int = 3) -> tuple[dict, list]:
+                   binding: str = "none", rounds: int = 3, path: dict | None = None) -> tuple[dict, list]:
     """The host's alpha-beta line with SMPI-style factors per size band
     (``size_scale``, :func:`.fit.size_scale`: half-decades of bytes, each
     the median of measured over modelled exchange time), where the line
@@ -72,12 +91,12 @@ def exchange_scale(p2p: dict, network: dict, checks: list, P: int, cores=None, c
     anchor = [[SMALL_EXCHANGE_B, 1.0]]
     for _ in range(rounds):
         net["size_scale"] = anchor + [[int(m), float(f)] for m, f in scale]
-        r = ratios(check_patterns(p2p, net, P, cores, cpu, binding))
+        r = ratios(check_patterns(p2p, net, P, cores, cpu, binding, path))
         left = fit.band_ratio(list(r), list(r.values()), [m for m, _ in scale])
         scale = [[m, f * q] for (m, f), q in zip(scale, left)]
     net["size_scale"] = anchor + [[int(m), float(f)] for m, f in scale]
     net["source"] += "; per size band, the exchanges' measured over modelled time (size_scale)"
-    return net, check_patterns(p2p, net, P, cores, cpu, binding)
+    return net, check_patterns(p2p, net, P, cores, cpu, binding, path)
 
 
 def testbed_network(p2p: dict, spec, name: str, source: str) -> tuple[dict, dict]:
@@ -146,30 +165,35 @@ def _beyond_the_wire(sizes, times, B, burst):
 SMALL_EXCHANGE_B = 1024
 
 
-def message_cpu(p2p: dict, P: int, cores) -> float | None:
+def message_cpu(p2p: dict, P: int, cores, path: dict | None = None) -> float | None:
     """Core-seconds per posted send or receive when P ranks share ``cores``
     cores (``message_cpu_s``): an exchange of small messages with every rank
     busy is CPU-bound, P ranks x 2 requests over min(P, cores) busy cores, so
     each request costs t x min(P, cores) / 2P (t / 2 with a core per rank:
     the rank's driver posts, progresses and completes its two requests one
-    after the other). None without cores or small exchanges."""
-    small = [t for m, t in p2p.get("exchange", []) if m <= SMALL_EXCHANGE_B]
+    after the other). With ``path``, beyond the send and receive path timed
+    around those messages (charged on its own). None without cores or small
+    exchanges."""
+    beyond = _beyond_path(path)
+    small = [beyond(m, t) for m, t in p2p.get("exchange", []) if m <= SMALL_EXCHANGE_B]
     if not cores or not small:
         return None
     return float(np.median(small)) * min(P, cores) / (2 * P)
 
 
-def check_patterns(p2p: dict, network: dict, P: int, cores=None, cpu=None, binding: str = "none") -> list[dict]:
+def check_patterns(p2p: dict, network: dict, P: int, cores=None, cpu=None, binding: str = "none",
+                   path: dict | None = None) -> list[dict]:
     """Each measured pattern beside the simulator's time for it on ``network``
-    (with ``cores`` shared by the ranks, bound as ``binding`` says, and ``cpu``
-    per request, as the profile runs)."""
+    (with ``cores`` shared by the ranks, bound as ``binding`` says, ``cpu``
+    per request and ``path`` per message: the send and receive path of these
+    back-to-back messages, as the profile runs)."""
     from ..compute.devices import DeviceProfile, ParametricDevice
     from ..network.spec import NETWORK_SPECS
     from ..ops import Dense
 
     spec = NETWORK_SPECS[network["model"]].model_validate(network)
     device = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=cores, message_cpu_s=cpu,
-                                                core_binding=binding)) \
+                                            core_binding=binding, message_path=path or None)) \
         if cores else None
 
     def maker(m):

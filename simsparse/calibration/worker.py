@@ -80,6 +80,8 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
         return vals
 
     out = {"pingpong": [], "exchange": [], "window": [], "pairs": [], "crossing": [], "incast": []}
+    path = PathProbe()   # the send and receive path of these back-to-back messages: what alpha leaves out
+    path.active = True
     for m in sizes:
         mk = maker(m)
         n = max(3, reps if m <= 1 << 16 else reps // 4)
@@ -96,6 +98,9 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
             n = 3 if m <= 1 << 20 else 1
             got[m] += [v / n for v in span(lambda c, mk=mk, n=n: patterns.exchange(c, mk, n), repeat=3)]
     out["exchange"] = [(4 * max(1, m // 4), _median(got[m])) for m in exchange_sizes]
+    path.active = False
+    out["path"] = path.gathered(comm)
+    path.close()
     for m in (4, 64, 1024):
         mk, count = maker(m), 64 if quick else 256
         vals = run(lambda c, mk=mk, count=count: patterns.window(c, mk, count))
@@ -250,6 +255,74 @@ class StepProbe:
             setattr(cls, attr, fn)
 
 
+class PathProbe:
+    """Times the real backend's send and receive path around every message
+    (:mod:`simsparse.compute.message_path`): ``isend`` (serialise and post)
+    and, per receive, its match, receive and unpacking (``Mailbox._take``)
+    -- for a message too large to receive at once, only its unpacking
+    (``Mailbox._complete``): its receive call moves the data, the
+    transport's time, which the network model has. ``samples``: (side, wire
+    format, payload bytes, seconds)."""
+
+    FORMATS = {b"DNS1": "dense", b"DNS2": "split", b"PKL1": "packed"}
+
+    def __init__(self, now=time.perf_counter):
+        from ..backends import wire
+        from ..backends.mpi import MPIContext
+
+        self.samples: list = []
+        self.active = False
+        self._orig = [(MPIContext, "isend", MPIContext.isend), (wire.Mailbox, "_take", wire.Mailbox._take),
+                      (wire.Mailbox, "_complete", wire.Mailbox._complete)]
+        isend, take, complete = (fn for _, _, fn in self._orig)
+        probe, fmt_of, inside = self, self.FORMATS.get, [0, None]
+
+        def timed_isend(ctx, *args, **kwargs):
+            if not probe.active:
+                return isend(ctx, *args, **kwargs)
+            t0 = now()
+            h = isend(ctx, *args, **kwargs)
+            dt = now() - t0
+            probe.samples.append(("send", fmt_of(bytes(h.buf[:4])), h.nbytes, dt))
+            return h
+
+        def timed_take(box, h, msg, status):
+            if not probe.active:
+                return take(box, h, msg, status)
+            inside[0] += 1
+            t0 = now()
+            try:
+                take(box, h, msg, status)
+            finally:
+                inside[0] -= 1
+            dt = now() - t0
+            if h.done:    # received and unpacked at once (small); else _complete times the unpacking
+                probe.samples.append(("recv", inside[1], h.nbytes, dt))
+
+        def timed_complete(box, h):
+            if not probe.active or h.kind != "recv":
+                return complete(box, h)
+            f = fmt_of(bytes(h.buf[:4]))
+            t0 = now()
+            complete(box, h)
+            dt = now() - t0
+            if inside[0]:
+                inside[1] = f
+            else:
+                probe.samples.append(("recv", f, h.nbytes, dt))
+
+        for (cls, attr, _), fn in zip(self._orig, (timed_isend, timed_take, timed_complete)):
+            setattr(cls, attr, fn)
+
+    def gathered(self, comm) -> list:
+        """Every rank's samples (on every rank)."""
+        return [s for part in comm.allgather(self.samples) for s in part if s[1] is not None]
+
+    def close(self):
+        for cls, attr, fn in self._orig:
+            setattr(cls, attr, fn)
+
+
 #: iterations each algorithm runs before its kernels count as steady: the rank's heap grows over the
 #: first ones (a kernel that allocates 2 x 96 MB at 1.2e7 elements faulted in every one of three calls,
 #: 140 ms each against 68 ms once the heap stopped growing); the calls are all recorded, and the fit
@@ -257,15 +330,17 @@ class StepProbe:
 WARMUP = 3
 
 
-def kernels(comm, device_kind, sizes, quick, now=time.perf_counter) -> tuple[list, dict]:
+def kernels(comm, device_kind, sizes, quick, now=time.perf_counter) -> tuple[list, dict, list]:
     """Run every algorithm at the calibration sizes on this backend; record its
-    kernels (:class:`KernelProbe`) and its programs' own CPU (:class:`StepProbe`)."""
+    kernels (:class:`KernelProbe`), its programs' own CPU (:class:`StepProbe`)
+    and its messages' send and receive path (:class:`PathProbe`)."""
     from ..algorithms import ALGORITHMS
     from ..experiments.run.loop import run_point
     from ..experiments.config.point import Point
     from ..experiments.run.worker import MPIBackend
 
     P = comm.Get_size()
+    path = PathProbe(now)   # installed first: the step probe's isend then leaves out the path probe's own time too
     probe, steps = None, StepProbe(now)
     calls = []
     for name, cls in sorted(ALGORITHMS.items()):
@@ -279,14 +354,15 @@ def kernels(comm, device_kind, sizes, quick, now=time.perf_counter) -> tuple[lis
             backend = MPIBackend(pt, device_kind)
             if probe is None:
                 probe = KernelProbe(backend.driver.rs.sync, now)
-            probe.active = steps.active = True
+            probe.active = steps.active = path.active = True
             run_point(pt, backend)
-            probe.active = steps.active = False
+            probe.active = steps.active = path.active = False
     steps.close()
+    path.close()
     if probe is not None:
         calls = probe.calls
         probe.close()
-    return calls, {**steps.summary(), "kernel_calls": len(calls)}
+    return calls, {**steps.summary(), "kernel_calls": len(calls)}, path.gathered(comm)
 
 
 # -- layers ----------------------------------------------------------------------------
@@ -358,7 +434,8 @@ def main(argv=None):
         raw["p2p"] = p2p(driver, comm, spec["p2p_sizes"], spec["reps"], spec["quick"], spec.get("exchange_sizes", ()),
                          spec.get("concurrency_sizes", (1 << 16, 1 << 20)), spec.get("late_sizes", ()))
     if "kernels" in parts:
-        raw["kernels"], raw["steps"] = kernels(comm, spec["device"], spec["kernel_sizes"], spec["quick"], now)
+        raw["kernels"], raw["steps"], raw["message_path"] = kernels(comm, spec["device"], spec["kernel_sizes"],
+                                                                    spec["quick"], now)
     if "layers" in parts:
         raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"], now)
     raw["device"] = f"{device.type}:{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}"

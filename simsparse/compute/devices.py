@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..registry import Registry, is_dotted
 from ..files import YamlTooLarge, yaml_load
 from .kernels import Work
+from .message_path import PathCosts
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -82,6 +83,9 @@ class DeviceProfile(BaseModel):
     message_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds each posted send and "
                                         "receive costs its rank, beside the transfer (simsparse calibrate: from an "
                                         "exchange of small messages with every rank busy)")
+    message_path: PathCosts | None = Field(None, description="with shared_cores: the real backend's CPU per message "
+                                           "on each side, per wire format (dense, split, packed), measured around "
+                                           "every message of the calibration's algorithm runs (compute.message_path)")
     program_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds a rank's program "
                                         "and its driver spend before each kernel (the Python between two requests; "
                                         "simsparse calibrate: the real driver's steps over every algorithm)")

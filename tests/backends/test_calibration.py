@@ -159,6 +159,11 @@ def test_quick_calibration_end_to_end(tmp_path):
     # the ranks' own CPU: per request (from small exchanges) and per kernel (the driver's steps), on this host's cores
     assert prof["compute"]["shared_cores"] == host_cores()
     assert 1e-7 < prof["compute"]["message_cpu_s"] < 1e-2 and 1e-7 < prof["compute"]["program_cpu_s"] < 1e-2
+    # the send and receive path around the algorithms' messages: copied dense and pickled payloads at least
+    path = prof["compute"]["message_path"]
+    assert {"dense", "packed"} <= set(path)
+    assert all(1e-7 < c["send_s"] < 1e-2 and 0 <= c["recv_s"] < 1e-2 for c in path.values())
+    assert prof["fits"]["message_path"]["patterns"]["costs"]   # the patterns' own, that alpha is fitted beyond
     load_profile(str(out))
 
 

@@ -1,0 +1,87 @@
+"""The real backend's send and receive path: the CPU a message costs its
+sender before it leaves and its receiver after it arrives.
+
+A rank program's ``isend`` serialises its payload (:mod:`simsparse.backends.wire`:
+``.cpu().numpy()``, a copy into one buffer, a pickled header for structured
+payloads) and posts ``MPI_Isend``; the program goes on only then, so the
+message leaves that much later. A receive is matched (``MPI_Improbe``),
+received and unpacked into tensors before its handle completes. Both run in
+the rank's Python on its core. The cost depends on the wire format:
+
+* ``dense``: a :class:`~simsparse.ops.Dense` payload copied behind a prefix;
+* ``split``: a large dense payload sent from its own memory (no copy);
+* ``packed``: anything else (COO, quantized, bundles): a pickled header and a
+  copy of every array.
+
+Each is ``launch + bytes x per_byte`` per side (``PathCost``), measured *in
+situ*: around every message of every algorithm that ``simsparse calibrate``
+runs, between kernels and waits, as the validation suite runs them. A tight
+loop of messages understates it: on this host packing one COO block of 800 B
+took 15 us back to back, 32 us after the core slept for 1 ms and 45 us after
+a sleep and a 16 MB sweep (instruction and data caches, branch history lost);
+in the suite's TopkA of 1e4 the same pack took 38 us (median of 44) and its
+receive 25 us, against an 800 B transfer of 13 us.
+
+The simulator charges the send side on the sender's cores before the message
+is posted and the receive side on the receiver's cores after it arrived
+(:mod:`simsparse.backends.sim`), for a profile that has measured them.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..ops import Dense
+
+#: the wire formats of :mod:`simsparse.backends.wire` (DNS1, DNS2, PKL1)
+FORMATS = ("dense", "split", "packed")
+#: a dense payload from this size on goes out without a copy (:data:`simsparse.backends.wire.SPLIT_MIN`)
+SPLIT_MIN_B = 1 << 16
+
+
+class PathCost(BaseModel):
+    """One wire format's CPU per message, ``launch + bytes x per_byte`` on each side."""
+
+    model_config = ConfigDict(extra="forbid")
+    send_s: float = Field(ge=0, description="core-seconds of isend per message (serialise and post)")
+    send_per_byte_s: float = Field(0.0, ge=0, description="core-seconds of isend per payload byte")
+    recv_s: float = Field(ge=0, description="core-seconds to match, receive and unpack one message")
+    recv_per_byte_s: float = Field(0.0, ge=0, description="core-seconds to receive and unpack per payload byte")
+
+
+PathCosts = dict[Literal["dense", "split", "packed"], PathCost]
+
+
+def wire_format(payload, nbytes: int, split: bool = True) -> str:
+    """The format :func:`simsparse.backends.wire.pack` gives ``payload``."""
+    if type(payload) is Dense:
+        return "split" if split and nbytes >= SPLIT_MIN_B else "dense"
+    return "packed"
+
+
+class MessagePath:
+    """The measured :class:`PathCost` (or its dict) per format; a format that was never
+    measured (no large dense message where the transport sends everything
+    copied, as the testbed does) costs like ``dense``."""
+
+    __slots__ = ("costs", "split")
+
+    def __init__(self, costs: dict):
+        if not costs:
+            raise ValueError("message_path needs at least one wire format")
+        costs = {f: c if isinstance(c, PathCost) else PathCost.model_validate(c) for f, c in costs.items()}
+        fallback = costs.get("dense") or next(iter(costs.values()))
+        self.costs = {f: costs.get(f) or fallback for f in FORMATS}
+        self.split = "split" in costs
+
+    def cost(self, payload, nbytes: int) -> PathCost:
+        return self.costs[wire_format(payload, nbytes, self.split)]
+
+    def send_s(self, payload, nbytes: int) -> float:
+        c = self.cost(payload, nbytes)
+        return c.send_s + c.send_per_byte_s * nbytes
+
+    def recv_s(self, payload, nbytes: int) -> float:
+        c = self.cost(payload, nbytes)
+        return c.recv_s + c.recv_per_byte_s * nbytes
