@@ -17,8 +17,9 @@ Each is ``launch + bytes x per_byte`` per side (``PathCost``), measured *in
 situ*: around every message of every algorithm that ``simsparse calibrate``
 runs, between kernels and waits, as the validation suite runs them. A tight
 loop of messages understates it: on this host packing one COO block of 800 B
-took 15 us back to back, 32 us after the core slept for 1 ms and 45 us after
-a sleep and a 16 MB sweep (instruction and data caches, branch history lost);
+took 19.5 us back to back, 33 us after the core slept for 1 ms and 55 us after
+a sleep and a 16 MB sweep (caches and branch history lost;
+``benchmarks/bench_message_path.py``);
 in the suite's TopkA of 1e4 the same pack took 38 us (median of 44) and its
 receive 25 us, against an 800 B transfer of 13 us.
 
