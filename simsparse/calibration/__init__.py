@@ -161,8 +161,9 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
     host = socket.gethostname()
     p2p = raw["p2p"]
     # the send and receive path around every message (compute.message_path): in the algorithms' runs, what the
-    # suite pays; in the back-to-back patterns, what their times hold beside the transport (host only so far:
-    # the testbed's per-message costs are its LogGP o, fitted from the ping-pong)
+    # suite pays; in the back-to-back patterns, what their times hold beside the transport. Host only: the
+    # algorithms run through shared memory here, while a testbed's isend also writes to a TCP socket, so a path
+    # timed here and netted from the testbed's patterns would drop that (docs/validation.md, fourth session)
     path, path_fits = fit.fit_message_path(raw.get("message_path") or []) if testbed is None else ({}, {})
     hot, hot_fits = fit.fit_message_path(p2p.get("path") or []) if path else ({}, {})
     if testbed is None:
