@@ -232,11 +232,12 @@ class SimContext(ContextBase):
         rs.bytes_sent += nb
         rs.msgs_sent += 1
         msg = _Message(sim, self.rank, dst, tag, self.wire_tag(tag), payload, nb, sim.env.now, self._phase, self.lane)
+        if sim.path is not None:   # serialised on the rank's core first (compute.message_path), then posted
+            sim.cores[self.rank].run(sim.path.send_s(payload, nb), sim._packed, (self, msg))
+            return msg
         if sim.msg_cpu:
             sim._cpu_start(msg, self.rank)
-        if sim.path is not None:   # serialised on the rank's core first (compute.message_path)
-            sim.cores[self.rank].run(sim.path.send_s(payload, nb), sim._packed, (self, msg))
-        elif self.program.stream is None:
+        if self.program.stream is None:
             sim._post_send(msg)
         else:
             post(self, lambda: sim._post_send(msg, late=True))
@@ -672,9 +673,12 @@ class Simulator(Driver):
         self.cores[rank].run(self.msg_cpu, self._cpu_end, h)
 
     def _packed(self, arg) -> None:
-        """A send's payload is serialised: it is posted now (behind its stream, if any)."""
+        """A send's payload is serialised: it is posted now (behind its stream,
+        if any), and its progress costs CPU from now on (``_cpu_start``)."""
         ctx, msg = arg
         msg.post_s = self.env.now
+        if self.msg_cpu:
+            self._cpu_start(msg, ctx.rank)
         if ctx.program.stream is None:
             self._post_send(msg)
         else:

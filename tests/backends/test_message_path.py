@@ -117,3 +117,22 @@ def test_the_transports_line_is_fitted_beyond_the_path_of_its_own_messages():
     raw.pop("message_path")   # no in-situ path measured: the line holds the patterns' path, as before
     prof = build_profile(raw, 2, "cpu", "test")
     assert prof["network"]["alpha_s"] == pytest.approx(20e-6, rel=0.02) and "message_path" not in prof["compute"]
+
+
+def test_a_ping_pong_pays_the_path_on_both_sides_and_its_progress_beside_the_wire():
+    """Half a round trip: the send path, the wire, the receive path. Each
+    request's progress CPU (``message_cpu_s``) starts when it is posted --
+    a send's after its serialisation -- and runs beside the transfer."""
+    from simsparse.backends.sim import Simulator
+    from simsparse.calibration import patterns
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.network.spec import AlphaBetaSpec
+
+    m = 400
+    net = AlphaBetaSpec(alpha_s=4e-6, bandwidth_Bps=1e9).build()
+    dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=2, message_cpu_s=9e-6,
+                                         message_path={"dense": {"send_s": 8e-6, "recv_s": 5e-6}}))
+    a = np.zeros(m // 4, np.float32)
+    st = Simulator(net, dev, eager_threshold_B=1 << 30).run(
+        [lambda ctx: patterns.pingpong(ctx, lambda: Dense(a), 5)] * 2)
+    assert st.results[0] == pytest.approx(8e-6 + 4e-6 + m / 1e9 + 5e-6, rel=1e-9)
