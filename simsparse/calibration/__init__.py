@@ -213,8 +213,8 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
             "provenance": prov,
             "network": network, "compute": compute,
             "fits": {"network": net_fits, "loggp": loggp,
-                     "message_path": {"algorithms": path_fits, "patterns": {"costs": hot, "fits": hot_fits}}, "patterns": concurrency, "kernels": kfits,
-                     "memory": mem, "layers": layer_fits},
+                     "message_path": {"algorithms": path_fits, "patterns": {"costs": hot, "fits": hot_fits}},
+                     "patterns": concurrency, "kernels": kfits, "memory": mem, "layers": layer_fits},
             "measurements": {"pingpong": [{"bytes": m, "half_rtt_s": t} for m, t in p2p["pingpong"]]}}
 
 
@@ -253,7 +253,7 @@ def program_cpu(steps: dict | None) -> float | None:
     requests, charged per kernel call (``program_cpu_s``): the median of the
     driver's steps, less the messages posted and kernels run inside them, times
     the steps per kernel call, over every algorithm at every calibration size
-    (:class:`~.worker.StepProbe`; the median leaves out the first steps' one-off
+    (:class:`~.probes.StepProbe`; the median leaves out the first steps' one-off
     costs: connections, first pages)."""
     if not steps or not steps.get("steps") or not steps.get("kernel_calls"):
         return None

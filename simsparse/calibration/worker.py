@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import sys
 import time
 
 import numpy as np
 
 from . import patterns
+from .probes import KernelProbe, PathProbe, StepProbe
 
 
 def _median(xs):
@@ -152,175 +152,6 @@ def clock(kind: str):
     """The clock a kernel or layer is timed with: ``wall`` (``perf_counter``) or ``cpu``, this process's CPU
     time (user + system: what a call costs its rank in core-seconds while other ranks share the cores)."""
     return time.process_time if kind == "cpu" else time.perf_counter
-
-
-def _minflt() -> int:
-    """Minor page faults of this process so far."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-class KernelProbe:
-    """Wraps every kernel's torch implementation to record (work, seconds,
-    minor page faults): a call that faulted grew the rank's heap (its first
-    touches), which a measured iteration in steady state does not pay
-    (:mod:`simsparse.backends.rank_env`)."""
-
-    def __init__(self, sync, now=time.perf_counter):
-        from ..compute.kernels import KERNELS
-
-        self.calls: list = []
-        self.active = False
-        self._orig = {}
-        for name, k in KERNELS.items():
-            self._orig[name] = k.torch_fn
-            k.torch_fn = self._wrap(k, k.torch_fn, sync, now)
-
-    def _wrap(self, k, fn, sync, now):
-        def timed(*args, **kwargs):
-            if not self.active:
-                return fn(*args, **kwargs)
-            sync()
-            f0 = _minflt()
-            t0 = now()
-            out = fn(*args, **kwargs)
-            sync()
-            dt = now() - t0
-            faults = _minflt() - f0
-            w = k.work(out, *args, **kwargs)
-            self.calls.append((k.name, float(w.elems), float(w.bytes), dt, faults))
-            return out
-
-        return timed
-
-    def close(self):
-        from ..compute.kernels import KERNELS
-
-        for name, fn in self._orig.items():
-            KERNELS[name].torch_fn = fn
-
-
-class StepProbe:
-    """Times a rank program's own CPU between its requests: the driver's
-    stepping and the program's Python (``MPIDriver.step``, which runs the
-    generator until it blocks) less what runs inside it and is costed
-    elsewhere: the posting of messages (``isend``/``irecv``:
-    ``message_cpu_s``) and the kernels an idle device runs at once
-    (``_device``: :class:`KernelProbe`)."""
-
-    def __init__(self, now=time.perf_counter):
-        from ..backends.mpi import MPIContext, MPIDriver
-
-        self.own: list[float] = []   # per step: its time less what is costed elsewhere
-        self.active = False
-        self._orig = [(MPIDriver, "step", MPIDriver.step), (MPIContext, "isend", MPIContext.isend),
-                      (MPIContext, "irecv", MPIContext.irecv), (MPIDriver, "_device", MPIDriver._device)]
-        probe, depth, other = self, [0], [0.0]
-
-        def step(fn):
-            def run(*args):
-                if not probe.active or depth[0]:   # (a step inside a step is timed by the outer one)
-                    return fn(*args)
-                depth[0] += 1
-                other[0] = 0.0
-                t0 = now()
-                try:
-                    return fn(*args)
-                finally:
-                    depth[0] -= 1
-                    probe.own.append(now() - t0 - other[0])
-            return run
-
-        def post(fn):   # time inside a step that is not the program's own
-            def run(*args, **kwargs):
-                if not probe.active or not depth[0]:
-                    return fn(*args, **kwargs)
-                t0 = now()
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    other[0] += now() - t0
-            return run
-
-        for cls, attr, fn in self._orig:
-            setattr(cls, attr, step(fn) if attr == "step" else post(fn))
-
-    def summary(self) -> dict:
-        """Quantiles of the steps' own time (a few first steps pay one-off costs: connections, first pages)."""
-        own = np.asarray(self.own or [np.nan])
-        return {"steps": len(self.own), "median_s": float(np.median(own)), "mean_s": float(own.mean()),
-                "p10_s": float(np.percentile(own, 10)), "p90_s": float(np.percentile(own, 90))}
-
-    def close(self):
-        for cls, attr, fn in self._orig:
-            setattr(cls, attr, fn)
-
-
-class PathProbe:
-    """Times the real backend's send and receive path around every message
-    (:mod:`simsparse.compute.message_path`): ``isend`` (serialise and post)
-    and, per receive, its match, receive and unpacking (``Mailbox._take``)
-    -- for a message too large to receive at once, only its unpacking
-    (``Mailbox._complete``): its receive call moves the data, the
-    transport's time, which the network model has. ``samples``: (side, wire
-    format, payload bytes, seconds)."""
-
-    FORMATS = {b"DNS1": "dense", b"DNS2": "split", b"PKL1": "packed"}
-
-    def __init__(self, now=time.perf_counter):
-        from ..backends import wire
-        from ..backends.mpi import MPIContext
-
-        self.samples: list = []
-        self.active = False
-        self._orig = [(MPIContext, "isend", MPIContext.isend), (wire.Mailbox, "_take", wire.Mailbox._take),
-                      (wire.Mailbox, "_complete", wire.Mailbox._complete)]
-        isend, take, complete = (fn for _, _, fn in self._orig)
-        probe, fmt_of, inside = self, self.FORMATS.get, [0, None]
-
-        def timed_isend(ctx, *args, **kwargs):
-            if not probe.active:
-                return isend(ctx, *args, **kwargs)
-            t0 = now()
-            h = isend(ctx, *args, **kwargs)
-            dt = now() - t0
-            probe.samples.append(("send", fmt_of(bytes(h.buf[:4])), h.nbytes, dt))
-            return h
-
-        def timed_take(box, h, msg, status):
-            if not probe.active:
-                return take(box, h, msg, status)
-            inside[0] += 1
-            t0 = now()
-            try:
-                take(box, h, msg, status)
-            finally:
-                inside[0] -= 1
-            dt = now() - t0
-            if h.done:    # received and unpacked at once (small); else _complete times the unpacking
-                probe.samples.append(("recv", inside[1], h.nbytes, dt))
-
-        def timed_complete(box, h):
-            if not probe.active or h.kind != "recv":
-                return complete(box, h)
-            f = fmt_of(bytes(h.buf[:4]))
-            t0 = now()
-            complete(box, h)
-            dt = now() - t0
-            if inside[0]:
-                inside[1] = f
-            else:
-                probe.samples.append(("recv", f, h.nbytes, dt))
-
-        for (cls, attr, _), fn in zip(self._orig, (timed_isend, timed_take, timed_complete)):
-            setattr(cls, attr, fn)
-
-    def gathered(self, comm) -> list:
-        """Every rank's samples (on every rank)."""
-        return [s for part in comm.allgather(self.samples) for s in part if s[1] is not None]
-
-    def close(self):
-        for cls, attr, fn in self._orig:
-            setattr(cls, attr, fn)
 
 
 #: iterations each algorithm runs before its kernels count as steady: the rank's heap grows over the
