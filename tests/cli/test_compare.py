@@ -101,6 +101,7 @@ def test_compare_gives_known_errors_and_writes_outputs(folders, tmp_path, capsys
     a = np.abs(ERRS)
     assert f"median {100 * np.median(a):.1f}%, p90 {100 * np.percentile(a, 90):.1f}%" in printed
     assert "median 15.0%, p90 41.0%" in printed
+    assert "signed error: median +2.5%; 2 of 4 points predicted low, 2 high" in printed
     assert "1.1 ms" in printed and "45 us" in printed and "+50.0%" in printed and "-20.0%" in printed
     assert "split_reduce/allgather" in printed and "wrote" in printed
     assert (out / "compare.png").stat().st_size > 5000

@@ -324,8 +324,12 @@ def report(c: Comparison) -> str:
     t["predicted"], t["measured"] = pts["pred_s"].map(fmt_time), pts["meas_s"].map(fmt_time)
     t["error"] = pts["rel_err"].map(fmt_err)
     med, p90 = error_stats(pts["rel_err"])
+    signed = pd.to_numeric(pts["rel_err"], errors="coerce").dropna()
     lines = [f"predicted {c.files[0]}  vs  measured {c.files[1]}", t.to_string(index=False),
              f"|error| over {len(pts)} points: median {100 * med:.1f}%, p90 {100 * p90:.1f}%"]
+    if len(signed):   # a bias, not scatter, if nearly every point is on one side
+        lines.append(f"signed error: median {100 * signed.median():+.1f}%; {int((signed < 0).sum())} of "
+                     f"{len(signed)} points predicted low, {int((signed > 0).sum())} high")
     if len(c.phases):
         s, hidden = phase_summary(c.phases)
         s = s[["phase", "points", "predicted", "measured", "median |err|", "p90 |err|"]]
