@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..registry import Registry, is_dotted
 from ..files import YamlTooLarge, yaml_load
+from ..size_scale import SizeScale
 from .kernels import Work
 from .message_path import PathCosts
 
@@ -32,7 +33,7 @@ class KernelCost(BaseModel):
     launch_s: float | None = Field(None, ge=0, description="overrides the device's launch_s")
     per_elem_s: float = Field(ge=0, description="seconds per element (or per n*log2(n) unit)")
     complexity: Literal["n", "nlogn"] = "n"
-    size_scale: list[tuple[int, float]] | None = Field(
+    size_scale: SizeScale | None = Field(
         None, description="[[elements, factor], ...]: the line's time times this factor, interpolated in log size and "
                           "constant beyond the ends (memory regimes one line cannot follow; simsparse calibrate)")
 

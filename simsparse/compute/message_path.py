@@ -13,8 +13,9 @@ the rank's Python on its core. The cost depends on the wire format:
 * ``packed``: anything else (COO, quantized, bundles): a pickled header and a
   copy of every array.
 
-Each is ``launch + bytes x per_byte`` per side (``PathCost``), measured *in
-situ*: around every message of every algorithm that ``simsparse calibrate``
+Each is ``launch + bytes x per_byte`` per side (``PathCost``), times a
+factor per half-decade of bytes where that line misses the measured band
+by more than 15 % (:mod:`simsparse.size_scale`), measured *in situ*: around every message of every algorithm that ``simsparse calibrate``
 runs, between kernels and waits, as the validation suite runs them. A tight
 loop of messages understates it: on this host packing one COO block of 800 B
 took 19.5 us back to back, 33 us after the core slept for 1 ms and 55 us after
@@ -34,6 +35,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..ops import Dense
+from ..size_scale import SizeScale, factor_at, log_table
 
 #: the wire formats of :mod:`simsparse.backends.wire` (DNS1, DNS2, PKL1)
 FORMATS = ("dense", "split", "packed")
@@ -49,6 +51,8 @@ class PathCost(BaseModel):
     send_per_byte_s: float = Field(0.0, ge=0, description="core-seconds of isend per payload byte")
     recv_s: float = Field(ge=0, description="core-seconds to match, receive and unpack one message")
     recv_per_byte_s: float = Field(0.0, ge=0, description="core-seconds to receive and unpack per payload byte")
+    send_scale: SizeScale | None = Field(None, description="[[bytes, factor], ...] on the send line, per size band")
+    recv_scale: SizeScale | None = Field(None, description="[[bytes, factor], ...] on the receive line, per size band")
 
 
 PathCosts = dict[Literal["dense", "split", "packed"], PathCost]
@@ -66,23 +70,23 @@ class MessagePath:
     measured (no large dense message where the transport sends everything
     copied, as the testbed does) costs like ``dense``."""
 
-    __slots__ = ("costs", "split")
+    __slots__ = ("send", "recv", "split")
 
     def __init__(self, costs: dict):
         if not costs:
             raise ValueError("message_path needs at least one wire format")
         costs = {f: c if isinstance(c, PathCost) else PathCost.model_validate(c) for f, c in costs.items()}
         fallback = costs.get("dense") or next(iter(costs.values()))
-        self.costs = {f: costs.get(f) or fallback for f in FORMATS}
+        each = {f: costs.get(f) or fallback for f in FORMATS}
+        #: per format and side: (launch, per byte, factors per band as a log table)
+        self.send = {f: (c.send_s, c.send_per_byte_s, log_table(c.send_scale)) for f, c in each.items()}
+        self.recv = {f: (c.recv_s, c.recv_per_byte_s, log_table(c.recv_scale)) for f, c in each.items()}
         self.split = "split" in costs
 
-    def cost(self, payload, nbytes: int) -> PathCost:
-        return self.costs[wire_format(payload, nbytes, self.split)]
-
     def send_s(self, payload, nbytes: int) -> float:
-        c = self.cost(payload, nbytes)
-        return c.send_s + c.send_per_byte_s * nbytes
+        launch, per, table = self.send[wire_format(payload, nbytes, self.split)]
+        return (launch + per * nbytes) * factor_at(table, nbytes)
 
     def recv_s(self, payload, nbytes: int) -> float:
-        c = self.cost(payload, nbytes)
-        return c.recv_s + c.recv_per_byte_s * nbytes
+        launch, per, table = self.recv[wire_format(payload, nbytes, self.split)]
+        return (launch + per * nbytes) * factor_at(table, nbytes)

@@ -24,6 +24,8 @@ from typing import Callable
 
 import numpy as np
 
+from ..size_scale import log_table
+
 
 class _Port:
     """Busy intervals of one port, sorted and disjoint; ``bulk``: until when a
@@ -113,8 +115,7 @@ class AlphaBetaNetwork:
         self.alpha = float(alpha_s)
         self.beta = 1.0 / float(bandwidth_Bps)
         # measured over alpha + m beta per size band (SMPI's piecewise factors): None, or (log sizes, factors)
-        self.scale = None if not size_scale else (np.log([float(m) for m, _ in size_scale]),
-                                                 np.array([float(f) for _, f in size_scale]))
+        self.scale = log_table(size_scale)
         self.env = None
 
     def duration(self, nbytes):

@@ -13,6 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..size_scale import SizeScale
+
 
 class NetworkSpecBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -48,21 +50,11 @@ class AlphaBetaSpec(NetworkSpecBase):
     model: Literal["alphabeta"] = "alphabeta"
     alpha_s: float = Field(1e-6, ge=0, description="per-message latency in seconds")
     bandwidth_Bps: float = Field(1e10, gt=0, description="per-endpoint bandwidth in bytes per second")
-    size_scale: list[tuple[int, float]] | None = Field(
+    size_scale: SizeScale | None = Field(
         None, description="[[bytes, factor], ...]: a message of m bytes takes (alpha_s + m / bandwidth_Bps) times "
         "the factor at m, interpolated in log size and constant beyond the ends (SMPI's piecewise factors). "
         "`simsparse calibrate` sets it where the measured exchanges leave the line by more than 15 %: through "
         "shared memory, eager copies, cache sizes and fresh receive buffers change the cost per byte")
-
-    @model_validator(mode="after")
-    def _check_scale(self):
-        if self.size_scale:
-            sizes = [m for m, _ in self.size_scale]
-            if any(m <= 0 for m in sizes) or any(b <= a for a, b in zip(sizes, sizes[1:])):
-                raise ValueError(f"size_scale sizes {sizes}: must be positive and increasing")
-            if any(not f > 0 for _, f in self.size_scale):
-                raise ValueError(f"size_scale factors {[f for _, f in self.size_scale]}: must be > 0")
-        return self
 
     def build(self):
         from .alphabeta import AlphaBetaNetwork

@@ -136,3 +136,24 @@ def test_a_ping_pong_pays_the_path_on_both_sides_and_its_progress_beside_the_wir
     st = Simulator(net, dev, eager_threshold_B=1 << 30).run(
         [lambda ctx: patterns.pingpong(ctx, lambda: Dense(a), 5)] * 2)
     assert st.results[0] == pytest.approx(8e-6 + 4e-6 + m / 1e9 + 5e-6, rel=1e-9)
+
+
+def test_a_path_off_its_line_gets_factors_per_size_band():
+    """An uncopied send costs 27 us at 120 KB, about 100 at 6 MB and 120 at
+    24 MB here: no line through the bands holds within 15 %, so the bands it
+    misses get factors, and the model meets every band's median; bad
+    factors are refused."""
+    import pydantic
+
+    band_s = {120_000: 27e-6, 600_000: 40e-6, 6_000_000: 105e-6, 24_000_000: 125e-6}
+    samples = [(side, "split", m, t if side == "send" else 8e-6) for m, t in band_s.items()
+               for side in ("send", "recv") for _ in range(5)]
+    costs, fits = fit_message_path(samples)
+    assert costs["split"].get("send_scale") and not costs["split"].get("recv_scale")
+    mp = MessagePath(costs)
+    big = Dense(np.zeros(1, np.float32))
+    for m, t in band_s.items():
+        assert mp.send_s(big, m) == pytest.approx(t, rel=1e-6)
+    assert fits["split"]["send"]["residuals"]["max_rel"] < 1e-6
+    with pytest.raises(pydantic.ValidationError, match="increasing"):
+        PathCost(send_s=1e-5, recv_s=1e-5, send_scale=[[1000, 1.0], [100, 2.0]])

@@ -45,6 +45,7 @@ def is_list_field(schema: type[BaseModel], key: str) -> bool:
         return False
     ann = f.annotation
     args = typing.get_args(ann) if typing.get_origin(ann) in (typing.Union, types.UnionType) else (ann,)
+    args = [typing.get_args(a)[0] if typing.get_origin(a) is typing.Annotated else a for a in args]
     return any(typing.get_origin(a) in (list, tuple) or a in (list, tuple) for a in args)
 
 
