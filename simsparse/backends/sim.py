@@ -234,13 +234,8 @@ class SimContext(ContextBase):
         msg = _Message(sim, self.rank, dst, tag, self.wire_tag(tag), payload, nb, sim.env.now, self._phase, self.lane)
         if sim.path is not None:   # serialised on the rank's core first (compute.message_path), then posted
             sim.cores[self.rank].run(sim.path.send_s(payload, nb), sim._packed, (self, msg))
-            return msg
-        if sim.msg_cpu:
-            sim._cpu_start(msg, self.rank)
-        if self.program.stream is None:
-            sim._post_send(msg)
         else:
-            post(self, lambda: sim._post_send(msg, late=True))
+            sim._post(self, msg)
         return msg
 
     def irecv(self, src, tag=0):
@@ -672,17 +667,21 @@ class Simulator(Driver):
         self.on_cpu[h] = None
         self.cores[rank].run(self.msg_cpu, self._cpu_end, h)
 
-    def _packed(self, arg) -> None:
-        """A send's payload is serialised: it is posted now (behind its stream,
-        if any), and its progress costs CPU from now on (``_cpu_start``)."""
-        ctx, msg = arg
-        msg.post_s = self.env.now
+    def _post(self, ctx, msg: _Message) -> None:
+        """Post a send of ``ctx``'s program now (behind its stream, if any);
+        with shared cores its progress costs CPU from now on (``_cpu_start``)."""
         if self.msg_cpu:
             self._cpu_start(msg, ctx.rank)
         if ctx.program.stream is None:
             self._post_send(msg)
         else:
             post(ctx, lambda: self._post_send(msg, late=True))
+
+    def _packed(self, arg) -> None:
+        """A send's payload is serialised: it is posted now."""
+        ctx, msg = arg
+        msg.post_s = self.env.now
+        self._post(ctx, msg)
 
     def _arrived(self, h: Handle, value, nbytes, owner) -> None:
         """A receive's message is here: with a measured receive path its rank
