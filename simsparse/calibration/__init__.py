@@ -92,7 +92,15 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
     else:
         net = _launch(mpiexec, {**spec, "parts": ["p2p"]}, ranks, testbed, timeout_s)
         comp_spec = {**spec, "parts": ["kernels", "layers"], "clock": "cpu" if cpu_clock else "wall"}
-        comp = _launch(mpiexec, comp_spec, ranks if cpu_clock else max(min(ranks, cores), 2), None, timeout_s)
+        # the algorithms run here through shared memory, with the backend's settings of the testbed's ranks (wait
+        # mode, no uncopied sends): their send and receive path (serialisation) is the one the testbed's runs pay
+        backend_env = {}
+        if testbed is not None:
+            from ..testbed import rank_env as testbed_rank_env
+
+            backend_env = {k: v for k, v in testbed_rank_env().items() if k.startswith("SIMSPARSE_")}
+        comp = _launch(mpiexec, comp_spec, ranks if cpu_clock else max(min(ranks, cores), 2), None, timeout_s,
+                       backend_env)
         raw = {**net, **comp, "wall_s": net["wall_s"] + comp["wall_s"]}
     raw["compute_clock"] = "cpu" if cpu_clock else "wall"
     # The ranks' driver and MPI progress run on this host's cores: on the CPU device their kernels and each
@@ -111,14 +119,14 @@ def host_cores() -> int:
         return os.cpu_count() or 1
 
 
-def _launch(mpiexec: str, spec: dict, ranks: int, testbed, timeout_s: float) -> dict:
-    """One ``mpiexec`` of the worker (on a testbed if given); its raw timings."""
+def _launch(mpiexec: str, spec: dict, ranks: int, testbed, timeout_s: float, extra_env: dict | None = None) -> dict:
+    """One ``mpiexec`` of the worker (on a testbed if given, with ``extra_env``); its raw timings."""
     with tempfile.TemporaryDirectory(prefix="simsparse-cal-") as td:
         sp, rp = os.path.join(td, "spec.json"), os.path.join(td, "raw.json")
         with open(sp, "w") as f:
             json.dump(spec, f)
         cmd = [sys.executable, "-m", "simsparse.calibration.worker", sp, rp]
-        env = rank_env()
+        env = {**rank_env(), **(extra_env or {})}
         with _launcher(testbed, ranks) as tb:
             if tb is not None:
                 cmd = tb.wrap(cmd)
@@ -160,11 +168,10 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
 
     host = socket.gethostname()
     p2p = raw["p2p"]
-    # the send and receive path around every message (compute.message_path): in the algorithms' runs, what the
-    # suite pays; in the back-to-back patterns, what their times hold beside the transport. Host only: the
-    # algorithms run through shared memory here, while a testbed's isend also writes to a TCP socket, so a path
-    # timed here and netted from the testbed's patterns would drop that (docs/validation.md, fourth session)
-    path, path_fits = fit.fit_message_path(raw.get("message_path") or []) if testbed is None else ({}, {})
+    # the send and receive path around every message (compute.message_path: serialisation, none of the MPI calls,
+    # so it holds on any transport): in the algorithms' runs, what the suite pays; in the back-to-back patterns,
+    # what their times hold beside the transport, which is fitted beyond it
+    path, path_fits = fit.fit_message_path(raw.get("message_path") or [])
     hot, hot_fits = fit.fit_message_path(p2p.get("path") or []) if path else ({}, {})
     if testbed is None:
         name = f"local-{device}-{ranks}r"
@@ -172,7 +179,8 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
                                                 hot)
     else:
         name = f"testbed-{_testbed_name(testbed)}-{ranks}r"
-        network, net_fits = netfit.testbed_network(p2p, testbed, name, f"simsparse calibrate --testbed on {host}")
+        network, net_fits = netfit.testbed_network(p2p, testbed, name, f"simsparse calibrate --testbed on {host}",
+                                                   hot)
     loggp = {"o_send_s": p2p["window"][0][2], "g_s": p2p["window"][0][1],
              "window": [{"bytes": m, "per_message_s": g, "post_s": o} for m, g, o in p2p["window"]]}
     # the testbed's launcher binds each rank to a core (simsparse.testbed.launch): the model binds them alike

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..compute.message_path import MessagePath
+from ..ops import Dense
 from . import fit, patterns
 
 
@@ -59,9 +61,6 @@ def _beyond_path(path: dict | None):
     receive path (``path``: costs per format), at least a tenth of them."""
     if not path:
         return lambda m, t: t
-    from ..compute.message_path import MessagePath
-    from ..ops import Dense
-
     mp = MessagePath(path)
     return lambda m, t: max(t - mp.send_s(Dense(None), m) - mp.recv_s(Dense(None), m), 0.1 * t)
 
@@ -99,9 +98,15 @@ def exchange_scale(p2p: dict, network: dict, checks: list, P: int, cores=None, c
     return net, check_patterns(p2p, net, P, cores, cpu, binding, path)
 
 
-def testbed_network(p2p: dict, spec, name: str, source: str) -> tuple[dict, dict]:
+def testbed_network(p2p: dict, spec, name: str, source: str, path: dict | None = None) -> tuple[dict, dict]:
+    """The testbed's description with the per-message costs it cannot know;
+    with ``path`` (the send and receive path of the ping-pong's and the
+    window's own messages) those are what is left beyond it, as the
+    simulator charges the path on its own (:mod:`simsparse.compute.message_path`)."""
     B = spec.payload_rate()
-    sizes, times = (np.asarray(a, float) for a in zip(*p2p["pingpong"]))
+    beyond = _beyond_path(path)
+    sizes = np.asarray([m for m, _ in p2p["pingpong"]], float)
+    times = np.asarray([beyond(m, t) for m, t in p2p["pingpong"]], float)
     from ..testbed.plan import burst_of
 
     b = burst_of(spec) * spec.payload_efficiency()
@@ -111,7 +116,9 @@ def testbed_network(p2p: dict, spec, name: str, source: str) -> tuple[dict, dict
     if step["high_s"] > step["low_s"] and len(gap):   # the switch lies in the sizes left out: at their top
         step["threshold_B"] = int(gap.max())
     alpha = step["low_s"]
-    post = float(p2p["window"][0][2])
+    post = float(p2p["window"][0][2])   # the isend of a small message: its send path, where that is charged apart
+    if path:
+        post = max(0.0, post - MessagePath(path).send_s(Dense(None), p2p["window"][0][0]))
     o_s = min(post, alpha)
     gap = float(p2p["window"][0][1])
     large = [(m, t) for m, t in p2p["pingpong"] if m >= 1 << 20]

@@ -3,10 +3,13 @@ sender before it leaves and its receiver after it arrives.
 
 A rank program's ``isend`` serialises its payload (:mod:`simsparse.backends.wire`:
 ``.cpu().numpy()``, a copy into one buffer, a pickled header for structured
-payloads) and posts ``MPI_Isend``; the program goes on only then, so the
-message leaves that much later. A receive is matched (``MPI_Improbe``),
-received and unpacked into tensors before its handle completes. Both run in
-the rank's Python on its core. The cost depends on the wire format:
+payloads) before it posts ``MPI_Isend``, so the message leaves that much
+later; a received message is unpacked into tensors before its handle
+completes. Both run in the rank's Python on its core. The MPI calls between
+them (post, match, receive) are the transport's: through shared memory or a
+TCP socket they cost what the network model's own fits hold (alpha, LogGP
+``o``, ``message_cpu_s``), so the path is timed without them and holds on
+any transport. The cost depends on the wire format:
 
 * ``dense``: a :class:`~simsparse.ops.Dense` payload copied behind a prefix;
 * ``split``: a large dense payload sent from its own memory (no copy);
@@ -21,8 +24,8 @@ loop of messages understates it: on this host packing one COO block of 800 B
 took 19.5 us back to back, 33 us after the core slept for 1 ms and 55 us after
 a sleep and a 16 MB sweep (caches and branch history lost;
 ``benchmarks/bench_message_path.py``);
-in the suite's TopkA of 1e4 the same pack took 38 us (median of 44) and its
-receive 25 us, against an 800 B transfer of 13 us.
+in the suite's TopkA of 1e4 the same pack took 38 us (median of 44), against
+an 800 B transfer of 13 us.
 
 The simulator charges the send side on the sender's cores before the message
 is posted and the receive side on the receiver's cores after it arrived
@@ -47,10 +50,10 @@ class PathCost(BaseModel):
     """One wire format's CPU per message, ``launch + bytes x per_byte`` on each side."""
 
     model_config = ConfigDict(extra="forbid")
-    send_s: float = Field(ge=0, description="core-seconds of isend per message (serialise and post)")
-    send_per_byte_s: float = Field(0.0, ge=0, description="core-seconds of isend per payload byte")
-    recv_s: float = Field(ge=0, description="core-seconds to match, receive and unpack one message")
-    recv_per_byte_s: float = Field(0.0, ge=0, description="core-seconds to receive and unpack per payload byte")
+    send_s: float = Field(ge=0, description="core-seconds to serialise one message")
+    send_per_byte_s: float = Field(0.0, ge=0, description="core-seconds to serialise per payload byte")
+    recv_s: float = Field(ge=0, description="core-seconds to unpack one received message")
+    recv_per_byte_s: float = Field(0.0, ge=0, description="core-seconds to unpack per payload byte")
     send_scale: SizeScale | None = Field(None, description="[[bytes, factor], ...] on the send line, per size band")
     recv_scale: SizeScale | None = Field(None, description="[[bytes, factor], ...] on the receive line, per size band")
 

@@ -22,7 +22,7 @@ from . import host
 from .host import TestbedError, why_not
 from .plan import Plan, PlanError, plan
 
-__all__ = ["Testbed", "TestbedError", "PlanError", "load_spec", "plan", "why_not", "MPI_ENV"]
+__all__ = ["Testbed", "TestbedError", "PlanError", "load_spec", "plan", "why_not", "MPI_ENV", "rank_env"]
 
 #: MPICH over the testbed's links: no shared memory between ranks, the OFI
 #: netmod with libfabric's TCP provider bound to the host namespace's eth0
@@ -30,6 +30,12 @@ __all__ = ["Testbed", "TestbedError", "PlanError", "load_spec", "plan", "why_not
 MPI_ENV = {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth0",
            # the real backend: wait for sockets without spinning, one message per payload (backends/wire.py)
            "SIMSPARSE_WAIT": "poll", "SIMSPARSE_SPLIT": "off"}
+
+
+def rank_env() -> dict:
+    """What a testbed's ranks run with: :data:`MPI_ENV`, the real backend's
+    settings (``SIMSPARSE_WAIT``, ``SIMSPARSE_SPLIT``) overridable from the environment."""
+    return {**MPI_ENV, **{k: os.environ[k] for k in ("SIMSPARSE_WAIT", "SIMSPARSE_SPLIT") if k in os.environ}}
 
 
 def load_spec(name: str, base: Path | None = None):
@@ -93,8 +99,7 @@ class Testbed:
 
     @property
     def env(self) -> dict:
-        """:data:`MPI_ENV`; the real backend's settings may be overridden from the environment."""
-        return {**MPI_ENV, **{k: os.environ[k] for k in ("SIMSPARSE_WAIT", "SIMSPARSE_SPLIT") if k in os.environ}}
+        return rank_env()
 
     def wrap(self, cmd: list[str]) -> list[str]:
         return [sys.executable, "-m", "simsparse.testbed.launch", self.plan.name, "--", *cmd]

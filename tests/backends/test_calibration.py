@@ -241,6 +241,13 @@ def test_testbed_profile_is_its_description_with_the_measured_costs():
     assert rows[("pingpong", 1 << 20)]["model_s"] == pytest.approx(o + rdv + (1 << 20) / B - head, rel=1e-9)
     assert abs(rows[("incast", 1 << 20)]["error"]) < 0.01
     assert abs(rows[("pingpong", 4)]["error"]) < 0.01
+    # with the send and receive path of these messages timed (10 us to send, 6 us to receive), the LogGP o
+    # are what is left beyond it, and the patterns' model (path on the cores, o on the wire) gives them back
+    path = {"dense": {"send_s": 10e-6, "recv_s": 6e-6}}
+    net, _ = testbed_network(p2p, spec, "testbed-t-4r", "test", path)
+    assert net["send_overhead_s"] == pytest.approx(15e-6) and net["recv_overhead_s"] == pytest.approx(o - 16e-6 - 15e-6)
+    rows = {(r["pattern"], r["bytes"]): r for r in check_patterns(p2p, net, 4, cores=4, path=path)}
+    assert abs(rows[("pingpong", 4)]["error"]) < 0.01
 
 
 def test_more_ranks_than_cores_time_kernels_in_cpu_seconds_with_every_rank_resident(monkeypatch, tmp_path):
@@ -255,7 +262,7 @@ def test_more_ranks_than_cores_time_kernels_in_cpu_seconds_with_every_rank_resid
 
     launches = []
 
-    def fake_launch(mpiexec, spec, ranks, testbed, timeout_s):
+    def fake_launch(mpiexec, spec, ranks, testbed, timeout_s, extra_env=None):
         launches.append((tuple(spec.get("parts", ("p2p", "kernels", "layers"))), spec.get("clock"), ranks))
         return {"wall_s": 1.0}
 

@@ -157,3 +157,30 @@ def test_a_path_off_its_line_gets_factors_per_size_band():
     assert fits["split"]["send"]["residuals"]["max_rel"] < 1e-6
     with pytest.raises(pydantic.ValidationError, match="increasing"):
         PathCost(send_s=1e-5, recv_s=1e-5, send_scale=[[1000, 1.0], [100, 2.0]])
+
+
+def test_the_probe_times_serialisation_and_unpacking_and_no_mpi_call(monkeypatch):
+    """PathProbe records the wire's pack and unpack (what the path costs on any
+    transport); the MPI calls around them are not wrapped, so a transport's own
+    time stays in the network's fits. Closed, it restores both."""
+    from simsparse.backends.mpi import MPIContext
+    from simsparse.calibration.probes import PathProbe
+
+    before = (wire.Mailbox.pack, wire.unpack, MPIContext.isend, wire.Mailbox._take, wire.Mailbox._complete)
+    probe = PathProbe()
+    assert MPIContext.isend is before[2] and wire.Mailbox._take is before[3] and wire.Mailbox._complete is before[4]
+    box = object.__new__(wire.Mailbox)
+    box.uncopied = []
+    payloads = [Dense(np.ones(100, np.float32)), COO(np.arange(4, dtype=np.int32), np.ones(4, np.float32), 50)]
+    for active in (False, True):
+        probe.active = active
+        for p in payloads:
+            h = wire.Message("send", 1, 0, p.nbytes, 0.0, None, None)
+            box.pack(h, p, np.asarray, True)
+            out = wire.unpack(h.buf, np.asarray, h.data)
+            assert out.nbytes == p.nbytes
+    assert [(s[0], s[1], s[2]) for s in probe.samples] == [
+        ("send", "dense", 400), ("recv", "dense", 400), ("send", "packed", 32), ("recv", "packed", 32)]
+    assert all(s[3] > 0 for s in probe.samples)
+    probe.close()
+    assert (wire.Mailbox.pack, wire.unpack) == before[:2]
