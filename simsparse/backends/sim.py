@@ -58,6 +58,7 @@ from ..compute.cores import core_pools
 from ..compute.devices import Device, IdealDevice
 from ..compute.kernels import KERNELS, Work, get_kernel
 from ..compute.message_path import MessagePath
+from ..compute.noise import KernelNoise
 from ..engine import make_engine
 from ..network.model import NetworkModel
 from ..ops import Bundle, ContextBase, Dense, Handle, Payload, TraceRecord
@@ -280,6 +281,9 @@ class Simulator(Driver):
         self.path = MessagePath(costs) if costs else None
         #: with shared cores, core-seconds of the program's own Python before each kernel (the real driver's steps)
         self.program_cpu = (getattr(prof, "program_cpu_s", None) or 0.0) if self.shared_cores else 0.0
+        #: the spread of each kernel call's time around its median, where the profile measured it (compute.noise)
+        bands = getattr(prof, "kernel_noise", None)
+        self.noise = KernelNoise(bands) if bands and not self.ideal else None
         #: with shared cores, how ranks are bound to them (compute.cores: one pool, or blocks)
         self.core_binding = getattr(prof, "core_binding", "none")
         self.eager = int(eager_threshold_B)
@@ -393,7 +397,10 @@ class Simulator(Driver):
                 return value   # no time, nothing queued before it, nothing to record
             dt = 0.0
         else:
-            dt = self.kernel_seconds(k, value, req.args, req.kwargs) + self.program_cpu
+            dt = self.kernel_seconds(k, value, req.args, req.kwargs)
+            if self.noise is not None:
+                dt *= self.noise.factor(prog.ctx.rank, dt)
+            dt += self.program_cpu
         return self._device(prog, dt, value, "compute:" + req.kernel, "compute")
 
     def run_kernel(self, name: str, args: tuple, kwargs: dict):

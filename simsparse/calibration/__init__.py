@@ -194,6 +194,7 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
             net_fits["exchange_scale"] = network["size_scale"]
 
     kernels, kfits = _kernels(raw["kernels"])
+    noise, noise_fits = fit.fit_kernel_noise(steady_calls(raw["kernels"])[0])
     mem = _memory_roofline(raw["kernels"])
     compute = {"name": name, "source": f"simsparse calibrate on {host} ({raw['device']}, {raw['torch_threads']} "
                                        f"torch threads per rank, {ranks} ranks)",
@@ -208,6 +209,8 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
         step = program_cpu(raw.get("steps"))
         if step:
             compute["program_cpu_s"] = step
+    if noise:
+        compute["kernel_noise"] = noise
     layer_fits, models = _layers(raw["layers"])
     if layer_fits:
         best = max(layer_fits.values(), key=lambda f: f["residuals"]["points"])
@@ -222,7 +225,7 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
             "network": network, "compute": compute,
             "fits": {"network": net_fits, "loggp": loggp,
                      "message_path": {"algorithms": path_fits, "patterns": {"costs": hot, "fits": hot_fits}},
-                     "patterns": concurrency, "kernels": kfits, "memory": mem, "layers": layer_fits},
+                     "patterns": concurrency, "kernels": kfits, "kernel_noise": noise_fits, "memory": mem, "layers": layer_fits},
             "measurements": {"pingpong": [{"bytes": m, "half_rtt_s": t} for m, t in p2p["pingpong"]]}}
 
 

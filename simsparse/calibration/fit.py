@@ -204,3 +204,43 @@ def fit_message_path(samples) -> tuple[dict, dict]:
         else:
             costs[fmt], fits[fmt] = cost, fit
     return costs, fits
+
+
+#: equally likely ratios kept per band of :func:`fit_kernel_noise`, and the samples a band needs
+NOISE_QUANTILES, NOISE_MIN_SAMPLES = 20, 40
+
+
+def fit_kernel_noise(calls, min_calls: int = 5) -> tuple[list, list]:
+    """The spread of a kernel call's time around its median
+    (:mod:`simsparse.compute.noise`) from ``(kernel, elems, bytes, seconds,
+    ...)`` calls: each call of a (kernel, elems) timed at least ``min_calls``
+    times, over that median, in bands of a decade of the median time; a band
+    with fewer than :data:`NOISE_MIN_SAMPLES` samples joins the next longer
+    one (the last, the one before). Returns (bands: ``up_to_s`` and
+    :data:`NOISE_QUANTILES` ratios, fits: per band its samples, mean and
+    90th percentile)."""
+    by: dict = {}
+    for name, elems, _nb, dt, *_ in calls:
+        by.setdefault((name, elems), []).append(float(dt))
+    decades: dict = {}
+    for times in by.values():
+        t = np.asarray(times)
+        med = float(np.median(t))
+        if len(t) >= min_calls and med > 0:
+            decades.setdefault(int(np.ceil(np.log10(med))), []).extend(t / med)
+    merged, pending = [], []
+    for d in sorted(decades):
+        pending.extend(decades[d])
+        if len(pending) >= NOISE_MIN_SAMPLES:
+            merged.append((d, pending))
+            pending = []
+    if pending and merged:
+        merged[-1] = (merged[-1][0], merged[-1][1] + pending)
+    probs = (np.arange(NOISE_QUANTILES) + 0.5) / NOISE_QUANTILES
+    bands, fits = [], []
+    for d, ratios in merged:
+        r = np.asarray(ratios)
+        bands.append({"up_to_s": float(10.0 ** d), "ratios": [float(q) for q in np.quantile(r, probs)]})
+        fits.append({"up_to_s": float(10.0 ** d), "samples": int(len(r)), "mean": float(r.mean()),
+                     "p90": float(np.percentile(r, 90))})
+    return bands, fits

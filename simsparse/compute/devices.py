@@ -24,6 +24,7 @@ from ..files import YamlTooLarge, yaml_load
 from ..size_scale import SizeScale
 from .kernels import Work
 from .message_path import PathCosts
+from .noise import NoiseBand
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -90,6 +91,9 @@ class DeviceProfile(BaseModel):
     program_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds a rank's program "
                                         "and its driver spend before each kernel (the Python between two requests; "
                                         "simsparse calibrate: the real driver's steps over every algorithm)")
+    kernel_noise: list[NoiseBand] | None = Field(None, description="the spread of a kernel call's time around its "
+                                                "median, per band of call time (compute.noise; simsparse calibrate: "
+                                                "every kernel call of its algorithm runs)")
     source: str | None = None
 
     @model_validator(mode="after")

@@ -167,11 +167,13 @@ def rounds_may_apply(point: Point, trace: bool = False) -> bool:
     (:mod:`simsparse.backends.rounds`): an algorithm that has them, on sizes
     only, the lean engine (SimPy stays the reference), ``collectives: auto``,
     no schedule, no trace, no cores shared between ranks (a kernel's end
-    depends on the others'). The network model may still decline (a busy
-    port or link or a shaped link)."""
+    depends on the others') and no kernel noise (each rank's kernel takes its
+    own time: :mod:`simsparse.compute.noise`). The network model may still
+    decline (a busy port or link or a shaped link)."""
+    compute = point.compute or {}
     return (point.algorithm_cls.rounds is not None and point.size_only and point.engine == "lean"
             and point.collectives == "auto" and not point.schedule and not trace
-            and not (point.compute or {}).get("shared_cores"))
+            and not compute.get("shared_cores") and not compute.get("kernel_noise"))
 
 
 def bulk(point: Point, trace: bool = False) -> bool:

@@ -1,0 +1,91 @@
+"""Kernel noise (compute.noise): a call's time drawn around its median per
+band of call time, fitted from the calibration's calls, charged per rank and
+call by the simulator so that a step waits for the slowest rank."""
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from simsparse.calibration.fit import NOISE_QUANTILES, fit_kernel_noise
+from simsparse.compute.devices import DeviceProfile, ParametricDevice
+from simsparse.compute.noise import KernelNoise
+
+BANDS = [{"up_to_s": 1e-4, "ratios": [0.9, 1.0, 1.5]}, {"up_to_s": 1.0, "ratios": [1.0, 1.1]}]
+
+
+def test_draws_are_reproducible_per_rank_and_follow_the_band_of_the_calls_time():
+    a, b = KernelNoise(BANDS), KernelNoise(BANDS)
+    seq = [a.factor(r, 1e-5) for r in (0, 1) for _ in range(200)]
+    assert seq == [b.factor(r, 1e-5) for r in (0, 1) for _ in range(200)]   # the same run, the same draws
+    assert seq[:200] != seq[200:]                                            # ranks draw independently
+    assert set(seq) == {0.9, 1.0, 1.5}
+    long = [a.factor(0, 0.01) for _ in range(3000)] + [a.factor(0, 50.0) for _ in range(3000)]
+    assert set(long) == {1.0, 1.1}                                            # longer calls: the last band
+    assert np.mean(long) == pytest.approx(1.05, abs=0.005)                    # equally likely
+    assert KernelNoise(BANDS).mean(1e-6) == pytest.approx(3.4 / 3)
+
+
+def test_a_profile_refuses_noise_that_is_not_a_quantile_table():
+    with pytest.raises(ValidationError, match="ascending"):
+        DeviceProfile(mem_bandwidth_Bps=1e9, kernel_noise=[{"up_to_s": 1.0, "ratios": [1.2, 0.9]}])
+    with pytest.raises(ValidationError):
+        DeviceProfile(mem_bandwidth_Bps=1e9, kernel_noise=[{"up_to_s": 1.0, "ratios": [1.0]}])
+
+
+def test_the_fit_recovers_each_decades_spread_and_merges_thin_bands():
+    """Calls of 50 us spread by +-40 %, of 5 ms by +-5 %; a size timed 3 times is left out; a decade with too
+    few samples joins the next longer one."""
+    rng = np.random.default_rng(1)
+    calls = []
+    for elems, med, spread in ((1e3, 50e-6, 0.4), (1e5, 5e-3, 0.05)):
+        for _ in range(400):
+            calls.append(("add", elems, 8 * elems, med * (1 + rng.uniform(-spread, spread)), 0))
+    calls += [("topk", 7.0, 28.0, 2e-6 * f, 0) for f in (1.0, 9.0, 9.0)]            # 3 calls: no median
+    calls += [("copy", 30.0, 120.0, 3e-6 * (1 + 0.01 * i), 0) for i in range(10)]   # 10 samples: joins 1e-4
+    bands, fits = fit_kernel_noise(calls)
+    assert [b["up_to_s"] for b in bands] == pytest.approx([1e-4, 1e-2])
+    assert [f["samples"] for f in fits] == [410, 400]
+    assert all(len(b["ratios"]) == NOISE_QUANTILES for b in bands)
+    assert bands[0]["ratios"][0] == pytest.approx(0.6, abs=0.05) and bands[0]["ratios"][-1] == pytest.approx(1.4, abs=0.05)
+    assert bands[1]["ratios"][0] == pytest.approx(0.95, abs=0.01) and bands[1]["ratios"][-1] == pytest.approx(1.05, abs=0.01)
+    DeviceProfile(mem_bandwidth_Bps=1e9, kernel_noise=bands)   # a valid profile field
+
+
+def test_the_simulator_charges_each_call_its_drawn_factor_and_a_step_waits_for_the_slowest_rank():
+    from simsparse.backends.sim import Simulator
+    from simsparse.network.spec import AlphaBetaSpec
+    from simsparse.ops import Dense
+
+    line = 1e-8 * 1000   # 10 us per add of 1000 elements
+
+    def run(noise):
+        prof = DeviceProfile(mem_bandwidth_Bps=1e9, kernels={"add": {"launch_s": 0.0, "per_elem_s": 1e-8}},
+                             kernel_noise=noise)
+        sim = Simulator(AlphaBetaSpec(alpha_s=0.0, bandwidth_Bps=1e15).build(), ParametricDevice(prof))
+        x = np.ones(1000, np.float32)
+
+        def prog(ctx):
+            for _ in range(6):
+                yield ctx.compute("add", x, x)
+            t = ctx.now()
+            yield ctx.waitall([ctx.irecv(ctx.rank ^ 1), ctx.isend(ctx.rank ^ 1, Dense(x[:1]))])
+            return t
+
+        st = sim.run([prog] * 2)
+        return st.results, st.finish_s
+
+    own, finish = run(None)
+    assert own == pytest.approx([6 * line] * 2)
+    noisy, finish = run(BANDS)
+    draw = KernelNoise(BANDS)
+    expect = [sum(line * draw.factor(r, line) for _ in range(6)) for r in (0, 1)]
+    assert noisy == pytest.approx(expect, rel=1e-12) and noisy[0] != noisy[1]
+    assert finish == pytest.approx([max(expect)] * 2)   # the exchange ends when the slower rank is there
+
+
+def test_lockstep_rounds_stand_aside_when_kernels_are_noisy():
+    from simsparse.experiments.run.budget import rounds_may_apply
+    from tests.helpers import make_point
+
+    prof = {"name": "cpu", "mem_bandwidth_Bps": 1e9, "launch_s": 1e-6}
+    assert rounds_may_apply(make_point("ring", 4, n=4096, compute=prof, values="auto"))
+    assert not rounds_may_apply(make_point("ring", 4, n=4096, compute={**prof, "kernel_noise": BANDS}, values="auto"))
