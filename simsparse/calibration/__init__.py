@@ -71,7 +71,10 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
             "p2p_sizes": [4 << i for i in range(0, 21, 3 if quick else 1)],
             "reps": 20 if quick else 100,
             "kernel_sizes": [3000, 30000, 300000] if quick else KERNEL_SIZES,
-            "layer_reps": 2 if quick else 5}
+            "layer_reps": 2 if quick else 5,
+            # the send and receive path with the MPI calls in place where the algorithms run on the profile's own
+            # transport (this host); serialisation alone for a testbed, whose transport fits keep their calls
+            "path_calls": testbed is None}
     if testbed is None:   # both directions at once: small ones (CPU per request), up to the suite's largest message
         spec["exchange_sizes"] = [4, 1 << 8, 1 << 10] + [1 << i for i in range(12, 27, 4 if quick else 2)]
     else:                 # the bandwidth is the description's; these check it, and the sharing
@@ -170,9 +173,9 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
 
     host = socket.gethostname()
     p2p = raw["p2p"]
-    # the send and receive path around every message (compute.message_path: serialisation, none of the MPI calls,
-    # so it holds on any transport): in the algorithms' runs, what the suite pays; in the back-to-back patterns,
-    # what their times hold beside the transport, which is fitted beyond it
+    # the send and receive path around every message (compute.message_path; on a testbed serialisation alone, on
+    # this host with the MPI calls in place: calibration.probes.PathProbe): in the algorithms' runs, what the suite
+    # pays; in the back-to-back patterns, what their times hold beside the transport, which is fitted beyond it
     path, path_fits = fit.fit_message_path(raw.get("message_path") or [])
     hot, hot_fits = fit.fit_message_path(p2p.get("path") or []) if path else ({}, {})
     if testbed is None:

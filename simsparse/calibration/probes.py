@@ -116,24 +116,36 @@ class StepProbe:
 
 class PathProbe:
     """Times the real backend's send and receive path around every message
-    (:mod:`simsparse.compute.message_path`): the serialisation of each send
-    (``Mailbox.pack``) and the unpacking of each receive (``wire.unpack``),
-    and nothing of the MPI calls between them. Those move the bytes --
-    through shared memory on this host, through a TCP socket on a testbed --
-    and are the transport's, which the network model fits from its own
-    patterns (alpha, LogGP ``o``, ``message_cpu_s``); so a path timed here
-    holds on any transport. ``samples``: (side, wire format, payload bytes,
-    seconds)."""
+    (:mod:`simsparse.compute.message_path`). ``samples``: (side, wire
+    format, payload bytes, seconds).
+
+    * ``calls=False``: the serialisation of each send (``Mailbox.pack``) and
+      the unpacking of each receive (``wire.unpack``), nothing of the MPI
+      calls between them, which move the bytes and are the transport's: a
+      path that holds on any transport (a testbed's ranks write TCP sockets,
+      while its calibration runs the algorithms through shared memory).
+    * ``calls=True``: ``isend`` whole (serialise and post) and, per receive,
+      its match, receive and unpacking (``Mailbox._take``) -- for a message
+      too large to receive at once only its unpacking (``Mailbox._complete``:
+      its receive call moves the data). Where the algorithms run on the
+      transport the profile is for (this host's shared memory), the MPI
+      calls' own CPU in place is part of what a message costs its ranks: a
+      2 MB isend here copies part of its message before it returns (118 us
+      in the suite's ring against a 10 us pack).
+    """
 
     FORMATS = {b"DNS1": "dense", b"DNS2": "split", b"PKL1": "packed"}
 
-    def __init__(self, now=time.perf_counter):
-        from ..backends import wire
-
+    def __init__(self, now=time.perf_counter, calls: bool = True):
         self.samples: list = []
         self.active = False
-        self._orig = [(wire.Mailbox, "pack", wire.Mailbox.pack), (wire, "unpack", wire.unpack)]
-        pack, unpack = (fn for _, _, fn in self._orig)
+        self._orig = self._around_calls(now) if calls else self._around_serialisation(now)
+
+    def _around_serialisation(self, now) -> list:
+        from ..backends import wire
+
+        orig = [(wire.Mailbox, "pack", wire.Mailbox.pack), (wire, "unpack", wire.unpack)]
+        pack, unpack = (fn for _, _, fn in orig)
         probe, fmt_of = self, self.FORMATS.get
 
         def timed_pack(box, h, *args, **kwargs):
@@ -152,6 +164,51 @@ class PathProbe:
             return value
 
         wire.Mailbox.pack, wire.unpack = timed_pack, timed_unpack
+        return orig
+
+    def _around_calls(self, now) -> list:
+        from ..backends import wire
+        from ..backends.mpi import MPIContext
+
+        orig = [(MPIContext, "isend", MPIContext.isend), (wire.Mailbox, "_take", wire.Mailbox._take),
+                (wire.Mailbox, "_complete", wire.Mailbox._complete)]
+        isend, take, complete = (fn for _, _, fn in orig)
+        probe, fmt_of, inside = self, self.FORMATS.get, [0, None]
+
+        def timed_isend(ctx, *args, **kwargs):
+            if not probe.active:
+                return isend(ctx, *args, **kwargs)
+            t0 = now()
+            h = isend(ctx, *args, **kwargs)
+            probe.samples.append(("send", fmt_of(bytes(h.buf[:4])), h.nbytes, now() - t0))
+            return h
+
+        def timed_take(box, h, msg, status):
+            if not probe.active:
+                return take(box, h, msg, status)
+            inside[0] += 1
+            t0 = now()
+            try:
+                take(box, h, msg, status)
+            finally:
+                inside[0] -= 1
+            if h.done:    # received and unpacked at once (small); else _complete times the unpacking
+                probe.samples.append(("recv", inside[1], h.nbytes, now() - t0))
+
+        def timed_complete(box, h):
+            if not probe.active or h.kind != "recv":
+                return complete(box, h)
+            f = fmt_of(bytes(h.buf[:4]))
+            t0 = now()
+            complete(box, h)
+            dt = now() - t0
+            if inside[0]:
+                inside[1] = f
+            else:
+                probe.samples.append(("recv", f, h.nbytes, dt))
+
+        MPIContext.isend, wire.Mailbox._take, wire.Mailbox._complete = timed_isend, timed_take, timed_complete
+        return orig
 
     def gathered(self, comm) -> list:
         """Every rank's samples (on every rank)."""

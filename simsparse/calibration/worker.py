@@ -46,7 +46,7 @@ EXCHANGE_ROUNDS = 3
 
 
 def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(1 << 16, 1 << 20),
-        late_sizes=()) -> dict:
+        late_sizes=(), path_calls: bool = True) -> dict:
     from mpi4py import MPI
 
     from ..backends.start import make_start
@@ -80,7 +80,7 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
         return vals
 
     out = {"pingpong": [], "exchange": [], "window": [], "pairs": [], "crossing": [], "incast": []}
-    path = PathProbe()   # the send and receive path of these back-to-back messages: what alpha leaves out
+    path = PathProbe(calls=path_calls)   # the path of these back-to-back messages: what alpha leaves out
     path.active = True
     for m in sizes:
         mk = maker(m)
@@ -161,7 +161,8 @@ def clock(kind: str):
 WARMUP = 3
 
 
-def kernels(comm, device_kind, sizes, quick, now=time.perf_counter) -> tuple[list, dict, list]:
+def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
+            path_calls: bool = True) -> tuple[list, dict, list]:
     """Run every algorithm at the calibration sizes on this backend; record its
     kernels (:class:`KernelProbe`), its programs' own CPU (:class:`StepProbe`)
     and its messages' send and receive path (:class:`PathProbe`)."""
@@ -171,7 +172,8 @@ def kernels(comm, device_kind, sizes, quick, now=time.perf_counter) -> tuple[lis
     from ..experiments.run.worker import MPIBackend
 
     P = comm.Get_size()
-    path = PathProbe(now)   # installed first: the step probe's isend then leaves out the path probe's own time too
+    # installed first: the step probe's isend then leaves out the path probe's own time too
+    path = PathProbe(now, path_calls)
     probe, steps = None, StepProbe(now)
     calls = []
     for name, cls in sorted(ALGORITHMS.items()):
@@ -263,10 +265,12 @@ def main(argv=None):
     if "p2p" in parts:
         driver = MPIDriver(comm, device)
         raw["p2p"] = p2p(driver, comm, spec["p2p_sizes"], spec["reps"], spec["quick"], spec.get("exchange_sizes", ()),
-                         spec.get("concurrency_sizes", (1 << 16, 1 << 20)), spec.get("late_sizes", ()))
+                         spec.get("concurrency_sizes", (1 << 16, 1 << 20)), spec.get("late_sizes", ()),
+                         spec.get("path_calls", True))
     if "kernels" in parts:
         raw["kernels"], raw["steps"], raw["message_path"] = kernels(comm, spec["device"], spec["kernel_sizes"],
-                                                                    spec["quick"], now)
+                                                                    spec["quick"], now,
+                                                                    spec.get("path_calls", True))
     if "layers" in parts:
         raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"], now)
     raw["device"] = f"{device.type}:{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}"

@@ -6,10 +6,15 @@ A rank program's ``isend`` serialises its payload (:mod:`simsparse.backends.wire
 payloads) before it posts ``MPI_Isend``, so the message leaves that much
 later; a received message is unpacked into tensors before its handle
 completes. Both run in the rank's Python on its core. The MPI calls between
-them (post, match, receive) are the transport's: through shared memory or a
-TCP socket they cost what the network model's own fits hold (alpha, LogGP
-``o``, ``message_cpu_s``), so the path is timed without them and holds on
-any transport. The cost depends on the wire format:
+them (post, match, receive) are the transport's. Where the calibration's
+algorithms ran on the profile's own transport (this host's shared memory)
+the path holds them too, as they cost in place (a 2 MB isend copies part of
+its message before it returns); for a testbed, whose algorithms the
+calibration runs through shared memory while its ranks write TCP sockets,
+the path is the serialisation alone and the calls stay in the transport's
+fits (LogGP ``o``, ``message_cpu_s``):
+:class:`~simsparse.calibration.probes.PathProbe`. The cost depends on the
+wire format:
 
 * ``dense``: a :class:`~simsparse.ops.Dense` payload copied behind a prefix;
 * ``split``: a large dense payload sent from its own memory (no copy);
@@ -18,8 +23,9 @@ any transport. The cost depends on the wire format:
 
 Each is ``launch + bytes x per_byte`` per side (``PathCost``), times a
 factor per half-decade of bytes where that line misses the measured band
-by more than 15 % (:mod:`simsparse.size_scale`), measured *in situ*: around every message of every algorithm that ``simsparse calibrate``
-runs, between kernels and waits, as the validation suite runs them. A tight
+by more than 15 % (:mod:`simsparse.size_scale`), measured *in situ*: around
+every message of every algorithm that ``simsparse calibrate`` runs, between
+kernels and waits, as the validation suite runs them. A tight
 loop of messages understates it: on this host packing one COO block of 800 B
 took 19.5 us back to back, 33 us after the core slept for 1 ms and 55 us after
 a sleep and a 16 MB sweep (caches and branch history lost;
@@ -50,9 +56,11 @@ class PathCost(BaseModel):
     """One wire format's CPU per message, ``launch + bytes x per_byte`` on each side."""
 
     model_config = ConfigDict(extra="forbid")
-    send_s: float = Field(ge=0, description="core-seconds to serialise one message")
-    send_per_byte_s: float = Field(0.0, ge=0, description="core-seconds to serialise per payload byte")
-    recv_s: float = Field(ge=0, description="core-seconds to unpack one received message")
+    send_s: float = Field(ge=0, description="core-seconds to send one message: serialise it (and post it, where "
+                                            "calibrated on the run's own transport)")
+    send_per_byte_s: float = Field(0.0, ge=0, description="core-seconds to send per payload byte")
+    recv_s: float = Field(ge=0, description="core-seconds to unpack one received message (and match and receive "
+                                            "it, where calibrated on the run's own transport)")
     recv_per_byte_s: float = Field(0.0, ge=0, description="core-seconds to unpack per payload byte")
     send_scale: SizeScale | None = Field(None, description="[[bytes, factor], ...] on the send line, per size band")
     recv_scale: SizeScale | None = Field(None, description="[[bytes, factor], ...] on the receive line, per size band")

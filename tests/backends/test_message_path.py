@@ -159,15 +159,15 @@ def test_a_path_off_its_line_gets_factors_per_size_band():
         PathCost(send_s=1e-5, recv_s=1e-5, send_scale=[[1000, 1.0], [100, 2.0]])
 
 
-def test_the_probe_times_serialisation_and_unpacking_and_no_mpi_call(monkeypatch):
-    """PathProbe records the wire's pack and unpack (what the path costs on any
-    transport); the MPI calls around them are not wrapped, so a transport's own
-    time stays in the network's fits. Closed, it restores both."""
+def test_the_probe_for_a_testbed_times_serialisation_and_unpacking_and_no_mpi_call():
+    """PathProbe(calls=False) records the wire's pack and unpack (what the path
+    costs on any transport); the MPI calls around them are not wrapped, so a
+    transport's own time stays in the network's fits. Closed, it restores both."""
     from simsparse.backends.mpi import MPIContext
     from simsparse.calibration.probes import PathProbe
 
     before = (wire.Mailbox.pack, wire.unpack, MPIContext.isend, wire.Mailbox._take, wire.Mailbox._complete)
-    probe = PathProbe()
+    probe = PathProbe(calls=False)
     assert MPIContext.isend is before[2] and wire.Mailbox._take is before[3] and wire.Mailbox._complete is before[4]
     box = object.__new__(wire.Mailbox)
     box.uncopied = []
@@ -184,3 +184,18 @@ def test_the_probe_times_serialisation_and_unpacking_and_no_mpi_call(monkeypatch
     assert all(s[3] > 0 for s in probe.samples)
     probe.close()
     assert (wire.Mailbox.pack, wire.unpack) == before[:2]
+
+
+def test_the_probe_for_this_host_wraps_the_mpi_calls_and_restores_them():
+    """PathProbe() (the algorithms run on the profile's own transport) times isend and the receive's
+    match, receive and unpacking in place, and leaves the serialisation's functions alone."""
+    from simsparse.backends.mpi import MPIContext
+    from simsparse.calibration.probes import PathProbe
+
+    before = (MPIContext.isend, wire.Mailbox._take, wire.Mailbox._complete, wire.Mailbox.pack, wire.unpack)
+    probe = PathProbe()
+    assert MPIContext.isend is not before[0] and wire.Mailbox._take is not before[1]
+    assert wire.Mailbox._complete is not before[2]
+    assert wire.Mailbox.pack is before[3] and wire.unpack is before[4]
+    probe.close()
+    assert (MPIContext.isend, wire.Mailbox._take, wire.Mailbox._complete, wire.Mailbox.pack, wire.unpack) == before
