@@ -314,8 +314,10 @@ class Simulator(Driver):
         # a trace holds every message, as the real backend's does: then collectives run as messages
         self.cores = core_pools(env, self.shared_cores, P, self.core_binding) if self.shared_cores else None
         self.on_cpu: dict = {}   # handle -> None while its rank's CPU work runs, or its completion that waits for it
-        # with shared cores a kernel's end depends on the other ranks' work: then collectives run as messages
-        self._bulk = self.bulk and not self.trace_on and self.network.bulk_capable() and self.cores is None
+        # with shared cores a kernel's end depends on the other ranks' work, with kernel noise on each rank's own
+        # draws: then collectives run as messages
+        self._bulk = (self.bulk and not self.trace_on and self.network.bulk_capable() and self.cores is None
+                      and self.noise is None)
         self.gathering: dict = {}   # (scope, place) -> the ranks that posted that bulk collective so far
         self.bulk_runs = self.bulk_inexact = 0
         self.memo = {}     # memo kernels' results by content key

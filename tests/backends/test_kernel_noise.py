@@ -89,3 +89,17 @@ def test_lockstep_rounds_stand_aside_when_kernels_are_noisy():
     prof = {"name": "cpu", "mem_bandwidth_Bps": 1e9, "launch_s": 1e-6}
     assert rounds_may_apply(make_point("ring", 4, n=4096, compute=prof, values="auto"))
     assert not rounds_may_apply(make_point("ring", 4, n=4096, compute={**prof, "kernel_noise": BANDS}, values="auto"))
+
+
+def test_collectives_run_as_messages_when_kernels_are_noisy():
+    """A bulk collective times its reductions for all ranks at once; with noise each rank's kernel draws its own
+    factor, so the simulator expands collectives into messages (the row says so)."""
+    from simsparse.experiments.run.runner import simulate_point
+    from tests.helpers import make_point
+
+    prof = {"name": "cpu", "mem_bandwidth_Bps": 1e9, "launch_s": 1e-6}
+    quiet = simulate_point(make_point("oktopk", 8, n=4096, density=0.05, compute=prof))
+    noisy = simulate_point(make_point("oktopk", 8, n=4096, density=0.05, compute={**prof, "kernel_noise": BANDS}))
+    assert quiet.row["collectives"].startswith("bulk") and noisy.row["collectives"] == "events"
+    assert noisy.row["bytes_total"] == quiet.row["bytes_total"]
+    assert noisy.row["time_s"] > quiet.row["time_s"]   # every factor of BANDS' short band averages above 1
