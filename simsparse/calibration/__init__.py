@@ -230,7 +230,8 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
             "network": network, "compute": compute,
             "fits": {"network": net_fits, "loggp": loggp,
                      "message_path": {"algorithms": path_fits, "patterns": {"costs": hot, "fits": hot_fits}},
-                     "patterns": concurrency, "kernels": kfits, "kernel_noise": noise_fits, "memory": mem, "layers": layer_fits},
+                     "patterns": concurrency, "kernels": kfits, "kernel_noise": noise_fits, "memory": mem,
+                     "layers": layer_fits},
             "measurements": {"pingpong": [{"bytes": m, "half_rtt_s": t} for m, t in p2p["pingpong"]]}}
 
 
