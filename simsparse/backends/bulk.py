@@ -153,11 +153,11 @@ class BulkRun:
         """Messages src[i] -> dst[i] of nbytes[i] that every rank taking part
         posts at once (its sends in the order of ``pos``, default one each)
         after its previous wave and kernels; then it waits for them."""
-        src, dst = np.asarray(src, dtype=np.intp), np.asarray(dst, dtype=np.intp)
+        src, dst = np.asarray(src, dtype=np.int32), np.asarray(dst, dtype=np.int32)   # (P^2 of them in an alltoall)
         if not len(src):
             return
         k = len(self.waves)
-        pos = np.zeros(len(src), dtype=np.intp) if pos is None else np.asarray(pos, dtype=np.intp)
+        pos = np.zeros(len(src), dtype=np.int32) if pos is None else np.asarray(pos, dtype=np.int32)
         self.waves.append((src, dst, np.asarray(nbytes, dtype=np.int64), pos))
         for r in np.unique(np.concatenate((src, dst))).tolist():
             self.steps[r].append(k)
@@ -214,11 +214,14 @@ class BulkRun:
         sim, P = self.sim, self.P
         self.sent = np.zeros(P, dtype=np.int64)
         self.msgs = np.zeros(P, dtype=np.int64)
-        for src, _, nb, _ in self.waves:
-            np.add.at(self.sent, src, nb)
-            np.add.at(self.msgs, src, 1)
+        for src, _, nb, _ in self.waves:   # (float sums of integers below 2^53: exact)
+            self.sent += np.rint(np.bincount(src, weights=nb, minlength=P)).astype(np.int64)
+            self.msgs += np.bincount(src, minlength=P)
         net = sim.network
-        net.bulk_start(P, float(self.entry.min()))
+        # no message of this or a later collective is ready before this one's earliest entry or
+        # (other scopes) a rank's post to a collective still gathering; the engine's time is later
+        pending = [g.t[g.order].min() for g in sim.gathering.values() if g.order]
+        net.bulk_start(P, float(min([self.entry.min(), *pending])))
         if self._waves():
             return
         net.bulk_restart()
