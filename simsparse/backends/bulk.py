@@ -129,6 +129,7 @@ class BulkRun:
         self.steps: list = [[] for _ in range(self.P)]   # per rank: its waves (int) and kernels after them (seconds)
         self.kinds: list = [bytearray() for _ in range(self.P)]   # per step: 0 a wave, 1 a kernel
         self.during_log: tuple = ([], [], [])        # kernels between posting a wave and waiting: rank, wave, seconds
+        self.open = np.full(self.P, -1)              # per rank: its last step if a wave (it waits for it), else -1
         self._during: dict | None = None
         self.kernels = False
 
@@ -159,7 +160,12 @@ class BulkRun:
         k = len(self.waves)
         pos = np.zeros(len(src), dtype=np.int32) if pos is None else np.asarray(pos, dtype=np.int32)
         self.waves.append((src, dst, np.asarray(nbytes, dtype=np.int64), pos))
-        for r in np.unique(np.concatenate((src, dst))).tolist():
+        part = np.zeros(self.P, dtype=bool)   # the ranks taking part (np.unique hashes P^2 messages)
+        part[src] = True
+        part[dst] = True
+        ranks = np.flatnonzero(part)
+        self.open[ranks] = k
+        for r in ranks.tolist():
             self.steps[r].append(k)
             self.kinds[r].append(0)
 
@@ -186,12 +192,13 @@ class BulkRun:
         if during:
             rs, ws, ds = self.during_log
             rs.append(rank)
-            ws.append(self.steps[rank][-1] if self.kinds[rank] and self.kinds[rank][-1] == 0 else -1)   # -1: no wave
+            ws.append(int(self.open[rank]))   # -1: no wave
             ds.append(dt)
             self._during = None
         else:
             self.steps[rank].append(float(dt))
             self.kinds[rank].append(1)
+            self.open[rank] = -1
         self.kernels = True
 
     def timed_all(self, dts, during: bool = False) -> None:
@@ -200,13 +207,14 @@ class BulkRun:
         if during:
             rs, ws, ds = self.during_log
             rs.extend(range(self.P))
-            ws.extend([s[-1] if k and k[-1] == 0 else -1 for s, k in zip(self.steps, self.kinds)])
+            ws.extend(self.open.tolist())
             ds.extend(dts)
             self._during = None
         else:
             for s, k, dt in zip(self.steps, self.kinds, dts):
                 s.append(float(dt))
                 k.append(1)
+            self.open[:] = -1
         self.kernels = True
 
     # -- timing ------------------------------------------------------------------------

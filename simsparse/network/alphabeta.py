@@ -278,9 +278,11 @@ class AlphaBetaNetwork:
         src, dst, start = (np.array(c) for c in list(zip(*flows))[:3])
         return self.bulk_took(src, dst, start, tuple(np.array(c) for c in zip(*log)) if log else None)
 
-    def bulk_took(self, src, dst, start, log) -> bool:
+    def bulk_took(self, src, dst, start, log, held=None) -> bool:
         """:meth:`bulk_replayed` on arrays: the messages' (src, dst, start)
-        and what they booked, (src, dst, start, duration) in booking order."""
+        and what they booked, (src, dst, start, duration) in booking order;
+        ``held``: each port's last end in ``log`` (send ports, then receive
+        ports), if the caller has it."""
         if not len(src):
             return True
         free = bool(((self._S0[src] <= start) | (self._S0s[src] < start)).all() and
@@ -288,12 +290,15 @@ class AlphaBetaNetwork:
         if log is not None and len(log[0]):
             s, q, t1, d = log
             self._pending.append((s, q, t1, d))
-            for ports, idx in ((self._send, s), (self._recv, q)):
-                held = np.full(len(ports), -np.inf)
-                np.maximum.at(held, idx, t1 + d)
-                for p in np.flatnonzero(held > -np.inf).tolist():
-                    if held[p] > ports[p].bulk:
-                        ports[p].bulk = float(held[p])
+            P = len(self._send)
+            if held is None:
+                held = np.full(2 * P, -np.inf)
+                np.maximum.at(held, s, t1 + d)
+                np.maximum.at(held, P + q, t1 + d)
+            for ports, h in ((self._send, held[:P]), (self._recv, held[P:])):
+                for p in np.flatnonzero(h > -np.inf).tolist():
+                    if h[p] > ports[p].bulk:
+                        ports[p].bulk = float(h[p])
         return free
 
     def bulk_ports(self):
