@@ -87,6 +87,17 @@ def equal_regions(n: int, P: int) -> np.ndarray:
     return b
 
 
+_last_counts: list = [None, None]
+
+
+def _counts(got) -> list:
+    """The allgathered buffer sizes as ints (read-only). The bulk allgather
+    hands every rank the same tuple: it is read once, not P times (P^2 ints)."""
+    if got is not _last_counts[0]:
+        _last_counts[:] = [got, [int(s.values[0]) for s in got]]
+    return _last_counts[1]
+
+
 class OkTopkParams(SparseParams, ThresholdTuning):
     tau: int = Field(32, ge=1, description="exact local and global thresholds every tau iterations, reused in between "
                                            "(code: 32 VGG/LSTM, 128 BERT)")
@@ -254,7 +265,7 @@ class OkTopk(Algorithm):
     def _sizes(self, ctx, block):
         with ctx.phase("sizes"):
             got = yield Allgather(Scalars.of([block.nnz], "int32"), "rd", TAG_SIZES)
-        return [int(s.values[0]) for s in got]
+        return _counts(got)
 
     def _balance_allgatherv(self, ctx, mine):
         """Sizes allgather, data balancing when triggered, recursive-doubling allgatherv."""

@@ -129,6 +129,7 @@ class BulkRun:
         self.steps: list = [[] for _ in range(self.P)]   # per rank: its waves (int) and kernels after them (seconds)
         self.kinds: list = [bytearray() for _ in range(self.P)]   # per step: 0 a wave, 1 a kernel
         self.during_log: tuple = ([], [], [])        # kernels between posting a wave and waiting: rank, wave, seconds
+        self.open = np.full(self.P, -1)              # per rank: its last step if a wave (it waits for it), else -1
         self._during: dict | None = None
         self.kernels = False
 
@@ -153,13 +154,18 @@ class BulkRun:
         """Messages src[i] -> dst[i] of nbytes[i] that every rank taking part
         posts at once (its sends in the order of ``pos``, default one each)
         after its previous wave and kernels; then it waits for them."""
-        src, dst = np.asarray(src, dtype=np.intp), np.asarray(dst, dtype=np.intp)
+        src, dst = np.asarray(src, dtype=np.int32), np.asarray(dst, dtype=np.int32)   # (P^2 of them in an alltoall)
         if not len(src):
             return
         k = len(self.waves)
-        pos = np.zeros(len(src), dtype=np.intp) if pos is None else np.asarray(pos, dtype=np.intp)
+        pos = np.zeros(len(src), dtype=np.int32) if pos is None else np.asarray(pos, dtype=np.int32)
         self.waves.append((src, dst, np.asarray(nbytes, dtype=np.int64), pos))
-        for r in np.unique(np.concatenate((src, dst))).tolist():
+        part = np.zeros(self.P, dtype=bool)   # the ranks taking part (np.unique hashes P^2 messages)
+        part[src] = True
+        part[dst] = True
+        ranks = np.flatnonzero(part)
+        self.open[ranks] = k
+        for r in ranks.tolist():
             self.steps[r].append(k)
             self.kinds[r].append(0)
 
@@ -186,12 +192,13 @@ class BulkRun:
         if during:
             rs, ws, ds = self.during_log
             rs.append(rank)
-            ws.append(self.steps[rank][-1] if self.kinds[rank] and self.kinds[rank][-1] == 0 else -1)   # -1: no wave
+            ws.append(int(self.open[rank]))   # -1: no wave
             ds.append(dt)
             self._during = None
         else:
             self.steps[rank].append(float(dt))
             self.kinds[rank].append(1)
+            self.open[rank] = -1
         self.kernels = True
 
     def timed_all(self, dts, during: bool = False) -> None:
@@ -200,13 +207,14 @@ class BulkRun:
         if during:
             rs, ws, ds = self.during_log
             rs.extend(range(self.P))
-            ws.extend([s[-1] if k and k[-1] == 0 else -1 for s, k in zip(self.steps, self.kinds)])
+            ws.extend(self.open.tolist())
             ds.extend(dts)
             self._during = None
         else:
             for s, k, dt in zip(self.steps, self.kinds, dts):
                 s.append(float(dt))
                 k.append(1)
+            self.open[:] = -1
         self.kernels = True
 
     # -- timing ------------------------------------------------------------------------
@@ -214,11 +222,14 @@ class BulkRun:
         sim, P = self.sim, self.P
         self.sent = np.zeros(P, dtype=np.int64)
         self.msgs = np.zeros(P, dtype=np.int64)
-        for src, _, nb, _ in self.waves:
-            np.add.at(self.sent, src, nb)
-            np.add.at(self.msgs, src, 1)
+        for src, _, nb, _ in self.waves:   # (float sums of integers below 2^53: exact)
+            self.sent += np.rint(np.bincount(src, weights=nb, minlength=P)).astype(np.int64)
+            self.msgs += np.bincount(src, minlength=P)
         net = sim.network
-        net.bulk_start(P, float(self.entry.min()))
+        # no message of this or a later collective is ready before this one's earliest entry or
+        # (other scopes) a rank's post to a collective still gathering; the engine's time is later
+        pending = [g.t[g.order].min() for g in sim.gathering.values() if g.order]
+        net.bulk_start(P, float(min([self.entry.min(), *pending])))
         if self._waves():
             return
         net.bulk_restart()

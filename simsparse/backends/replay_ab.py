@@ -131,9 +131,10 @@ def transfer(m, firm, now, P, msrc, mdst, mdur, PS, PE, pn, plast,
     if d > 0:
         PS, PE = book(PS, PE, pn, plast, s, t1, d, now)
         PS, PE = book(PS, PE, pn, plast, q, t1, d, now)
-        log_t1[m], log_d[m] = t1, d
-        border[nbook[0]] = m
-        nbook[0] += 1
+        b = nbook[0]
+        log_t1[b], log_d[b] = t1, d
+        border[b] = m
+        nbook[0] = b + 1
     chain_t[s], chain_firm[s], chain_set[s] = now, firm, True
     q = mdst[m]
     if tied_t[q] != now:
@@ -190,10 +191,9 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
     cursor = soff[:-1].copy()
     nm = len(msrc)
     mstart = np.zeros(nm)
-    marr = np.zeros(nm)
-    log_t1 = np.zeros(nm)
-    log_d = np.zeros(nm)
-    border = np.zeros(nm, dtype=np.int64)
+    log_t1 = np.empty(nm)                  # what was booked, in booking order: start, duration, message
+    log_d = np.empty(nm)
+    border = np.empty(nm, dtype=msrc.dtype)
     nbook = np.zeros(1, dtype=np.int64)
     done = np.empty(P, dtype=np.int64)
     ndone = 0
@@ -214,7 +214,6 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
             exact_net = ok and exact_net
             continue
         if typ == ARRIVE:   # the sender's wait first, then the receiver's
-            marr[a] = now
             for it in (sitem[a], ritem[a]):
                 left[it] -= 1
                 if left[it] == 0 and waiting[it]:
@@ -264,7 +263,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
                 continue
             posted[j] = True
             for x in range(recv_off[j], recv_off[j + 1]):
-                m = recv_idx[x]
+                m = np.int64(recv_idx[x])
                 if mnb[m] > window and posted[sitem[m]]:   # a rendezvous send posted before moves now
                     if rtt > 0:
                         seq += 1
@@ -275,7 +274,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
                                            border, nbook, heap, seq)
                         exact_net = ok and exact_net
             for x in range(send_off[j], send_off[j + 1]):
-                m = send_idx[x]
+                m = np.int64(send_idx[x])
                 if mnb[m] <= eager or ((mnb[m] <= window or posted[ritem[m]]) and not rtt > 0):
                     seq, ok, PS, PE = transfer(m, True, now, P, msrc, mdst, mdur, PS, PE, pn, plast,
                                        chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d,
@@ -285,8 +284,59 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
                     seq += 1
                     heapq.heappush(heap, (now + rtt, seq, MOVE, m, 1, 0))
             it, di = j, 0
-    return (t, dev, busy, done[:ndone], exact_dev, exact_net, mstart, marr,
-            border[:nbook[0]], log_t1, log_d)
+    nb = nbook[0]
+    held = np.full(2 * P, -np.inf)   # each port's last end booked here (np.maximum.at of the log)
+    for b in range(nb):
+        e = log_t1[b] + log_d[b]
+        s, q = msrc[border[b]], P + mdst[border[b]]
+        if e > held[s]:
+            held[s] = e
+        if e > held[q]:
+            held[q] = e
+    return t, dev, busy, done[:ndone], exact_dev, exact_net, mstart, border[:nb], log_t1[:nb], log_d[:nb], held
+
+
+def _wave_steps(waves, witems, wkey, P: int, ix):
+    """Each message's wave step at its sender and at its receiver (``witems``:
+    the wave steps, ``wkey``: rank * waves + wave of each, ascending), wave
+    by wave from a table of every rank's step in that wave (by binary search
+    where the table would outgrow the messages): gathers within a wave, not
+    a search over all steps for each of P^2 messages."""
+    nw, nm = len(waves), sum(len(w[0]) for w in waves)
+    sitem, ritem = np.empty(nm, dtype=ix), np.empty(nm, dtype=ix)
+    table = nw * P <= 4 * nm + 4096
+    if table:
+        step_of = np.full((nw, P), -1, dtype=ix)
+        step_of[wkey % nw, wkey // nw] = witems
+    a = 0
+    for k, (src, dst, _, _) in enumerate(waves):
+        b = a + len(src)
+        if table:
+            sitem[a:b], ritem[a:b] = step_of[k][src], step_of[k][dst]
+        else:
+            sitem[a:b] = witems[np.searchsorted(wkey, src * np.int64(nw) + k)]
+            ritem[a:b] = witems[np.searchsorted(wkey, dst * np.int64(nw) + k)]
+        a = b
+    return sitem, ritem
+
+
+def _by_step(waves, item, off, P: int, ix, recv: bool):
+    """The messages grouped by step (``item``, offsets ``off``), a step's
+    sends by (place, message) and its receives by (place, sender, message)
+    (``BulkRun._mine``): sorted within each wave (a wave's steps ascend with
+    their rank) and placed at their step's offset."""
+    out = np.empty(int(off[-1]), dtype=ix)
+    a = 0
+    for src, dst, _, pos in waves:
+        b = a + len(src)
+        places = np.int64(pos.max()) + 1 if len(pos) else 1
+        key = (dst * places + pos) * np.int64(P) + src if recv else src * places + pos
+        o = np.argsort(key, kind="stable")
+        it = item[a:b][o]
+        within = np.arange(b - a) - np.searchsorted(it, it)   # place in its step
+        out[off[it] + within] = a + o
+        a = b
+    return out
 
 
 def replay_run(run) -> None:
@@ -298,13 +348,13 @@ def replay_run(run) -> None:
     sim, P = run.sim, run.P
     net = sim.network
     nw = len(run.waves)
-    msrc = np.concatenate([w[0] for w in run.waves]).astype(np.int64)
-    mdst = np.concatenate([w[1] for w in run.waves]).astype(np.int64)
-    mnb = np.concatenate([w[2] for w in run.waves]).astype(np.int64)
-    mpos = np.concatenate([w[3] for w in run.waves]).astype(np.int64)
-    mwave = np.repeat(np.arange(nw, dtype=np.int64), [len(w[0]) for w in run.waves])
     # each rank's steps: waves (ids) and kernels (seconds), in order
     kind = np.concatenate([np.frombuffer(kb, dtype=np.uint8) for kb in run.kinds]).astype(np.int64)
+    n_items, nm = len(kind), sum(len(w[0]) for w in run.waves)
+    ix = np.int32 if max(P, nm, n_items) < 2**31 else np.int64   # message and step indices: half the memory
+    msrc = np.concatenate([w[0] for w in run.waves], dtype=ix)
+    mdst = np.concatenate([w[1] for w in run.waves], dtype=ix)
+    mnb = np.concatenate([w[2] for w in run.waves]).astype(np.int64, copy=False)
     val = np.concatenate([np.array(items, dtype=np.float64) for items in run.steps])
     rank = [len(items) for items in run.steps]
     dt = np.where(kind == 1, val, 0.0)
@@ -312,19 +362,15 @@ def replay_run(run) -> None:
     soff = np.zeros(P + 1, dtype=np.int64)
     soff[1:] = np.cumsum(rank)
     item_rank = np.repeat(np.arange(P, dtype=np.int64), rank)
-    # a message's wave step at its sender and at its receiver (wave items are ascending in rank * nw + wave)
     witems = np.flatnonzero(kind == 0)
-    wkey = item_rank[witems] * nw + wave[witems]
-    sitem = witems[np.searchsorted(wkey, msrc * nw + mwave)]
-    ritem = witems[np.searchsorted(wkey, mdst * nw + mwave)]
-    m = np.arange(len(msrc))
-    send_idx = np.lexsort((m, mpos, sitem))   # a rank's sends in posting order (BulkRun._mine)
-    recv_idx = np.lexsort((m, msrc, mpos, ritem))
-    n_items = len(kind)
+    wkey = item_rank[witems] * nw + wave[witems]   # (ascending: a rank's steps, rank after rank)
+    sitem, ritem = _wave_steps(run.waves, witems, wkey, P, ix)
     send_off = np.zeros(n_items + 1, dtype=np.int64)
     send_off[1:] = np.cumsum(np.bincount(sitem, minlength=n_items))
     recv_off = np.zeros(n_items + 1, dtype=np.int64)
     recv_off[1:] = np.cumsum(np.bincount(ritem, minlength=n_items))
+    send_idx = _by_step(run.waves, sitem, send_off, P, ix, recv=False)
+    recv_idx = _by_step(run.waves, ritem, recv_off, P, ix, recv=True)
     dr, dk, dd = (np.asarray(c) for c in run.during_log)
     keep = dk >= 0 if len(dk) else np.zeros(0, dtype=bool)   # kernels after a rank's last wave are never read
     dr, dk, dd = dr[keep].astype(np.int64), dk[keep].astype(np.int64), dd[keep].astype(np.float64)
@@ -334,11 +380,11 @@ def replay_run(run) -> None:
     dur_off[1:] = np.cumsum(np.bincount(at, minlength=n_items))
     dur_dt = dd[o]
     port_off, port_st, port_en, port_last = net.bulk_ports()
-    (t, dev, busy, done, exact_dev, exact_net, mstart, marr, border, log_t1, log_d) = replay(
+    (t, dev, busy, done, exact_dev, exact_net, mstart, border, log_t1, log_d, held) = replay(
         P, run.entry.astype(np.float64), np.asarray(run.order, dtype=np.int64), run.device.astype(np.float64),
         msrc, mdst, mnb, sitem, ritem, item_rank, soff, kind, dt, send_off, send_idx, recv_off, recv_idx,
         dur_off, dur_dt, port_off, port_st, port_en, port_last, net.duration(mnb.astype(np.float64)),
         float(sim.rdv_rtt), float(sim.eager), float(sim.window))
     run.t, run.device, run.busy, run.done = t, dev, busy, done.tolist()
-    free = net.bulk_took(msrc, mdst, mstart, (msrc[border], mdst[border], log_t1[border], log_d[border]))
+    free = net.bulk_took(msrc, mdst, mstart, (msrc[border], mdst[border], log_t1, log_d), held)
     run.exact = run.exact and exact_dev and exact_net and free

@@ -85,24 +85,30 @@ class _Port:
         if en[-1] > self.last:
             self.last = float(en[-1])
 
-    def realize(self) -> None:
+    def realize(self, now: float = -np.inf) -> None:
         """Take the lazy intervals (if any) into the lists, less those that
         ended before the earliest entry of the evaluation that booked them (as
-        its commit would have forgotten them; no later fit starts before it)."""
-        if self.lazy is None:
-            return
-        st, en, early = self.lazy
-        self.lazy = None
-        keep = en > early
-        if not keep.any():
-            return
-        st, en = st[keep].tolist(), en[keep].tolist()
-        if not self.starts or st[0] >= self.starts[-1]:
-            self.starts += st
-            self.ends += en
-            return
-        pairs = sorted(zip(self.starts + st, self.ends + en))
-        self.starts, self.ends = [a for a, _ in pairs], [b for _, b in pairs]
+        its commit would have forgotten them; no later fit starts before it)
+        or by ``now`` (no fit starts before it either: an interval that ended
+        by then never delays a message, and the last one is kept, so
+        ``starts[-1]`` stays). A commit of Ok-Topk's split and reduce at
+        P = 4096 books 16.8 M intervals, nearly all past at the next collective."""
+        if self.lazy is not None:
+            st, en, early = self.lazy
+            self.lazy = None
+            keep = en > max(early, now)
+            if keep.any():
+                st, en = st[keep].tolist(), en[keep].tolist()
+                if not self.starts or st[0] >= self.starts[-1]:
+                    self.starts += st
+                    self.ends += en
+                else:
+                    pairs = sorted(zip(self.starts + st, self.ends + en))
+                    self.starts, self.ends = [a for a, _ in pairs], [b for _, b in pairs]
+        ends = self.ends
+        if len(ends) > 1 and ends[0] <= now:
+            k = min(bisect_right(ends, now), len(ends) - 1)
+            del self.starts[:k], ends[:k]
 
 
 class AlphaBetaNetwork:
@@ -181,7 +187,7 @@ class AlphaBetaNetwork:
         """Begin a bulk evaluation on the network as it is now; no message of
         it is ready before ``earliest``."""
         for p in self._send + self._recv:
-            p.realize()
+            p.realize(earliest)
         self._S0 = np.array([p.last for p in self._send])   # each port free from, as others left it
         self._R0 = np.array([p.last for p in self._recv])
         # ... and when their last message started: one ready after that was booked after it
@@ -272,24 +278,27 @@ class AlphaBetaNetwork:
         src, dst, start = (np.array(c) for c in list(zip(*flows))[:3])
         return self.bulk_took(src, dst, start, tuple(np.array(c) for c in zip(*log)) if log else None)
 
-    def bulk_took(self, src, dst, start, log) -> bool:
+    def bulk_took(self, src, dst, start, log, held=None) -> bool:
         """:meth:`bulk_replayed` on arrays: the messages' (src, dst, start)
-        and what they booked, (src, dst, start, duration) in booking order."""
+        and what they booked, (src, dst, start, duration) in booking order;
+        ``held``: each port's last end in ``log`` (send ports, then receive
+        ports), if the caller has it."""
         if not len(src):
             return True
-        src, dst = src.astype(np.intp), dst.astype(np.intp)
         free = bool(((self._S0[src] <= start) | (self._S0s[src] < start)).all() and
                     ((self._R0[dst] <= start) | (self._R0s[dst] < start)).all())
         if log is not None and len(log[0]):
             s, q, t1, d = log
-            s, q = s.astype(np.intp), q.astype(np.intp)
             self._pending.append((s, q, t1, d))
-            for ports, idx in ((self._send, s), (self._recv, q)):
-                held = np.full(len(ports), -np.inf)
-                np.maximum.at(held, idx, t1 + d)
-                for p in np.flatnonzero(held > -np.inf).tolist():
-                    if held[p] > ports[p].bulk:
-                        ports[p].bulk = float(held[p])
+            P = len(self._send)
+            if held is None:
+                held = np.full(2 * P, -np.inf)
+                np.maximum.at(held, s, t1 + d)
+                np.maximum.at(held, P + q, t1 + d)
+            for ports, h in ((self._send, held[:P]), (self._recv, held[P:])):
+                for p in np.flatnonzero(h > -np.inf).tolist():
+                    if h[p] > ports[p].bulk:
+                        ports[p].bulk = float(h[p])
         return free
 
     def bulk_ports(self):

@@ -243,3 +243,36 @@ def test_the_compiled_replay_is_the_python_replay(monkeypatch, algorithm):
                 rows.append((r["time_s"], r["collectives"], r["bytes_total"], r["msgs_total"]))
             assert rows[0] == rows[1], (algorithm, P, variant)
     assert calls or algorithm == "gtopk"   # the compiled replay ran (gtopk's waves never wait: no replay)
+
+
+def test_a_port_forgets_only_intervals_no_later_fit_can_meet():
+    """``_Port.realize(now)`` drops the intervals that ended by ``now`` (lazy
+    or listed) but keeps the last one: every fit from ``now`` on, and the
+    start of the last booking that the bulk path reads, are unchanged."""
+    from simsparse.network.alphabeta import _Port
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        full, trimmed = _Port(), _Port()
+        t = 0.0
+        for p in (full, trimmed):
+            p.starts, p.ends, p.last = [], [], 0.0
+        st, en = [], []
+        for _ in range(rng.integers(1, 40)):
+            t += rng.random()
+            d = rng.random()
+            st.append(t)
+            en.append(t + d)
+            t += d
+        cut = int(rng.integers(0, len(st)))
+        for p in (full, trimmed):   # some listed, the rest held lazily as a commit leaves them
+            p.starts, p.ends, p.last = st[:cut], en[:cut], en[cut - 1] if cut else 0.0
+            p.hold(np.array(st[cut:]), np.array(en[cut:]), 0.0)
+        now = float(rng.random() * t)
+        full.realize()
+        trimmed.realize(now)
+        assert trimmed.starts[-1] == full.starts[-1] and trimmed.last == full.last
+        assert len(trimmed.starts) <= len(full.starts)
+        for _ in range(20):
+            a, d = now + rng.random() * (t - now + 1), rng.random()
+            assert trimmed.fit(a, d) == full.fit(a, d)
