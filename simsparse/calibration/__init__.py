@@ -39,10 +39,10 @@ from . import fit
 DEFAULT_OUT = "results/calibration/local-{ranks}r.yaml"
 #: every algorithm runs at these n, and its kernels are timed: past the largest n of the validation suites
 #: (1e7, not itself a calibration size), since a kernel's cost per element changes across memory regimes
-#: (calibration.fit.size_scale). 8e5 sits where a rank's blocks leave the caches (32 MiB of L3 shared by the
-#: ranks here): between 3e5 and 3e6 alone, add_into of 5e5 elements was put at 0.33 ms where the suite's ring
-#: took 0.12 ms (its inputs still cached), from lines through 0.05 ms at 3e5 and 0.47 ms at 1.5e6
-KERNEL_SIZES = [3000, 30000, 300000, 800000, 3000000, 12000000]
+#: (calibration.fit.size_scale). (8e5 was tried, where a rank's blocks leave the caches: its runs gave the path's
+#: 32 KB band the cost of messages sent after a large kernel, which the suite's ring at 1e4 does not pay;
+#: docs/validation.md, fifth session)
+KERNEL_SIZES = [3000, 30000, 300000, 3000000, 12000000]
 #: likewise for a testbed: its name, then the rank count
 TESTBED_OUT = "results/calibration/testbed-{name}-{ranks}r.yaml"
 

@@ -199,3 +199,13 @@ def test_the_probe_for_this_host_wraps_the_mpi_calls_and_restores_them():
     assert wire.Mailbox.pack is before[3] and wire.unpack is before[4]
     probe.close()
     assert (MPIContext.isend, wire.Mailbox._take, wire.Mailbox._complete, wire.Mailbox.pack, wire.unpack) == before
+
+
+def test_empty_messages_get_a_band_of_their_own_that_a_profile_accepts():
+    """Eight ranks split a selection into parts, some empty (0 payload bytes): their band is size 1, not 0."""
+    samples = [(side, "packed", m, t) for side in ("send", "recv") for m, t in
+               ((0, 60e-6), (0, 60e-6), (100, 20e-6), (10_000, 21e-6), (1_000_000, 120e-6))]
+    costs, _ = fit_message_path(samples)
+    cost = PathCost.model_validate(costs["packed"])
+    assert cost.send_scale[0][0] == 1 and cost.send_scale[0][1] > 1.15   # the empty band is off the line, kept
+    assert MessagePath(costs).send_s(COO(np.zeros(0, np.int32), np.zeros(0, np.float32), 10), 0) > 0
