@@ -97,13 +97,15 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
     else:
         net = _launch(mpiexec, {**spec, "parts": ["p2p"]}, ranks, testbed, timeout_s)
         comp_spec = {**spec, "parts": ["kernels", "layers"], "clock": "cpu" if cpu_clock else "wall"}
-        # the algorithms run here through shared memory, with the backend's settings of the testbed's ranks (wait
-        # mode, no uncopied sends): their send and receive path (serialisation) is the one the testbed's runs pay
+        # the algorithms run here through shared memory, with the testbed ranks' wire formats (no uncopied sends):
+        # their serialisation is the one the testbed's runs pay. Not their wait mode: `poll` sleeps until a socket
+        # has data, and through shared memory none does, so a rank would sleep out every timeout (up to 2 ms) and
+        # time its serialisation and steps with caches colder than on the testbed (star, fifth session)
         backend_env = {}
         if testbed is not None:
             from ..testbed import rank_env as testbed_rank_env
 
-            backend_env = {k: v for k, v in testbed_rank_env().items() if k.startswith("SIMSPARSE_")}
+            backend_env = {k: v for k, v in testbed_rank_env().items() if k == "SIMSPARSE_SPLIT"}
         comp = _launch(mpiexec, comp_spec, ranks if cpu_clock else max(min(ranks, cores), 2), None, timeout_s,
                        backend_env)
         raw = {**net, **comp, "wall_s": net["wall_s"] + comp["wall_s"]}
