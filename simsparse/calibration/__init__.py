@@ -105,7 +105,7 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
         if testbed is not None:
             from ..testbed import rank_env as testbed_rank_env
 
-            backend_env = {k: v for k, v in testbed_rank_env().items() if k == "SIMSPARSE_SPLIT"}
+            backend_env = {"SIMSPARSE_SPLIT": testbed_rank_env()["SIMSPARSE_SPLIT"]}
         comp = _launch(mpiexec, comp_spec, ranks if cpu_clock else max(min(ranks, cores), 2), None, timeout_s,
                        backend_env)
         raw = {**net, **comp, "wall_s": net["wall_s"] + comp["wall_s"]}
