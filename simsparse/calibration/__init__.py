@@ -193,10 +193,11 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
     # the testbed's launcher binds each rank to a core (simsparse.testbed.launch): the model binds them alike
     binding = "block" if testbed is not None and raw.get("shared_cores") else "none"
     cpu = netfit.message_cpu(p2p, ranks, raw.get("shared_cores"), hot)
-    concurrency = netfit.check_patterns(p2p, network, ranks, raw.get("shared_cores"), cpu, binding, hot)
+    start = netfit.start_cpu(p2p, ranks, raw.get("shared_cores")) if cpu else None
+    concurrency = netfit.check_patterns(p2p, network, ranks, raw.get("shared_cores"), cpu, binding, hot, start)
     if testbed is None:
         network, concurrency = netfit.exchange_scale(p2p, network, concurrency, ranks, raw.get("shared_cores"), cpu,
-                                                     binding, path=hot)
+                                                     binding, path=hot, start=start)
         if "size_scale" in network:
             net_fits["exchange_scale"] = network["size_scale"]
 
@@ -211,6 +212,8 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
         compute["core_binding"] = binding
         if cpu:
             compute["message_cpu_s"] = cpu
+        if start:
+            compute["start_cpu_s"] = start
         if path:
             compute["message_path"] = path
         step = program_cpu(raw.get("steps"))

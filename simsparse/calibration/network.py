@@ -27,6 +27,7 @@ import numpy as np
 from ..compute.message_path import MessagePath
 from ..ops import Dense
 from . import fit, patterns
+from .patterns import EXCHANGE_STEPS, STEADY_STEPS
 
 
 def host_network(p2p: dict, name: str, source: str, path: dict | None = None) -> tuple[dict, dict]:
@@ -66,7 +67,8 @@ def _beyond_path(path: dict | None):
 
 
 def exchange_scale(p2p: dict, network: dict, checks: list, P: int, cores=None, cpu=None,
-                   binding: str = "none", rounds: int = 3, path: dict | None = None) -> tuple[dict, list]:
+                   binding: str = "none", rounds: int = 3, path: dict | None = None,
+                   start=None) -> tuple[dict, list]:
     """The host's alpha-beta line with SMPI-style factors per size band
     (``size_scale``, :func:`.fit.size_scale`: half-decades of bytes, each
     the median of measured over modelled exchange time), where the line
@@ -90,12 +92,12 @@ def exchange_scale(p2p: dict, network: dict, checks: list, P: int, cores=None, c
     anchor = [[SMALL_EXCHANGE_B, 1.0]]
     for _ in range(rounds):
         net["size_scale"] = anchor + [[int(m), float(f)] for m, f in scale]
-        r = ratios(check_patterns(p2p, net, P, cores, cpu, binding, path))
+        r = ratios(check_patterns(p2p, net, P, cores, cpu, binding, path, start))
         left = fit.band_ratio(list(r), list(r.values()), [m for m, _ in scale])
         scale = [[m, f * q] for (m, f), q in zip(scale, left)]
     net["size_scale"] = anchor + [[int(m), float(f)] for m, f in scale]
     net["source"] += "; per size band, the exchanges' measured over modelled time (size_scale)"
-    return net, check_patterns(p2p, net, P, cores, cpu, binding, path)
+    return net, check_patterns(p2p, net, P, cores, cpu, binding, path, start)
 
 
 def testbed_network(p2p: dict, spec, name: str, source: str, path: dict | None = None) -> tuple[dict, dict]:
@@ -178,29 +180,49 @@ def message_cpu(p2p: dict, P: int, cores, path: dict | None = None) -> float | N
     busy is CPU-bound, P ranks x 2 requests over min(P, cores) busy cores, so
     each request costs t x min(P, cores) / 2P (t / 2 with a core per rank:
     the rank's driver posts, progresses and completes its two requests one
-    after the other). With ``path``, beyond the send and receive path timed
-    around those messages (charged on its own). None without cores or small
-    exchanges."""
+    after the other). t is a step of the long exchange, past a run's first
+    steps (:func:`start_cpu`), where it was measured. With ``path``, beyond
+    the send and receive path timed around those messages (charged on its
+    own). None without cores or small exchanges."""
     beyond = _beyond_path(path)
-    small = [beyond(m, t) for m, t in p2p.get("exchange", []) if m <= SMALL_EXCHANGE_B]
+    rows = p2p.get("exchange_steady") or p2p.get("exchange", [])
+    small = [beyond(m, t) for m, t in rows if m <= SMALL_EXCHANGE_B]
     if not cores or not small:
         return None
     return float(np.median(small)) * min(P, cores) / (2 * P)
 
 
+def start_cpu(p2p: dict, P: int, cores) -> float | None:
+    """Core-seconds each rank spends on a run's first steps beyond the
+    steady per-request cost (``start_cpu_s``): ranks leave the common start
+    together, each from a sleep, with caches the other ranks' Python took
+    over. The short exchange of EXCHANGE_STEPS steps (as the suite's
+    collectives run) takes E x t_short, the long one's steps t_steady each;
+    the excess E x (t_short - t_steady) of a CPU-bound run is
+    P / min(P, cores) ranks' start each (at P = 8 on 2 cores here 0.6 to
+    3 ms a run, at P = 4 0.1 to 0.7 ms). The median over the small sizes;
+    None without cores or a long exchange."""
+    short = dict(p2p.get("exchange", []))
+    excess = [EXCHANGE_STEPS * (short[m] - t) for m, t in p2p.get("exchange_steady", [])
+              if m <= SMALL_EXCHANGE_B and m in short]
+    if not cores or not excess:
+        return None
+    return max(float(np.median(excess)), 0.0) * min(P, cores) / P
+
+
 def check_patterns(p2p: dict, network: dict, P: int, cores=None, cpu=None, binding: str = "none",
-                   path: dict | None = None) -> list[dict]:
+                   path: dict | None = None, start=None) -> list[dict]:
     """Each measured pattern beside the simulator's time for it on ``network``
     (with ``cores`` shared by the ranks, bound as ``binding`` says, ``cpu``
-    per request and ``path`` per message: the send and receive path of these
-    back-to-back messages, as the profile runs)."""
+    per request, ``start`` per run and ``path`` per message: the send and
+    receive path of these back-to-back messages, as the profile runs)."""
     from ..compute.devices import DeviceProfile, ParametricDevice
     from ..network.spec import NETWORK_SPECS
     from ..ops import Dense
 
     spec = NETWORK_SPECS[network["model"]].model_validate(network)
     device = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=cores, message_cpu_s=cpu,
-                                            core_binding=binding, message_path=path or None)) \
+                                            start_cpu_s=start, core_binding=binding, message_path=path or None)) \
         if cores else None
 
     def maker(m):
@@ -217,8 +239,11 @@ def check_patterns(p2p: dict, network: dict, P: int, cores=None, cpu=None, bindi
     for m, t in p2p["pingpong"]:
         rows.append(("pingpong", m, t, sim(lambda c, mk=maker(m): patterns.pingpong(c, mk, reps), "rank0")))
     for m, t in p2p.get("exchange", []):
-        n = 3 if m <= 1 << 20 else 1   # as .worker times it
+        n = EXCHANGE_STEPS if m <= 1 << 20 else 1   # as .worker times it
         rows.append(("exchange", m, t, sim(lambda c, mk=maker(m), n=n: patterns.exchange(c, mk, n), "span") / n))
+    for m, t in p2p.get("exchange_steady", []):
+        rows.append(("exchange_steady", m, t,
+                     sim(lambda c, mk=maker(m): patterns.exchange(c, mk, STEADY_STEPS), "span") / STEADY_STEPS))
     for m, t in p2p["pairs"]:
         rows.append(("pairs", m, t, sim(lambda c, mk=maker(m): patterns.pairs(c, mk, 4), "span") / 4))
     for m, t in p2p.get("crossing", []):

@@ -49,6 +49,11 @@ def window(ctx, make, count):
     return None
 
 
+#: the exchange's steps per timing (.worker): a short run, as the suite's collectives are, and, for
+#: sizes up to STEADY_MAX_B, a long one whose steps are mostly past the run's first (network.message_cpu)
+EXCHANGE_STEPS, STEADY_STEPS, STEADY_MAX_B = 3, 24, 1024
+
+
 def exchange(ctx, make, reps):
     """Ranks r and r xor 1 send each other a message at once and wait for
     both, ``reps`` times (MPI_Sendrecv): a step of a ring or recursive

@@ -34,6 +34,7 @@ import time
 import numpy as np
 
 from . import patterns
+from .patterns import EXCHANGE_STEPS, STEADY_MAX_B, STEADY_STEPS
 from .probes import KernelProbe, PathProbe, StepProbe
 
 
@@ -92,12 +93,17 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
     # the sizes in EXCHANGE_ROUNDS sweeps, alternately up and down, so a slow stretch of this
     # machine (minutes long here) lands on every size a little rather than on a few entirely
     got: dict = {m: [] for m in exchange_sizes}
+    steady: dict = {m: [] for m in exchange_sizes if m <= STEADY_MAX_B}
     for k in range(EXCHANGE_ROUNDS if exchange_sizes else 0):
         for m in (exchange_sizes if k % 2 == 0 else exchange_sizes[::-1]):
             mk = maker(m)
-            n = 3 if m <= 1 << 20 else 1
+            n = EXCHANGE_STEPS if m <= 1 << 20 else 1
             got[m] += [v / n for v in span(lambda c, mk=mk, n=n: patterns.exchange(c, mk, n), repeat=3)]
+            if m in steady:
+                n = STEADY_STEPS
+                steady[m] += [v / n for v in span(lambda c, mk=mk, n=n: patterns.exchange(c, mk, n), repeat=3)]
     out["exchange"] = [(4 * max(1, m // 4), _median(got[m])) for m in exchange_sizes]
+    out["exchange_steady"] = [(4 * max(1, m // 4), _median(v)) for m, v in steady.items()]
     path.active = False
     out["path"] = path.gathered(comm)
     path.close()

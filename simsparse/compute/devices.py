@@ -85,6 +85,9 @@ class DeviceProfile(BaseModel):
     message_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds each posted send and "
                                         "receive costs its rank, beside the transfer (simsparse calibrate: from an "
                                         "exchange of small messages with every rank busy)")
+    start_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds each rank spends on "
+                                      "a run's first steps beyond message_cpu_s, charged as the run starts "
+                                      "(simsparse calibrate: a short exchange against a long one)")
     message_path: PathCosts | None = Field(None, description="with shared_cores: the real backend's CPU per message "
                                            "on each side, per wire format (dense, split, packed), measured around "
                                            "every message of the calibration's algorithm runs (compute.message_path)")

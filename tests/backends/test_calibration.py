@@ -169,14 +169,21 @@ def test_quick_calibration_end_to_end(tmp_path):
 
 def test_cpu_per_request_and_per_kernel_from_the_raw_timings():
     """message_cpu_s: an exchange of small messages is CPU-bound, P ranks x 2 requests over min(P, cores)
-    cores; program_cpu_s: the median step's own time times the steps per kernel call."""
+    cores (a long exchange's steps where measured); start_cpu_s: what the short exchange takes beyond
+    them, per rank; program_cpu_s: the median step's own time times the steps per kernel call."""
     from simsparse.calibration import program_cpu
-    from simsparse.calibration.network import message_cpu
+    from simsparse.calibration.network import message_cpu, start_cpu
 
     ex = {"exchange": [(4, 80e-6), (256, 70e-6), (1024, 72e-6), (1 << 20, 1e-3)]}
     assert message_cpu(ex, 2, 2) == pytest.approx(36e-6)          # a core per rank: its two requests in turn
     assert message_cpu(ex, 8, 2) == pytest.approx(72e-6 * 2 / 16)  # 16 requests over 2 cores
     assert message_cpu({"exchange": [(1 << 20, 1e-3)]}, 2, 2) is None and message_cpu(ex, 2, None) is None
+    # with a long exchange, its steps give the CPU per request and the short one's excess a run's start
+    ex["exchange_steady"] = [(4, 60e-6), (256, 50e-6), (1024, 52e-6)]
+    assert message_cpu(ex, 8, 2) == pytest.approx(52e-6 * 2 / 16)
+    assert start_cpu(ex, 8, 2) == pytest.approx(3 * 20e-6 * 2 / 8)   # 3 steps x 20 us, for 4 ranks a core
+    assert start_cpu({"exchange": [(4, 1e-5)], "exchange_steady": [(4, 2e-5)]}, 8, 2) == 0.0
+    assert start_cpu(ex, 8, None) is None and start_cpu({"exchange": ex["exchange"]}, 8, 2) is None
     steps = {"steps": 300, "median_s": 30e-6, "kernel_calls": 450}
     assert program_cpu(steps) == pytest.approx(20e-6)
     assert program_cpu({"steps": 0, "median_s": float("nan"), "kernel_calls": 0}) is None and program_cpu(None) is None

@@ -92,6 +92,28 @@ def test_requests_cost_cpu_on_shared_cores_beside_the_wire(P):
     assert time(big, shared_cores=2, message_cpu_s=c) == pytest.approx(big / B, rel=1e-6)
 
 
+@pytest.mark.parametrize("P", [4, 8])
+def test_a_runs_start_costs_cpu_on_shared_cores_once(P):
+    """start_cpu_s s: every rank runs s core-seconds before its program, on
+    its share of the cores (P s / 2 on 2 cores), once per run: an exchange of
+    n steps takes P s / 2 + n P c, whatever n; without shared cores nothing."""
+    from simsparse.backends.sim import Simulator
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.network.spec import EthernetSpec
+
+    c, s = 100e-6, 300e-6
+    spec = EthernetSpec(topology="star", link_bw_Bps=1.25e7)
+
+    def span(reps, **prof):
+        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, **prof))
+        return max(Simulator(spec.build(), dev).run([_exchange(4, reps)] * P).finish_s)
+
+    for reps in (3, 24):
+        assert span(reps, shared_cores=2, message_cpu_s=c, start_cpu_s=s) == \
+            pytest.approx(P * s / 2 + reps * P * c, rel=1e-6)
+    assert span(3, start_cpu_s=s) == pytest.approx(span(3), rel=1e-12)
+
+
 def test_the_programs_own_cpu_is_charged_before_every_kernel():
     """program_cpu_s c: each kernel call of a rank costs c more core-seconds
     (the real driver's step and the program's Python before it); a ring of
