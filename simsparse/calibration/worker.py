@@ -99,9 +99,10 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
             mk = maker(m)
             n = EXCHANGE_STEPS if m <= 1 << 20 else 1
             got[m] += [v / n for v in span(lambda c, mk=mk, n=n: patterns.exchange(c, mk, n), repeat=3)]
-            if m in steady:
-                n = STEADY_STEPS
+            if m in steady:   # not in the path: its steps are the hot ones that the pingpong's are not
+                n, path.active = STEADY_STEPS, False
                 steady[m] += [v / n for v in span(lambda c, mk=mk, n=n: patterns.exchange(c, mk, n), repeat=3)]
+                path.active = True
     out["exchange"] = [(4 * max(1, m // 4), _median(got[m])) for m in exchange_sizes]
     out["exchange_steady"] = [(4 * max(1, m // 4), _median(v)) for m, v in steady.items()]
     path.active = False
