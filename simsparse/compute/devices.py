@@ -83,8 +83,8 @@ class DeviceProfile(BaseModel):
                                                   "one pool of cores; 'block', rank r is bound to core r*C/P and "
                                                   "shares it with its block of ranks only (the testbed binds them)")
     message_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds each posted send and "
-                                        "receive costs its rank, beside the transfer (simsparse calibrate: from an "
-                                        "exchange of small messages with every rank busy)")
+                                        "receive costs its rank, beside the transfer (simsparse calibrate: from the "
+                                        "steady steps of an exchange of small messages with every rank busy)")
     start_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds each rank spends on "
                                       "a run's first steps beyond message_cpu_s, charged as the run starts "
                                       "(simsparse calibrate: a short exchange against a long one)")
