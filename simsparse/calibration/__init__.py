@@ -144,10 +144,32 @@ def _launch(mpiexec: str, spec: dict, ranks: int, testbed, timeout_s: float, ext
             except subprocess.TimeoutExpired:
                 raise CalibrationError(f"calibration timed out after {timeout_s:.0f} s") from None
         if proc.returncode != 0 or not os.path.exists(rp):
-            tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-            raise CalibrationError(f"the calibration run failed (exit {proc.returncode}):\n{tail}")
+            raise CalibrationError(_failure(proc.returncode, proc.stderr or proc.stdout or "", ranks))
         with open(rp) as f:
             return json.load(f)
+
+
+#: a calibration rank's peak memory seen here (the star at P = 8: 3.8 to 4.4 GB; every algorithm at n = 1.2e7
+#: on the caching heap of simsparse.backends.rank_env, which keeps what each one grew to)
+RANK_PEAK_GB = 4.4
+
+
+def _failure(code: int, output: str, ranks: int) -> str:
+    """Why the worker's ``mpiexec`` failed: its exit and the output's tail,
+    and, where a rank was killed by SIGKILL, what most likely did it."""
+    tail = "\n".join(output.strip().splitlines()[-15:])
+    why = f"the calibration run failed (exit {code}):\n{tail}"
+    if code in (9, 137, -9) or "signal 9" in output:
+        try:
+            with open("/proc/meminfo") as f:
+                total = next(int(line.split()[1]) / 2**20 for line in f if line.startswith("MemTotal:"))
+            have = f"; this host has {total:.0f} GB"
+        except (OSError, StopIteration, ValueError):
+            have = ""
+        why += (f"\nA rank was killed by SIGKILL, most likely by the kernel's out-of-memory killer (see dmesg): a "
+                f"calibration rank holds up to about {RANK_PEAK_GB:g} GB, {ranks * RANK_PEAK_GB:.0f} GB for "
+                f"{ranks} ranks{have}. Calibrate fewer ranks, or stop what else holds memory.")
+    return why
 
 
 def _testbed_name(spec) -> str:

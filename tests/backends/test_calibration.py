@@ -331,3 +331,16 @@ def test_the_unexpected_window_is_the_largest_message_that_crossed_before_its_re
     got = unexpected_window(late, 1.2375e7)
     assert got["window_B"] == window
     assert [r["bytes"] for r in got["sizes"]] == [m for m, _, _ in late]
+
+
+def test_a_rank_killed_by_sigkill_is_explained_as_memory_with_the_figures():
+    """A calibration whose rank the OOM killer stopped says so, with what the
+    ranks need; any other failure keeps the output's tail alone."""
+    from simsparse.calibration import RANK_PEAK_GB, _failure
+
+    banner = "= EXIT CODE: 9\nYOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)"
+    why = _failure(9, banner, 8)
+    assert why.startswith("the calibration run failed (exit 9):") and "Killed (signal 9)" in why
+    assert "out-of-memory killer" in why and f"{8 * RANK_PEAK_GB:.0f} GB for 8 ranks" in why
+    other = _failure(1, "Traceback ...\nValueError: bad", 4)
+    assert other.endswith("ValueError: bad") and "memory" not in other
