@@ -92,18 +92,21 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
         span(lambda c, mk=maker(4): patterns.exchange(c, mk, 1), repeat=1)
     # the sizes in EXCHANGE_ROUNDS sweeps, alternately up and down, so a slow stretch of this
     # machine (minutes long here) lands on every size a little rather than on a few entirely
+    def steps(mk, n):
+        """Three timings of an n-step exchange, per step."""
+        return [v / n for v in span(lambda c: patterns.exchange(c, mk, n), repeat=3)]
+
     got: dict = {m: [] for m in exchange_sizes}
     steady: dict = {m: [] for m in exchange_sizes if m <= STEADY_MAX_B}
     for k in range(EXCHANGE_ROUNDS if exchange_sizes else 0):
         for m in (exchange_sizes if k % 2 == 0 else exchange_sizes[::-1]):
             mk = maker(m)
-            n = EXCHANGE_STEPS if m <= 1 << 20 else 1
-            got[m] += [v / n for v in span(lambda c, mk=mk, n=n: patterns.exchange(c, mk, n), repeat=3)]
+            got[m] += steps(mk, EXCHANGE_STEPS if m <= 1 << 20 else 1)
             if m in steady:   # not in the path: its steps are the hot ones that the pingpong's are not
-                n, path.active = STEADY_STEPS, False
-                steady[m] += [v / n for v in span(lambda c, mk=mk, n=n: patterns.exchange(c, mk, n), repeat=3)]
+                path.active = False
+                steady[m] += steps(mk, STEADY_STEPS)
                 path.active = True
-    out["exchange"] = [(4 * max(1, m // 4), _median(got[m])) for m in exchange_sizes]
+    out["exchange"] = [(4 * max(1, m // 4), _median(v)) for m, v in got.items()]
     out["exchange_steady"] = [(4 * max(1, m // 4), _median(v)) for m, v in steady.items()]
     path.active = False
     out["path"] = path.gathered(comm)
