@@ -22,6 +22,17 @@ requires_mpi = pytest.mark.skipif(not HAVE_MPI, reason="needs the [mpi] extra (m
 requires_torch = pytest.mark.skipif(not HAVE_TORCH, reason="needs torch")
 
 
+def _have_cuda() -> bool:
+    if not HAVE_MPI:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+requires_cuda = pytest.mark.skipif(not _have_cuda(), reason="needs a CUDA GPU that torch sees (and the [mpi] extra)")
+
+
 def make_point(algorithm, P, n=1024, density=0.05, params=None, alpha=ALPHA, bw=BW, eager=65536,
                iterations=1, warmup=0, seed=0, compute=None, values="full", **net):
     """A bare-collective point; ``values="full"`` so results are checked (size-only runs skip the check)."""

@@ -226,9 +226,13 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
     kernels, kfits = _kernels(raw["kernels"])
     noise, noise_fits = fit.fit_kernel_noise(steady_calls(raw["kernels"])[0])
     mem = _memory_roofline(raw["kernels"])
+    # one eager op issued behind others (worker.op_launch): the per-op term of a model's roofline and of a kernel
+    # that has no fit of its own; the roofline's intercept over every kernel call stays in the fits
+    launch = (raw.get("op_launch") or {}).get("issue_s") or mem["launch_s"]
+    partners = f", {raw['cpu_partners']} partner ranks on the CPU" if raw.get("cpu_partners") else ""
     compute = {"name": name, "source": f"simsparse calibrate on {host} ({raw['device']}, {raw['torch_threads']} "
-                                       f"torch threads per rank, {ranks} ranks)",
-               "launch_s": mem["launch_s"], "mem_bandwidth_Bps": mem["mem_bandwidth_Bps"], "kernels": kernels}
+                                       f"torch threads per rank, {ranks} ranks{partners})",
+               "launch_s": launch, "mem_bandwidth_Bps": mem["mem_bandwidth_Bps"], "kernels": kernels}
     if raw.get("shared_cores"):
         compute["shared_cores"] = raw["shared_cores"]
         compute["core_binding"] = binding
@@ -258,6 +262,7 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
             "fits": {"network": net_fits, "loggp": loggp,
                      "message_path": {"algorithms": path_fits, "patterns": {"costs": hot, "fits": hot_fits}},
                      "patterns": concurrency, "kernels": kfits, "kernel_noise": noise_fits, "memory": mem,
+                     "op_launch": raw.get("op_launch"),
                      "layers": layer_fits},
             "measurements": {"pingpong": [{"bytes": m, "half_rtt_s": t} for m, t in p2p["pingpong"]]}}
 

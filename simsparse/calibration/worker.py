@@ -210,20 +210,29 @@ def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
 
 # -- layers ----------------------------------------------------------------------------
 
-def layers(comm, device, model_names, batch_size, reps, now=time.perf_counter) -> dict:
-    """Per model: forward time and every tensor's backward interval (registration order)."""
+def layers(comm, device, model_names, batch_size, reps, now=time.perf_counter, partner: bool = False) -> dict:
+    """Per model: forward time and every tensor's backward interval (registration order).
+    A ``partner`` rank (on the CPU beside a timed GPU, :func:`timed_device`) only keeps the barriers."""
     import torch
 
     from .. import models
 
     out = {}
     for name in model_names:
+        if partner:
+            for _ in range(reps + 1):
+                comm.Barrier()
+            continue
         torch.manual_seed(0)
         model = models.build(name).to(device)
         params = list(model.parameters())
         ready = [0.0] * len(params)
-        hooks = [p.register_post_accumulate_grad_hook(lambda _p, i=i, ready=ready: ready.__setitem__(i, now()))
-                 for i, p in enumerate(params)]
+        # on a GPU the hook runs when the backward is queued, ahead of the GPU: a CUDA event recorded there
+        # marks when the GPU has made the gradient (its time from the forward's end, after the sync)
+        gpu = device.type == "cuda"
+        marks = [torch.cuda.Event(enable_timing=True) for _ in range(len(params) + 1)] if gpu else None
+        mark = (lambda i: marks[i].record()) if gpu else (lambda i: ready.__setitem__(i, now()))
+        hooks = [p.register_post_accumulate_grad_hook(lambda _p, i=i: mark(i)) for i, p in enumerate(params)]
         fwd, bwd = [], []
         for it in range(reps + 1):
             batch = models.example_batch(name, batch_size, generator=torch.Generator().manual_seed(it), device=device)
@@ -236,8 +245,12 @@ def layers(comm, device, model_names, batch_size, reps, now=time.perf_counter) -
             loss = models.loss(name, model, batch)
             sync()
             t1 = now()
+            if gpu:
+                marks[-1].record()
             loss.backward()
             sync()
+            if gpu:
+                ready = [t1 + marks[-1].elapsed_time(m) / 1e3 for m in marks[:-1]]
             if it == 0:
                 continue  # warm-up
             fwd.append(t1 - t0)
@@ -255,6 +268,42 @@ def layers(comm, device, model_names, batch_size, reps, now=time.perf_counter) -
     return out
 
 
+def op_launch(device, reps: int = 2000, now=time.perf_counter) -> dict:
+    """What one eager torch op costs on ``device``, by its smallest op (an add of one
+    element): ``issue_s``, ops issued back to back and one sync at the end (the
+    per-op term of a model's roofline, :func:`simsparse.compute.models.model_profile`);
+    ``sync_s``, each op followed by a synchronisation (a kernel whose result the
+    program needs at once). Medians of three spans."""
+    import torch
+
+    a = torch.ones(1, device=device)
+    c = torch.empty_like(a)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def span(count, each):
+        sync()
+        t0 = now()
+        for _ in range(count):
+            torch.add(a, a, out=c)
+            if each:
+                sync()
+        sync()
+        return (now() - t0) / count
+
+    span(200, False)
+    return {"issue_s": _median([span(reps, False) for _ in range(3)]),
+            "sync_s": _median([span(reps // 4, True) for _ in range(3)])}
+
+
+def timed_device(kind: str, rank: int, gpus: int) -> str:
+    """The device this rank's tensors live on in a calibration. Only rank 0's
+    kernels and layers are recorded, and a run puts one GPU under each rank: on
+    a host with fewer GPUs than ranks the ranks beyond them are partners on the
+    CPU, so the timed rank has its GPU alone instead of time-sliced with the
+    others (one H100 and two ranks: each kernel would wait for the other's)."""
+    return "cpu" if kind == "cuda" and rank >= gpus else kind
+
+
 def main(argv=None):
     from mpi4py import MPI
     import torch
@@ -265,7 +314,9 @@ def main(argv=None):
     with open(spec_path) as f:
         spec = json.load(f)
     comm = MPI.COMM_WORLD
-    device = pick_device(spec["device"])
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    kind = timed_device(spec["device"], comm.Get_rank(), gpus)
+    device = pick_device(kind)
     if device.type == "cpu":
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // comm.Get_size()))
     t0 = time.perf_counter()
@@ -278,12 +329,17 @@ def main(argv=None):
                          spec.get("concurrency_sizes", (1 << 16, 1 << 20)), spec.get("late_sizes", ()),
                          spec.get("path_calls", True))
     if "kernels" in parts:
-        raw["kernels"], raw["steps"], raw["message_path"] = kernels(comm, spec["device"], spec["kernel_sizes"],
+        raw["kernels"], raw["steps"], raw["message_path"] = kernels(comm, kind, spec["kernel_sizes"],
                                                                     spec["quick"], now,
                                                                     spec.get("path_calls", True))
     if "layers" in parts:
-        raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"], now)
+        partner = kind != spec["device"]
+        raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"], now, partner)
+        if not partner:
+            raw["op_launch"] = op_launch(device, now=now)
     raw["device"] = f"{device.type}:{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}"
+    if spec["device"] == "cuda":
+        raw["cpu_partners"] = max(0, comm.Get_size() - gpus)
     raw["torch_threads"] = torch.get_num_threads()
     raw["wall_s"] = time.perf_counter() - t0
     if comm.Get_rank() == 0:

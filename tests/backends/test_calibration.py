@@ -156,6 +156,9 @@ def test_quick_calibration_end_to_end(tmp_path):
     assert {"topk", "add", "scatter_add", "concat"} <= set(prof["compute"]["kernels"])
     assert prof["compute"]["models"]["resnet20_cifar10"]["batch_size"] == 8
     assert all("residuals" in f for f in prof["fits"]["kernels"].values())
+    # one eager op issued behind others is the per-op cost; one that waits for its result costs more
+    ops = prof["fits"]["op_launch"]
+    assert prof["compute"]["launch_s"] == ops["issue_s"] and 1e-8 < ops["issue_s"] <= ops["sync_s"] * 1.5 < 1e-2
     # the ranks' own CPU: per request (from small exchanges) and per kernel (the driver's steps), on this host's cores
     assert prof["compute"]["shared_cores"] == host_cores()
     assert 1e-7 < prof["compute"]["message_cpu_s"] < 1e-2 and 1e-7 < prof["compute"]["program_cpu_s"] < 1e-2
@@ -344,3 +347,13 @@ def test_a_rank_killed_by_sigkill_is_explained_as_memory_with_the_figures():
     assert "out-of-memory killer" in why and f"{8 * RANK_PEAK_GB:.0f} GB for 8 ranks" in why
     other = _failure(1, "Traceback ...\nValueError: bad", 4)
     assert other.endswith("ValueError: bad") and "memory" not in other
+
+
+def test_ranks_beyond_the_gpus_are_partners_on_the_cpu():
+    """Only rank 0 is timed; with fewer GPUs than ranks the others run on the CPU
+    so it has its GPU alone. The CPU device and enough GPUs change nothing."""
+    from simsparse.calibration.worker import timed_device
+
+    assert [timed_device("cuda", r, 1) for r in range(3)] == ["cuda", "cpu", "cpu"]
+    assert [timed_device("cuda", r, 4) for r in range(3)] == ["cuda"] * 3
+    assert [timed_device("cpu", r, 1) for r in range(2)] == ["cpu"] * 2
