@@ -276,6 +276,8 @@ class Simulator(Driver):
         #: with shared cores, core-seconds every posted send and receive costs its rank (see _cpu_start)
         prof = getattr(self.device, "profile", None)
         self.msg_cpu = (getattr(prof, "message_cpu_s", None) or 0.0) if self.shared_cores else 0.0
+        #: with shared cores, core-seconds a rank spends waking from a blocking wait (see _resume_wait)
+        self.wait_cpu = (getattr(prof, "wait_cpu_s", None) or 0.0) if self.shared_cores else 0.0
         #: with shared cores, core-seconds every rank spends as a run starts (see _begin)
         self.start_cpu = (getattr(prof, "start_cpu_s", None) or 0.0) if self.shared_cores else 0.0
         #: with shared cores and a measured send/receive path, its CPU per message (compute.message_path)
@@ -593,6 +595,16 @@ class Simulator(Driver):
                 self.env.soon(self._resume_wait, w)
 
     def _resume_wait(self, w: _Wait) -> None:
+        """A blocked wait is complete. With shared cores its rank first wakes:
+        ``wait_cpu`` core-seconds on its cores (the real driver's poll or
+        sleep returns and runs MPI's progress), once however many requests
+        the wait completes (simsparse.calibration.network.request_cpu)."""
+        if self.wait_cpu:
+            self.cores[w.prog.ctx.rank].run(self.wait_cpu, self._woke, w)
+        else:
+            self._woke(w)
+
+    def _woke(self, w: _Wait) -> None:
         hs = w.handles
         if w.any:
             i = next(i for i, h in enumerate(hs) if h.done)

@@ -214,12 +214,13 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
              "window": [{"bytes": m, "per_message_s": g, "post_s": o} for m, g, o in p2p["window"]]}
     # the testbed's launcher binds each rank to a core (simsparse.testbed.launch): the model binds them alike
     binding = "block" if testbed is not None and raw.get("shared_cores") else "none"
-    cpu = netfit.message_cpu(p2p, ranks, raw.get("shared_cores"), hot)
+    cpu, wake = netfit.request_cpu(p2p, ranks, raw.get("shared_cores"), hot)
     start = netfit.start_cpu(p2p, ranks, raw.get("shared_cores")) if cpu else None
-    concurrency = netfit.check_patterns(p2p, network, ranks, raw.get("shared_cores"), cpu, binding, hot, start)
+    concurrency = netfit.check_patterns(p2p, network, ranks, raw.get("shared_cores"), cpu, binding, hot, start,
+                                        wake)
     if testbed is None:
         network, concurrency = netfit.exchange_scale(p2p, network, concurrency, ranks, raw.get("shared_cores"), cpu,
-                                                     binding, path=hot, start=start)
+                                                     binding, path=hot, start=start, wait=wake)
         if "size_scale" in network:
             net_fits["exchange_scale"] = network["size_scale"]
 
@@ -238,6 +239,8 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
         compute["core_binding"] = binding
         if cpu:
             compute["message_cpu_s"] = cpu
+        if wake:
+            compute["wait_cpu_s"] = wake
         if start:
             compute["start_cpu_s"] = start
         if path:

@@ -57,18 +57,18 @@ def host_network(p2p: dict, name: str, source: str, path: dict | None = None) ->
     return net, fits
 
 
-def _beyond_path(path: dict | None):
-    """(bytes, seconds) -> the seconds beyond one dense message's send and
-    receive path (``path``: costs per format), at least a tenth of them."""
+def _beyond_path(path: dict | None, count: int = 1):
+    """(bytes, seconds) -> the seconds beyond ``count`` dense messages' send and
+    receive paths (``path``: costs per format), at least a tenth of them."""
     if not path:
         return lambda m, t: t
     mp = MessagePath(path)
-    return lambda m, t: max(t - mp.send_s(Dense(None), m) - mp.recv_s(Dense(None), m), 0.1 * t)
+    return lambda m, t: max(t - count * (mp.send_s(Dense(None), m) + mp.recv_s(Dense(None), m)), 0.1 * t)
 
 
 def exchange_scale(p2p: dict, network: dict, checks: list, P: int, cores=None, cpu=None,
                    binding: str = "none", rounds: int = 3, path: dict | None = None,
-                   start=None) -> tuple[dict, list]:
+                   start=None, wait=None) -> tuple[dict, list]:
     """The host's alpha-beta line with SMPI-style factors per size band
     (``size_scale``, :func:`.fit.size_scale`: half-decades of bytes, each
     the median of measured over modelled exchange time), where the line
@@ -92,12 +92,12 @@ def exchange_scale(p2p: dict, network: dict, checks: list, P: int, cores=None, c
     anchor = [[SMALL_EXCHANGE_B, 1.0]]
     for _ in range(rounds):
         net["size_scale"] = anchor + [[int(m), float(f)] for m, f in scale]
-        r = ratios(check_patterns(p2p, net, P, cores, cpu, binding, path, start))
+        r = ratios(check_patterns(p2p, net, P, cores, cpu, binding, path, start, wait))
         left = fit.band_ratio(list(r), list(r.values()), [m for m, _ in scale])
         scale = [[m, f * q] for (m, f), q in zip(scale, left)]
     net["size_scale"] = anchor + [[int(m), float(f)] for m, f in scale]
     net["source"] += "; per size band, the exchanges' measured over modelled time (size_scale)"
-    return net, check_patterns(p2p, net, P, cores, cpu, binding, path, start)
+    return net, check_patterns(p2p, net, P, cores, cpu, binding, path, start, wait)
 
 
 def testbed_network(p2p: dict, spec, name: str, source: str, path: dict | None = None) -> tuple[dict, dict]:
@@ -174,22 +174,34 @@ def _beyond_the_wire(sizes, times, B, burst):
 SMALL_EXCHANGE_B = 1024
 
 
-def message_cpu(p2p: dict, P: int, cores, path: dict | None = None) -> float | None:
-    """Core-seconds per posted send or receive when P ranks share ``cores``
-    cores (``message_cpu_s``): an exchange of small messages with every rank
-    busy is CPU-bound, P ranks x 2 requests over min(P, cores) busy cores, so
-    each request costs t x min(P, cores) / 2P (t / 2 with a core per rank:
-    the rank's driver posts, progresses and completes its two requests one
-    after the other). t is a step of the long exchange, past a run's first
-    steps (:func:`start_cpu`), where it was measured. With ``path``, beyond
-    the send and receive path timed around those messages (charged on its
-    own). None without cores or small exchanges."""
-    beyond = _beyond_path(path)
+def request_cpu(p2p: dict, P: int, cores, path: dict | None = None) -> tuple[float | None, float]:
+    """Core-seconds per posted send or receive (``message_cpu_s``) and per
+    wake-up from a blocking wait (``wait_cpu_s``) when P ranks share
+    ``cores`` cores. An exchange of small messages with every rank busy is
+    CPU-bound: a step costs each rank t x min(P, cores) / P core-seconds
+    (t with a core per rank), its two requests and the one wake-up that
+    completes them. The all-to-all puts 2(P - 1) requests behind one wake-up:
+    the difference of the two steps is 2(P - 2) requests, the rest of the
+    exchange's step the wake-up (the driver's poll or sleep returning, MPI's
+    progress, the program resuming). On the star at P = 8, 4 B: 194 us a step
+    for 2 requests, 400 us for 14 (17 us a request, 160 us a wake-up), where
+    2 x 97 us per request would charge the all-to-all 1.36 ms. Both are
+    steady steps (:func:`start_cpu`) beyond the send and receive path timed
+    around the messages (``path``, charged on its own); the medians over the
+    small sizes. Without an all-to-all (P = 2, older profiles) everything is
+    per request. (None, 0) without cores or small exchanges."""
     rows = p2p.get("exchange_steady") or p2p.get("exchange", [])
-    small = [beyond(m, t) for m, t in rows if m <= SMALL_EXCHANGE_B]
-    if not cores or not small:
-        return None
-    return float(np.median(small)) * min(P, cores) / (2 * P)
+    one, many = _beyond_path(path), _beyond_path(path, P - 1)
+    ex = {m: one(m, t) for m, t in rows if m <= SMALL_EXCHANGE_B}
+    if not cores or not ex:
+        return None, 0.0
+    share = min(P, cores) / P
+    a2a = {m: many(m, t) for m, t in p2p.get("alltoall_steady", []) if m in ex}
+    if not a2a or P <= 2:
+        return float(np.median(list(ex.values()))) * share / 2, 0.0
+    per_req = {m: max((t - ex[m]) * share / (2 * (P - 2)), 0.0) for m, t in a2a.items()}
+    per_wake = [max(ex[m] * share - 2 * r, 0.0) for m, r in per_req.items()]
+    return float(np.median(list(per_req.values()))), float(np.median(per_wake))
 
 
 def start_cpu(p2p: dict, P: int, cores) -> float | None:
@@ -211,18 +223,19 @@ def start_cpu(p2p: dict, P: int, cores) -> float | None:
 
 
 def check_patterns(p2p: dict, network: dict, P: int, cores=None, cpu=None, binding: str = "none",
-                   path: dict | None = None, start=None) -> list[dict]:
+                   path: dict | None = None, start=None, wait=None) -> list[dict]:
     """Each measured pattern beside the simulator's time for it on ``network``
     (with ``cores`` shared by the ranks, bound as ``binding`` says, ``cpu``
-    per request, ``start`` per run and ``path`` per message: the send and
-    receive path of these back-to-back messages, as the profile runs)."""
+    per request, ``wait`` per wake-up, ``start`` per run and ``path`` per
+    message: the send and receive path of these back-to-back messages, as
+    the profile runs)."""
     from ..compute.devices import DeviceProfile, ParametricDevice
     from ..network.spec import NETWORK_SPECS
     from ..ops import Dense
 
     spec = NETWORK_SPECS[network["model"]].model_validate(network)
     device = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=cores, message_cpu_s=cpu,
-                                            start_cpu_s=start, core_binding=binding, message_path=path or None)) \
+                                            wait_cpu_s=wait or None, start_cpu_s=start, core_binding=binding, message_path=path or None)) \
         if cores else None
 
     def maker(m):
@@ -244,6 +257,9 @@ def check_patterns(p2p: dict, network: dict, P: int, cores=None, cpu=None, bindi
     for m, t in p2p.get("exchange_steady", []):
         rows.append(("exchange_steady", m, t,
                      sim(lambda c, mk=maker(m): patterns.exchange(c, mk, STEADY_STEPS), "span") / STEADY_STEPS))
+    for m, t in p2p.get("alltoall_steady", []):
+        rows.append(("alltoall_steady", m, t,
+                     sim(lambda c, mk=maker(m): patterns.alltoall(c, mk, STEADY_STEPS), "span") / STEADY_STEPS))
     for m, t in p2p["pairs"]:
         rows.append(("pairs", m, t, sim(lambda c, mk=maker(m): patterns.pairs(c, mk, 4), "span") / 4))
     for m, t in p2p.get("crossing", []):

@@ -68,6 +68,18 @@ def exchange(ctx, make, reps):
     return (ctx.now() - t0) / reps
 
 
+def alltoall(ctx, make, reps):
+    """Every rank posts a receive from and a send to every other rank and
+    waits for all 2(P - 1) of them, ``reps`` times: as many requests behind
+    one wait as a split or an all-to-all has, against the exchange's two (what
+    a request costs and what a wake-up costs, :func:`..network.request_cpu`)."""
+    peers = [p for p in range(ctx.size) if p != ctx.rank]
+    t0 = ctx.now()
+    for _ in range(reps):
+        yield ctx.waitall([ctx.irecv(p) for p in peers] + [ctx.isend(p, make()) for p in peers])
+    return (ctx.now() - t0) / reps
+
+
 def pairs(ctx, make, count):
     """Every rank streams ``count`` messages to its partner (r xor 1)."""
     peer = ctx.rank ^ 1

@@ -92,12 +92,13 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
         span(lambda c, mk=maker(4): patterns.exchange(c, mk, 1), repeat=1)
     # the sizes in EXCHANGE_ROUNDS sweeps, alternately up and down, so a slow stretch of this
     # machine (minutes long here) lands on every size a little rather than on a few entirely
-    def steps(mk, n):
-        """Three timings of an n-step exchange, per step."""
-        return [v / n for v in span(lambda c: patterns.exchange(c, mk, n), repeat=3)]
+    def steps(mk, n, pattern=patterns.exchange):
+        """Three timings of an n-step exchange (or ``pattern``), per step."""
+        return [v / n for v in span(lambda c: pattern(c, mk, n), repeat=3)]
 
     got: dict = {m: [] for m in exchange_sizes}
     steady: dict = {m: [] for m in exchange_sizes if m <= STEADY_MAX_B}
+    a2a: dict = {m: [] for m in steady} if comm.Get_size() > 2 else {}
     for k in range(EXCHANGE_ROUNDS if exchange_sizes else 0):
         for m in (exchange_sizes if k % 2 == 0 else exchange_sizes[::-1]):
             mk = maker(m)
@@ -105,9 +106,12 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
             if m in steady:   # not in the path: its steps are the hot ones that the pingpong's are not
                 path.active = False
                 steady[m] += steps(mk, STEADY_STEPS)
+                if m in a2a:
+                    a2a[m] += steps(mk, STEADY_STEPS, patterns.alltoall)
                 path.active = True
     out["exchange"] = [(4 * max(1, m // 4), _median(v)) for m, v in got.items()]
     out["exchange_steady"] = [(4 * max(1, m // 4), _median(v)) for m, v in steady.items()]
+    out["alltoall_steady"] = [(4 * max(1, m // 4), _median(v)) for m, v in a2a.items()]
     path.active = False
     out["path"] = path.gathered(comm)
     path.close()

@@ -85,6 +85,9 @@ class DeviceProfile(BaseModel):
     message_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds each posted send and "
                                         "receive costs its rank, beside the transfer (simsparse calibrate: from the "
                                         "steady steps of an exchange of small messages with every rank busy)")
+    wait_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds a rank spends each "
+                                     "time it wakes from a blocking wait, beside message_cpu_s per request "
+                                     "(simsparse calibrate: an all-to-all of small messages against the exchange)")
     start_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds each rank spends on "
                                       "a run's first steps beyond message_cpu_s, charged as the run starts "
                                       "(simsparse calibrate: a short exchange against a long one)")

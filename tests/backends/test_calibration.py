@@ -175,7 +175,10 @@ def test_cpu_per_request_and_per_kernel_from_the_raw_timings():
     cores (a long exchange's steps where measured); start_cpu_s: what the short exchange takes beyond
     them, per rank; program_cpu_s: the median step's own time times the steps per kernel call."""
     from simsparse.calibration import program_cpu
-    from simsparse.calibration.network import message_cpu, start_cpu
+    from simsparse.calibration.network import request_cpu, start_cpu
+
+    def message_cpu(*a):
+        return request_cpu(*a)[0]
 
     ex = {"exchange": [(4, 80e-6), (256, 70e-6), (1024, 72e-6), (1 << 20, 1e-3)]}
     assert message_cpu(ex, 2, 2) == pytest.approx(36e-6)          # a core per rank: its two requests in turn
@@ -184,6 +187,7 @@ def test_cpu_per_request_and_per_kernel_from_the_raw_timings():
     # with a long exchange, its steps give the CPU per request and the short one's excess a run's start
     ex["exchange_steady"] = [(4, 60e-6), (256, 50e-6), (1024, 52e-6)]
     assert message_cpu(ex, 8, 2) == pytest.approx(52e-6 * 2 / 16)
+    assert request_cpu(ex, 8, 2)[1] == 0.0   # no all-to-all: every core-second is per request
     assert start_cpu(ex, 8, 2) == pytest.approx(3 * 20e-6 * 2 / 8)   # 3 steps x 20 us, for 4 ranks a core
     assert start_cpu({"exchange": [(4, 1e-5)], "exchange_steady": [(4, 2e-5)]}, 8, 2) == 0.0
     assert start_cpu(ex, 8, None) is None and start_cpu({"exchange": ex["exchange"]}, 8, 2) is None
@@ -357,3 +361,22 @@ def test_ranks_beyond_the_gpus_are_partners_on_the_cpu():
     assert [timed_device("cuda", r, 1) for r in range(3)] == ["cuda", "cpu", "cpu"]
     assert [timed_device("cuda", r, 4) for r in range(3)] == ["cuda"] * 3
     assert [timed_device("cpu", r, 1) for r in range(2)] == ["cpu"] * 2
+
+
+def test_a_wake_up_and_a_request_from_the_exchange_and_the_all_to_all():
+    """A step's core-seconds per rank are t x min(P, cores) / P: the exchange's are one wake-up and 2
+    requests, the all-to-all's one wake-up and 2(P - 1) requests (the star at P = 8 on 2 cores, 4 B:
+    776 us and 1600 us a step, i.e. 194 and 400 us of CPU: 17 us a request, 160 us a wake-up). The
+    simulator then gives both patterns their measured steps back."""
+    from simsparse.calibration.network import check_patterns, request_cpu
+
+    p2p = {"exchange_steady": [(4, 776e-6)], "alltoall_steady": [(4, 1600e-6)]}
+    r, w = request_cpu(p2p, 8, 2)
+    assert r == pytest.approx((400e-6 - 194e-6) / 12) and w == pytest.approx(194e-6 - 2 * r)
+    assert request_cpu({**p2p, "alltoall_steady": [(4, 700e-6)]}, 8, 2) == (0.0, pytest.approx(194e-6))
+    assert request_cpu(p2p, 2, 2) == (pytest.approx(776e-6 / 2), 0.0)   # P = 2: the two patterns are one
+    net = {"model": "ethernet", "topology": "star", "link_bw_Bps": 1.25e9}
+    rows = {r_["pattern"]: r_ for r_ in check_patterns({**p2p, "pingpong": [], "pairs": [], "incast": []}, net, 8,
+                                                     cores=2, cpu=r, wait=w, binding="none")}
+    assert rows["exchange_steady"]["error"] == pytest.approx(0.0, abs=0.03)
+    assert rows["alltoall_steady"]["error"] == pytest.approx(0.0, abs=0.03)

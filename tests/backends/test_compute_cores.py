@@ -186,3 +186,31 @@ def test_bound_ranks_in_the_simulator():
                                          alpha=0.0, bw=1e15))
     assert gt_bound.row["time_s"] >= gt_pool.row["time_s"] * (1 - 1e-9)
     assert gt_bound.row["correct"] is True
+
+
+@pytest.mark.parametrize("P", [4, 8])
+def test_a_wake_up_costs_its_rank_cpu_once_per_blocking_wait(P):
+    """wait_cpu_s w: a rank whose wait blocked spends w core-seconds waking
+    before its program goes on, however many requests the wait completes: n
+    exchange steps of P ranks on 2 cores take n P (2c + w) / 2; an
+    all-to-all step (2(P - 1) requests) n P (2(P - 1) c + w) / 2; without
+    shared cores nothing."""
+    from simsparse.backends.sim import Simulator
+    from simsparse.calibration import patterns
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.network.spec import EthernetSpec
+    from simsparse.ops import Dense
+
+    c, w, n = 20e-6, 150e-6, 6
+    spec = EthernetSpec(topology="star", link_bw_Bps=1.25e9)
+    one = __import__("numpy").zeros(1, "float32")
+
+    def span(pattern, **prof):
+        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, **prof))
+        progs = [lambda ctx: pattern(ctx, lambda: Dense(one), n)] * P
+        return max(Simulator(spec.build(), dev).run(progs).finish_s)
+
+    kw = dict(shared_cores=2, message_cpu_s=c, wait_cpu_s=w)
+    assert span(patterns.exchange, **kw) == pytest.approx(n * P * (2 * c + w) / 2, rel=0.02)
+    assert span(patterns.alltoall, **kw) == pytest.approx(n * P * (2 * (P - 1) * c + w) / 2, rel=0.02)
+    assert span(patterns.exchange, wait_cpu_s=w) == pytest.approx(span(patterns.exchange), rel=1e-12)
