@@ -208,8 +208,9 @@ def test_a_rank_that_dies_or_hangs_ends_measure_with_a_clear_error(tmp_path, fau
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 2 and "Traceback" not in err
     if fault == "kill":
-        # mpiexec reports the death, or a surviving rank's broken connection is reported first (its own line)
-        clear = ("a rank (pid" in err and "died during point" in err) or re.search(r"rank \d+: point", err)
+        # mpiexec reports the death, or a surviving rank's broken connection is reported first (its own line);
+        # under load mpiexec sometimes exits 1 with no output at all, which is reported as a likely death
+        clear = "died during point" in err or re.search(r"rank \d+: point", err)
         assert clear and took < 30, err
     else:
         assert "did not finish within --timeout 10 s" in err and took < 30, err

@@ -242,6 +242,9 @@ def _launch(cmd, env, P: int, timeout_s: float, collect, n_done, n_points: int) 
         elif died:
             what = (f"a rank{f' (pid {pid.group(1)})' if pid else ''} died during point {n_done() + 1} of {n_points} "
                     f"({(died.group(1) or 'exit code ' + died.group(2)).strip()})")
+        elif not text:   # no rank reported an error and mpiexec said nothing: a rank ended without a word
+            what = (f"a rank most likely died during point {n_done() + 1} of {n_points} (mpiexec exit "
+                    f"{proc.returncode} with no output: killed by a signal, e.g. the OOM killer; see dmesg)")
         else:
             what = f"mpiexec failed (exit {proc.returncode})"
         tail = "\n".join(line for line in text.splitlines()[-15:] if line.strip("= "))
