@@ -235,8 +235,8 @@ def check_patterns(p2p: dict, network: dict, P: int, cores=None, cpu=None, bindi
 
     spec = NETWORK_SPECS[network["model"]].model_validate(network)
     device = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=cores, message_cpu_s=cpu,
-                                            wait_cpu_s=wait or None, start_cpu_s=start, core_binding=binding, message_path=path or None)) \
-        if cores else None
+                                            wait_cpu_s=wait or None, start_cpu_s=start, core_binding=binding,
+                                            message_path=path or None)) if cores else None
 
     def maker(m):
         a = np.zeros(max(1, m // 4), np.float32)

@@ -50,7 +50,7 @@ def window(ctx, make, count):
 
 
 #: the exchange's steps per timing (.worker): a short run, as the suite's collectives are, and, for
-#: sizes up to STEADY_MAX_B, a long one whose steps are mostly past the run's first (network.message_cpu)
+#: sizes up to STEADY_MAX_B, a long one whose steps are mostly past the run's first (network.request_cpu)
 EXCHANGE_STEPS, STEADY_STEPS, STEADY_MAX_B = 3, 24, 1024
 
 
