@@ -16,21 +16,15 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 
 def per_call(fn, sync, n=400):
+    """Median of three spans of ``n`` back-to-back calls, after 20 warm-ups."""
+    from simsparse.calibration.worker import _median, per_call as span
+
     for _ in range(20):
         fn()
-    spans = []
-    for _ in range(3):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        sync()
-        spans.append((time.perf_counter() - t0) / n)
-    return sorted(spans)[1]
+    return _median([span(fn, sync, n) for _ in range(3)])
 
 
 def main() -> int:

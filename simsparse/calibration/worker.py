@@ -272,6 +272,19 @@ def layers(comm, device, model_names, batch_size, reps, now=time.perf_counter, p
     return out
 
 
+def per_call(fn, sync, count: int, each: bool = False, now=time.perf_counter) -> float:
+    """Seconds per call of ``fn`` called ``count`` times back to back with one
+    ``sync`` at the end (with ``each``, a ``sync`` after every call too)."""
+    sync()
+    t0 = now()
+    for _ in range(count):
+        fn()
+        if each:
+            sync()
+    sync()
+    return (now() - t0) / count
+
+
 def op_launch(device, reps: int = 2000, now=time.perf_counter) -> dict:
     """What one eager torch op costs on ``device``, by its smallest op (an add of one
     element): ``issue_s``, ops issued back to back and one sync at the end (the
@@ -284,19 +297,12 @@ def op_launch(device, reps: int = 2000, now=time.perf_counter) -> dict:
     c = torch.empty_like(a)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-    def span(count, each):
-        sync()
-        t0 = now()
-        for _ in range(count):
-            torch.add(a, a, out=c)
-            if each:
-                sync()
-        sync()
-        return (now() - t0) / count
+    def add():
+        torch.add(a, a, out=c)
 
-    span(200, False)
-    return {"issue_s": _median([span(reps, False) for _ in range(3)]),
-            "sync_s": _median([span(reps // 4, True) for _ in range(3)])}
+    per_call(add, sync, 200, now=now)
+    return {"issue_s": _median([per_call(add, sync, reps, now=now) for _ in range(3)]),
+            "sync_s": _median([per_call(add, sync, reps // 4, True, now) for _ in range(3)])}
 
 
 def timed_device(kind: str, rank: int, gpus: int) -> str:
