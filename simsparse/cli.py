@@ -36,6 +36,17 @@ def _count(noun: str):
 _ranks = _count("ranks")
 
 
+def _seconds(text: str) -> float:
+    """An argparse type: a positive number of seconds."""
+    try:
+        s = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not s > 0:
+        raise argparse.ArgumentTypeError(f"{text} s: must be a positive number of seconds")
+    return s
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="simsparse", description="Simulate (and measure) sparse allreduce algorithms.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -361,8 +372,11 @@ def _add_testbed_parsers(sub) -> None:
     p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu", help="where tensors live")
     p.add_argument("--timeout", type=float, default=900, help="seconds a measured point may take")
     p.add_argument("--repeats", type=_count("repeats"), default=None,
-                   help="measure the whole config this many times and compare each point's median repeat "
-                        "(default 3 on this host, 1 on a testbed)")
+                   help="measure the config this many times and compare each point's median repeat "
+                        "(default 3 on this host, 5 on a testbed)")
+    p.add_argument("--repeat-below", type=_seconds, default=None, metavar="S",
+                   help="repeat only the points the first measurement timed below S seconds (default: every "
+                        "point on this host, 0.2 on a testbed, where longer points are decided by the links)")
 
 
 def _testbed_commands(args) -> int:
@@ -370,7 +384,7 @@ def _testbed_commands(args) -> int:
         from .experiments.analysis.validate import validate
 
         validate(args.config, args.testbed, args.out, args.fresh, args.quick, args.device, args.timeout,
-                 repeats=args.repeats, recalibrate=args.recalibrate)
+                 repeats=args.repeats, recalibrate=args.recalibrate, repeat_below_s=args.repeat_below)
         return 0
     from .testbed import commands
 

@@ -2,7 +2,7 @@
 median of repeated measurements (experiments/analysis/validate.py)."""
 import pytest
 
-from simsparse.experiments.analysis.validate import _rank_counts, median_repeat
+from simsparse.experiments.analysis.validate import _rank_counts, median_repeat, to_repeat
 from simsparse.experiments.config.schema import ConfigError
 from simsparse.experiments.results.store import ResultsStore, read_csv
 
@@ -47,3 +47,22 @@ def test_rank_counts_are_read_before_the_profiles_they_name_exist(tmp_path):
     cfg.write_text("name: v\nworkload: {n: 10}\nalgorithms: [ring]\nP: [2, two]\n")
     with pytest.raises(ConfigError, match=r"v\.yaml.*P"):
         _rank_counts(str(cfg))
+
+
+def test_later_repeats_take_only_the_points_the_first_timed_below_the_limit(tmp_path):
+    first = _store(tmp_path / "r1", {"a": 0.05, "b": 1.5, "c": 0.19})
+    groups = {"a": [None], "b": [None], "c": [None], "d": [None]}     # d: not measured in the first repeat
+    assert to_repeat(first, groups, 0.2) == ["a", "c"]
+    assert to_repeat(first, groups, float("inf")) == ["a", "b", "c"]
+    runs = [first, _store(tmp_path / "r2", {"a": 0.07, "c": 0.19})]
+    spread = median_repeat(runs, ["a", "b", "c"], ResultsStore(tmp_path / "meas", fresh=True))
+    assert spread["points"] == 2                                       # b, measured once, has no spread
+    assert spread["median"] == pytest.approx((0.02 / 0.05 + 0.0) / 2)
+
+
+def test_repeat_below_must_be_a_positive_number_of_seconds(capsys):
+    from simsparse.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["validate", "configs/quickstart.yaml", "--repeat-below", "-1"])
+    assert "positive number of seconds" in capsys.readouterr().err

@@ -10,10 +10,18 @@ measure and compare in one command, on an emulated cluster or on this host.
    per-message costs; the kernels of this CPU), simulated with traces.
 3. **Measure** the same points with the real backend, on the testbed
    (rank i in host namespace i, MPI over TCP through the shaped links) or
-   on this host; ``--repeats R`` times over (default 3 on this host, 1 on
-   a testbed, where the links decide the time), each repeat the whole
-   config, and per point the repeat of median time is compared (its trace
-   too), the spread between repeats reported as the noise floor.
+   on this host; ``--repeats R`` times over, and per point the repeat of
+   median time is compared (its trace too), the spread between repeats
+   reported as the noise floor. The first repeat measures every point;
+   the others only those it measured below ``--repeat-below`` seconds
+   (default: every point, R = 3 on this host; on a testbed R = 5 below
+   0.2 s). Two launches of a short point differ by far more than its
+   iterations do (on the testbed at n <= 1e5 a p90 of 27 to 37 % between
+   launches, docs/validation.md), while a point of seconds is decided by
+   its links and moves by a few percent; the short points' repeats cost a
+   few seconds of measurement each. Each repeat's steal time (the
+   hypervisor running something else on this VM's CPUs) is logged, and a
+   repeat that lost more than ``STEAL_WARN_S`` is named.
 4. **Compare** per point and per phase, print the error table and write it
    beside the results: ``results/<name>_<machine>/{pred,meas,compare}``
    (the repeats in ``runs/r<i>``).
@@ -40,6 +48,12 @@ from ...files import yaml_load
 from ..config.schema import ConfigError, load_config
 from ...files import atomic_write
 from ..results.store import ResultsStore
+
+#: a testbed's default: repeats of each point measured below REPEAT_BELOW_S in the first one
+TESTBED_REPEATS, REPEAT_BELOW_S = 5, 0.2
+#: steal time in one repeat above which it is named (quiet runs of 2026-11-26: 0.01 to 0.06 s per
+#: measurement; the two that ran 1.3 to 1.7x slow at P = 4, n = 1e4: 2.0 and 2.3 s)
+STEAL_WARN_S = 0.5
 
 
 def profile_path(spec, P: int) -> Path:
@@ -83,7 +97,7 @@ def ensure_profiles(spec, Ps, quick: bool, device: str, say, recalibrate: bool =
 
 def validate(config: str, testbed: str | None = None, out: str | None = None, fresh: bool = False,
              quick: bool = False, device: str = "cpu", timeout_s: float = 900, say=None,
-             repeats: int | None = None, recalibrate: bool = False) -> Path:
+             repeats: int | None = None, recalibrate: bool = False, repeat_below_s: float | None = None) -> Path:
     """The loop of the module docstring; returns the comparison folder."""
     from ...testbed import load_spec
     from ...testbed.plan import testbed_name
@@ -116,15 +130,21 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
 
     ms.check_prerequisites()
     groups = ms.group_points([with_plan(p) for p in points])
-    R = repeats or (1 if spec is not None else 3)
+    R = repeats or (TESTBED_REPEATS if spec is not None else 3)
+    below = repeat_below_s if repeat_below_s is not None else (REPEAT_BELOW_S if spec is not None else np.inf)
     runs = [ResultsStore(base / ("meas" if R == 1 else f"runs/r{r}"), fresh=fresh) for r in range(1, R + 1)]
     with _stage(log, "measure"):
         for r, store in enumerate(runs, 1):   # whole repeats one after the other: a disturbance of a few
-            todo = [g[0] for mid, g in groups.items()           # seconds hits one repeat of a point, not all
-                    if not (store.has(mid) and store.has_trace(mid))]
+            wanted = list(groups) if r == 1 else to_repeat(runs[0], groups, below)   # seconds hits one repeat
+            todo = [groups[mid][0] for mid in wanted if not (store.has(mid) and store.has_trace(mid))]
             say(f"measuring {len(todo)} of {len(groups)} real runs on {machine}"
-                + (f" (repeat {r} of {R})" if R > 1 else ""))
-            _measure_into(store, todo, groups, spec, device, timeout_s)
+                + (f" (repeat {r} of {R}{'' if r == 1 or below == np.inf else f', the points under {below:g} s'})"
+                   if R > 1 else ""))
+            with _stage(log, f"measure r{r}"):
+                _measure_into(store, todo, groups, spec, device, timeout_s)
+            if log[f"measure r{r}"]["steal_s"] > STEAL_WARN_S:
+                say(f"repeat {r} lost {log[f'measure r{r}']['steal_s']} s to steal time (the hypervisor running "
+                    f"something else on this machine's CPUs; quiet runs lose under 0.1 s): its times may be slow")
         if R > 1:
             log["repeat_spread"] = median_repeat(runs, list(groups), ResultsStore(base / "meas", fresh=True))
     cmp_dir = base / "compare"
@@ -132,8 +152,9 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
     atomic_write(cmp_dir / "validate.json", lambda tmp: Path(tmp).write_text(json.dumps(log, indent=1)))
     if R > 1:
         sp = log["repeat_spread"]
-        say(f"measured time per point, (max - min) / median over the {R} repeats: median {100 * sp['median']:.1f}%, "
-            f"p90 {100 * sp['p90']:.1f}% (the noise floor of the errors above)")
+        say(f"measured time per point, (max - min) / median over up to {R} repeats ({sp['points']} points "
+            f"measured more than once): median {100 * sp['median']:.1f}%, p90 {100 * sp['p90']:.1f}% (the noise "
+            f"floor of the errors above)")
     m = log["measure"]
     say(f"load average before and after measuring: {m['load_before']} and {m['load_after']}; steal time "
         f"{m['steal_s']} s in {m['wall_s']} s x {os.cpu_count()} CPUs (all stages in {cmp_dir / 'validate.json'})")
@@ -157,11 +178,17 @@ def _measure_into(store, todo, groups, spec, device: str, timeout_s: float) -> N
     store.combine_traces(True)
 
 
+def to_repeat(first, groups, below: float) -> list[str]:
+    """The measured points that ``first`` (the first repeat's store) timed below ``below`` seconds."""
+    return [mid for mid in groups if mid in first.rows and first.rows[mid]["time_s"] < below]
+
+
 def median_repeat(runs, pids, out) -> dict:
     """Per point, the repeat whose ``time_s`` is the median (the lower one for an even count) goes
     into ``out`` with its trace, so every phase compared comes from one run; the row gains
     ``repeats``, ``time_repeat_min_s`` and ``time_repeat_max_s``. Returns the median and p90 over
-    points of (max - min) / median: how far the same measurement moves between repeats."""
+    the points measured more than once of (max - min) / median: how far the same measurement moves
+    between repeats."""
     spreads = []
     for pid in pids:
         rows = sorted(((st.rows[pid], st) for st in runs if pid in st.rows), key=lambda x: x[0]["time_s"])
@@ -172,7 +199,8 @@ def median_repeat(runs, pids, out) -> dict:
         else:
             out.save_trace(pid, None)
         out.add({**row, "repeats": len(rows), "time_repeat_min_s": min(ts), "time_repeat_max_s": max(ts)})
-        spreads.append((max(ts) - min(ts)) / row["time_s"])
+        if len(ts) > 1:
+            spreads.append((max(ts) - min(ts)) / row["time_s"])
     out.combine_traces(True)
     a = np.array(spreads or [np.nan])
     return {"median": float(np.median(a)), "p90": float(np.percentile(a, 90)), "points": len(spreads)}
