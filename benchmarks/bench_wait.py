@@ -13,7 +13,8 @@ at ``--rate`` bytes/s) runs, as ``simsparse measure`` does:
 
 * **waiting**: rank 0 sends 4 MB to rank 1; ranks 2..P-1 wait for a 4-byte
   message rank 0 sends after it. The CPU use of a waiting rank is its CPU
-  seconds (``getrusage``) over the wall time;
+  seconds (``getrusage``) over the wall time; that of the receiving rank 1
+  (waiting too, while its message arrives) is printed beside it;
 * **ring**: the project's ``ring`` allreduce of ``--n`` float32 (the real
   backend, ``run_point``), median of ``--iters`` iterations after one warm-up,
   against the link bound ``bytes_sent_max / goodput`` (goodput: the line
@@ -97,7 +98,7 @@ def main() -> None:
     goodput = spec.payload_rate()
     print(f"load average before: {open('/proc/loadavg').read().split()[:3]}; {os.cpu_count()} cores; "
           f"star, {args.rate * 8 / 1e6:g} Mb/s links, goodput {goodput / 1e6:.2f} MB/s; ring of n = {args.n:.3g}")
-    print(f"{'P':>3} {'mode':>6} {'waiting rank CPU':>17} {'ring time':>10} {'link bound':>10} {'ratio':>6} "
+    print(f"{'P':>3} {'mode':>6} {'waiting rank CPU':>17} {'receiver CPU':>13} {'ring time':>10} {'link bound':>10} {'ratio':>6} "
           f"{'ring CPU/rank':>13}")
     for P in args.P:
         for mode in args.modes:
@@ -115,7 +116,8 @@ def main() -> None:
             waiting = [r["wait"][1] / r["wait"][0] for r in ranks[2:]] or [float("nan")]
             ring_cpu = sum(r["ring"][1] / r["ring"][0] for r in ranks) / P
             bound = row["bytes_sent_max"] / goodput
-            print(f"{P:>3} {mode:>6} {sum(waiting) / len(waiting):>16.0%} {row['time_s']:>9.3f}s {bound:>9.3f}s "
+            recv = ranks[1]["wait"][1] / ranks[1]["wait"][0]
+            print(f"{P:>3} {mode:>6} {sum(waiting) / len(waiting):>16.0%} {recv:>13.0%} {row['time_s']:>9.3f}s {bound:>9.3f}s "
                   f"{row['time_s'] / bound:>6.2f} {ring_cpu:>13.0%}", flush=True)
     print(f"load average after: {open('/proc/loadavg').read().split()[:3]}")
 
