@@ -98,8 +98,8 @@ def main() -> None:
     goodput = spec.payload_rate()
     print(f"load average before: {open('/proc/loadavg').read().split()[:3]}; {os.cpu_count()} cores; "
           f"star, {args.rate * 8 / 1e6:g} Mb/s links, goodput {goodput / 1e6:.2f} MB/s; ring of n = {args.n:.3g}")
-    print(f"{'P':>3} {'mode':>6} {'waiting rank CPU':>17} {'receiver CPU':>13} {'ring time':>10} {'link bound':>10} {'ratio':>6} "
-          f"{'ring CPU/rank':>13}")
+    print(f"{'P':>3} {'mode':>6} {'waiting rank CPU':>17} {'receiver CPU':>13} {'ring time':>10} {'link bound':>10} "
+          f"{'ratio':>6} {'ring CPU/rank':>13}")
     for P in args.P:
         for mode in args.modes:
             with Testbed(spec, P) as tb, tempfile.TemporaryDirectory() as td:
@@ -117,8 +117,8 @@ def main() -> None:
             ring_cpu = sum(r["ring"][1] / r["ring"][0] for r in ranks) / P
             bound = row["bytes_sent_max"] / goodput
             recv = ranks[1]["wait"][1] / ranks[1]["wait"][0]
-            print(f"{P:>3} {mode:>6} {sum(waiting) / len(waiting):>16.0%} {recv:>13.0%} {row['time_s']:>9.3f}s {bound:>9.3f}s "
-                  f"{row['time_s'] / bound:>6.2f} {ring_cpu:>13.0%}", flush=True)
+            print(f"{P:>3} {mode:>6} {sum(waiting) / len(waiting):>16.0%} {recv:>13.0%} {row['time_s']:>9.3f}s "
+                  f"{bound:>9.3f}s {row['time_s'] / bound:>6.2f} {ring_cpu:>13.0%}", flush=True)
     print(f"load average after: {open('/proc/loadavg').read().split()[:3]}")
 
 

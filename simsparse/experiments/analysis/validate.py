@@ -28,7 +28,8 @@ measure and compare in one command, on an emulated cluster or on this host.
 
 Results are kept between runs: points already predicted or measured are
 not run again (``--fresh`` starts over; ``--recalibrate`` measures the
-profiles again too). The calibration is never fitted to
+profiles again too); predictions made with another profile move to
+``pred/results.stale.csv``, so a new calibration is compared alone. The calibration is never fitted to
 the runs it predicts: it uses its own sizes and seeds (:mod:`simsparse.calibration`).
 """
 from __future__ import annotations
@@ -119,6 +120,11 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
               for p in exp.points]
 
     pred = ResultsStore(base / "pred", fresh=fresh)
+    ids = {p.point_id("sim") for p in points}
+    stale = pred.retain(ids)   # predictions made with an earlier profile: as `run` does with an edited config
+    pred.prune_traces(ids)
+    if stale:
+        say(f"moved {stale} predictions made with another profile to {base / 'pred' / 'results.stale.csv'}")
     todo = [p for p in points if not (pred.has(p.point_id("sim")) and pred.has_trace(p.point_id("sim")))]
     say(f"predicting {len(todo)} of {len(points)} points of {exp.name}")
     with _stage(log, "predict"):
@@ -137,14 +143,15 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
         for r, store in enumerate(runs, 1):   # whole repeats one after the other: a disturbance of a few
             wanted = list(groups) if r == 1 else to_repeat(runs[0], groups, below)   # seconds hits one repeat
             todo = [groups[mid][0] for mid in wanted if not (store.has(mid) and store.has_trace(mid))]
+            which = "" if r == 1 or below == np.inf else f", the points under {below:g} s"
             say(f"measuring {len(todo)} of {len(groups)} real runs on {machine}"
-                + (f" (repeat {r} of {R}{'' if r == 1 or below == np.inf else f', the points under {below:g} s'})"
-                   if R > 1 else ""))
+                + (f" (repeat {r} of {R}{which})" if R > 1 else ""))
             with _stage(log, f"measure r{r}"):
                 _measure_into(store, todo, groups, spec, device, timeout_s)
-            if log[f"measure r{r}"]["steal_s"] > STEAL_WARN_S:
-                say(f"repeat {r} lost {log[f'measure r{r}']['steal_s']} s to steal time (the hypervisor running "
-                    f"something else on this machine's CPUs; quiet runs lose under 0.1 s): its times may be slow")
+            steal = log[f"measure r{r}"]["steal_s"]
+            if steal > STEAL_WARN_S:
+                say(f"repeat {r} lost {steal} s to steal time (the hypervisor running something else on this "
+                    f"machine's CPUs; quiet runs lose under 0.1 s): its times may be slow")
         if R > 1:
             log["repeat_spread"] = median_repeat(runs, list(groups), ResultsStore(base / "meas", fresh=True))
     cmp_dir = base / "compare"
