@@ -10,6 +10,7 @@ import pytest
 
 from simsparse.cli import main
 from simsparse.experiments.analysis.compare import fmt_time, phase_times, read_csv
+from simsparse.experiments.analysis.kernels import call_stats, kernel_report, kernel_summary
 
 # (algorithm, P, predicted s, measured s): errors +10%, -20%, +50%, -5%
 POINTS = [("ring", 2, 1.1e-3, 1.0e-3), ("ring", 4, 1.6e-3, 2.0e-3), ("topka", 2, 4.5e-5, 3.0e-5),
@@ -82,6 +83,27 @@ def test_phase_time_is_max_over_ranks_of_the_union_mean_over_a_period():
     # a trace written before the weight column: the measured iterations count equally (5/3 x)
     old = phase_times(_trace(r, 1.0).drop(columns="weight"), {r.point_id[0]: 1}).set_index("phase")["time_s"]
     assert old["split_reduce"] == pytest.approx(3.5e-6 * 5 / 3)
+
+
+def test_kernel_calls_are_compared_per_point_mean_over_a_period(folders):
+    r = _results("s", [1.0] * 4).head(1)
+    st = call_stats(_trace(r, 1.0), {r.point_id[0]: 1}).set_index("op").loc["compute:topk"]
+    # the calls of iterations 1, 2, 3 take 2, 2, 6 us, weighed 1/4, 1/4, 1/2; the warm-up's 200 us is left out
+    assert (st["calls"], st["median_s"], st["mean_s"]) == (3, pytest.approx(2e-6), pytest.approx(4e-6))
+    pred, meas = folders
+    assert main(["compare", str(pred), str(meas), "--no-plot"]) == 0
+    k = read_csv(meas / "compare_pred" / "kernels.csv")
+    assert len(k) == 4 and set(k["op"]) == {"compute:topk"} and np.allclose(k["ratio"], 2.0)
+    assert (k["meas_calls"] == 3).all() and np.allclose(k["meas_mean_s"], 8e-6)
+    summary, total = kernel_summary(k, shown_from_s=0.0)
+    assert summary[["points", "ratio median", "min", "max"]].values.tolist() == [[4, 2.0, 2.0, 2.0]]
+    assert total == pytest.approx(2.0)
+    assert kernel_report(k, fmt_time) == []   # calls of microseconds: below the printed summary's floor
+    long = k.assign(pred_mean_s=k["pred_mean_s"] * 1e3, meas_mean_s=k["meas_mean_s"] * 1e3 * [1, 1, 3, 3],
+                    meas_median_s=k["meas_median_s"] * 1e3)
+    long["ratio"] = long["meas_mean_s"] / long["pred_mean_s"]
+    lines = "\n".join(kernel_report(long, fmt_time))
+    assert "topk" in lines and "4.00" in lines and "those calls took 4.00x their predicted time in all" in lines
 
 
 def test_compare_gives_known_errors_and_writes_outputs(folders, tmp_path, capsys):

@@ -22,7 +22,8 @@ side's ``warmup`` on) weighed by the trace's ``weight`` column
 Errors are ``(pred - meas) / meas`` (empty for a phase measured at 0); the
 summaries are the median and the 90th percentile (``numpy.percentile``,
 linear) of ``|error|`` over points. Output: ``compare.csv`` (a ``level``
-column: one ``point`` row per point, one ``phase`` row per (point, phase)) and
+column: one ``point`` row per point, one ``phase`` row per (point, phase)),
+``kernels.csv`` (each kernel's calls on both sides: :mod:`.kernels`) and
 ``compare.png``, in ``<MEAS folder>/compare_<PRED folder name>/`` by default.
 """
 from __future__ import annotations
@@ -36,6 +37,7 @@ import pandas as pd
 from ..config.errors import ConfigError
 from ...files import atomic_write
 from ..results.store import read_csv
+from .kernels import join_kernels, kernel_report
 
 KEY_COLUMNS = ["schedule", "model", "batch_size", "algorithm", "params", "schedule_params", "P", "n", "density",
                "dtype", "seed"]
@@ -236,6 +238,7 @@ class Comparison:
     files: tuple
     notes: list = field(default_factory=list)
     written: list = field(default_factory=list)
+    kernels: pd.DataFrame = field(default_factory=pd.DataFrame)   # :mod:`.kernels`
 
     def frame(self) -> pd.DataFrame:
         """compare.csv: level 'point' rows, then level 'phase' rows."""
@@ -261,7 +264,7 @@ def compare(pred, meas, allow_partial: bool = False, pred_where=(), meas_where=(
     for role, df, csv in (("PRED", p, pcsv), ("MEAS", m, mcsv)):
         if "time_median_s" not in df.columns:
             notes.append(f"{role} {csv} predates time_s as the mean over periods: its time_s is the median")
-    phases = pd.DataFrame()
+    phases = calls = pd.DataFrame()
     if ptrace is None or mtrace is None:
         lacking = " and ".join(str(c.parent) for c, t in ((pcsv, ptrace), (mcsv, mtrace)) if t is None)
         notes.append(f"no per-phase comparison: {lacking} has no trace.csv (run with --trace)")
@@ -273,7 +276,8 @@ def compare(pred, meas, allow_partial: bool = False, pred_where=(), meas_where=(
         else:
             phases, more = join_phases(points, *traces)
             notes += more
-    return Comparison(points, phases, (pcsv, mcsv, ptrace, mtrace), notes)
+            calls = join_kernels(points, *traces)
+    return Comparison(points, phases, (pcsv, mcsv, ptrace, mtrace), notes, kernels=calls)
 
 
 def default_out(pred, meas) -> Path:
@@ -340,54 +344,7 @@ def report(c: Comparison) -> str:
         lines += ["", "per phase (max over ranks of the union of the phase's records, median over measured "
                       "iterations; times are medians over points):", s.to_string(index=False)]
         lines += [f"({n} phases under {p}/ not shown; they are in compare.csv)" for p, n in hidden.items()]
-    return "\n".join(lines)
-
-
-def plot_compare(c: Comparison, path: Path, top: int = 15) -> Path:
-    """Predicted against measured (log-log, y = x) and per-phase errors (median, min..max over points)."""
-    import matplotlib.pyplot as plt
-
-    from .plot import series_styles
-
-    pts = c.points
-    series = pts["algorithm"] + pts["params"].map(lambda p: f" {p}" if p else "")
-    series = np.where(pts["schedule"] != "", pts["schedule"] + " / " + series, series)
-    styles = series_styles(set(series))
-    two = len(c.phases) > 0
-    fig, axes = plt.subplots(1, 2 if two else 1, figsize=(13 if two else 6.5, 5.2), squeeze=False)
-    ax = axes[0][0]
-    for s in sorted(set(series)):
-        sel = series == s
-        st = styles[s]
-        ax.scatter(pts["meas_s"][sel], pts["pred_s"][sel], label=s, color=st["color"], marker=st["marker"], s=28)
-    lo = min(pts["meas_s"].min(), pts["pred_s"].min()) / 1.5
-    hi = max(pts["meas_s"].max(), pts["pred_s"].max()) * 1.5
-    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="y = x")
-    for f in (0.5, 2.0):
-        ax.plot([lo, hi], [lo * f, hi * f], "k:", lw=0.6)
-    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured time per iteration [s]",
-           ylabel="predicted time per iteration [s]")
-    med, p90 = error_stats(pts["rel_err"])
-    ax.set_title(f"{len(pts)} points; |error| median {100 * med:.0f}%, p90 {100 * p90:.0f}% (dotted: 2x)", fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", frameon=False)
-    if two:
-        ax = axes[0][1]
-        stats = phase_summary(c.phases)[0].set_index("phase")[["median", "min", "max"]]
-        stats = stats.dropna().head(top).iloc[::-1].rename(columns={"median": "med", "min": "lo", "max": "hi"})
-        y = np.arange(len(stats))
-        ax.barh(y, 100 * stats["med"], color=np.where(stats["med"] >= 0, "tab:red", "tab:blue"), alpha=0.7)
-        ax.errorbar(100 * stats["med"], y, xerr=[100 * (stats["med"] - stats["lo"]), 100 * (stats["hi"] - stats["med"])],
-                    fmt="none", ecolor="k", lw=0.8, capsize=2)
-        ax.set_yticks(y, stats.index, fontsize=8)
-        ax.axvline(0, color="k", lw=0.8)
-        ax.set_xlabel("(predicted - measured) / measured [%]: median, min..max over points")
-        ax.set_title(f"per phase (the {len(stats)} longest measured)", fontsize=9)
-        ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout()
-    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
-    plt.close(fig)
-    return path
+    return "\n".join(lines + (kernel_report(c.kernels, fmt_time) if len(c.kernels) else []))
 
 
 def run_compare(pred, meas, out=None, plot: bool = True, allow_partial: bool = False, pred_where=(),
@@ -401,7 +358,12 @@ def run_compare(pred, meas, out=None, plot: bool = True, allow_partial: bool = F
     frame = c.frame()
     atomic_write(out / "compare.csv", lambda tmp: frame.to_csv(tmp, index=False))
     c.written.append(out / "compare.csv")
+    if len(c.kernels):
+        atomic_write(out / "kernels.csv", lambda tmp: c.kernels.to_csv(tmp, index=False))
+        c.written.append(out / "kernels.csv")
     if plot:
+        from .plot import plot_compare
+
         c.written.append(plot_compare(c, out / "compare.png"))
     echo("wrote " + ", ".join(str(w) for w in c.written))
     return c

@@ -247,3 +247,50 @@ def plot_results(results, x: str = "P", y: str = "time_s", hue: str = "series", 
     atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=110, format="png", bbox_inches="tight"))
     plt.close(fig)
     return out
+
+
+def plot_compare(c, path: Path, top: int = 15) -> Path:
+    """Predicted against measured (log-log, y = x) and per-phase errors (median, min..max over points)."""
+    import numpy as np
+
+    from .compare import error_stats, phase_summary   # (compare imports this module when it plots)
+
+    pts = c.points
+    series = pts["algorithm"] + pts["params"].map(lambda p: f" {p}" if p else "")
+    series = np.where(pts["schedule"] != "", pts["schedule"] + " / " + series, series)
+    styles = series_styles(set(series))
+    two = len(c.phases) > 0
+    fig, axes = plt.subplots(1, 2 if two else 1, figsize=(13 if two else 6.5, 5.2), squeeze=False)
+    ax = axes[0][0]
+    for s in sorted(set(series)):
+        sel = series == s
+        st = styles[s]
+        ax.scatter(pts["meas_s"][sel], pts["pred_s"][sel], label=s, color=st["color"], marker=st["marker"], s=28)
+    lo = min(pts["meas_s"].min(), pts["pred_s"].min()) / 1.5
+    hi = max(pts["meas_s"].max(), pts["pred_s"].max()) * 1.5
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8, label="y = x")
+    for f in (0.5, 2.0):
+        ax.plot([lo, hi], [lo * f, hi * f], "k:", lw=0.6)
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured time per iteration [s]",
+           ylabel="predicted time per iteration [s]")
+    med, p90 = error_stats(pts["rel_err"])
+    ax.set_title(f"{len(pts)} points; |error| median {100 * med:.0f}%, p90 {100 * p90:.0f}% (dotted: 2x)", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", frameon=False)
+    if two:
+        ax = axes[0][1]
+        stats = phase_summary(c.phases)[0].set_index("phase")[["median", "min", "max"]]
+        stats = stats.dropna().head(top).iloc[::-1].rename(columns={"median": "med", "min": "lo", "max": "hi"})
+        y = np.arange(len(stats))
+        ax.barh(y, 100 * stats["med"], color=np.where(stats["med"] >= 0, "tab:red", "tab:blue"), alpha=0.7)
+        ax.errorbar(100 * stats["med"], y, xerr=[100 * (stats["med"] - stats["lo"]), 100 * (stats["hi"] - stats["med"])],
+                    fmt="none", ecolor="k", lw=0.8, capsize=2)
+        ax.set_yticks(y, stats.index, fontsize=8)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_xlabel("(predicted - measured) / measured [%]: median, min..max over points")
+        ax.set_title(f"per phase (the {len(stats)} longest measured)", fontsize=9)
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    plt.close(fig)
+    return path
