@@ -284,9 +284,10 @@ def steady_calls(calls) -> tuple[list, int]:
 def _kernels(calls) -> tuple[dict, dict]:
     kept, _ = steady_calls(calls)
     left_out = Counter(c[0] for c in calls) - Counter(c[0] for c in kept)
-    by = defaultdict(lambda: defaultdict(list))
-    for name, elems, _nbytes, dt, *_ in kept:
+    by, ranks = defaultdict(lambda: defaultdict(list)), defaultdict(set)
+    for name, elems, _nbytes, dt, *more in kept:
         by[name][elems].append(dt)
+        ranks[name].add(more[1] if len(more) > 1 else 0)   # (faults, rank): every rank's calls since 2026-11-27
     kernels, fits = {}, {}
     for name, pts in sorted(by.items()):
         elems = sorted(pts)
@@ -296,7 +297,7 @@ def _kernels(calls) -> tuple[dict, dict]:
         f = fit.fit_kernel(elems, times)
         kernels[name] = {k: f[k] for k in ("launch_s", "per_elem_s", "complexity", "size_scale") if k in f}
         fits[name] = {**f, "sizes": len(elems), "calls": sum(len(v) for v in pts.values()),
-                      "calls_left_out_for_faults": left_out[name]}
+                      "ranks": len(ranks[name]), "calls_left_out_for_faults": left_out[name]}
     return kernels, fits
 
 

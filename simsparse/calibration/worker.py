@@ -212,6 +212,15 @@ def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
     return calls, {**steps.summary(), "kernel_calls": len(calls)}, path.gathered(comm)
 
 
+def every_rank(comm, calls: list) -> list:
+    """Every rank's kernel calls on rank 0, each with its rank appended: a kernel's median and
+    noise come from all the ranks that ran it at once (rank 0 alone gave a size 5 calls, too few for
+    a tail that one call in eight shows), and a rank that a core-mate slows counts too. A CPU
+    partner of a timed GPU passes no calls (:func:`timed_device`)."""
+    parts = comm.gather([(*c, comm.Get_rank()) for c in calls], root=0)
+    return [c for part in parts for c in part] if comm.Get_rank() == 0 else []
+
+
 # -- layers ----------------------------------------------------------------------------
 
 def layers(comm, device, model_names, batch_size, reps, now=time.perf_counter, partner: bool = False) -> dict:
@@ -306,8 +315,9 @@ def op_launch(device, reps: int = 2000, now=time.perf_counter) -> dict:
 
 
 def timed_device(kind: str, rank: int, gpus: int) -> str:
-    """The device this rank's tensors live on in a calibration. Only rank 0's
-    kernels and layers are recorded, and a run puts one GPU under each rank: on
+    """The device this rank's tensors live on in a calibration. The kernels of
+    the ranks on the timed device and rank 0's layers are recorded, and a run
+    puts one GPU under each rank: on
     a host with fewer GPUs than ranks the ranks beyond them are partners on the
     CPU, so the timed rank has its GPU alone instead of time-sliced with the
     others (one H100 and two ranks: each kernel would wait for the other's)."""
@@ -339,9 +349,9 @@ def main(argv=None):
                          spec.get("concurrency_sizes", (1 << 16, 1 << 20)), spec.get("late_sizes", ()),
                          spec.get("path_calls", True))
     if "kernels" in parts:
-        raw["kernels"], raw["steps"], raw["message_path"] = kernels(comm, kind, spec["kernel_sizes"],
-                                                                    spec["quick"], now,
-                                                                    spec.get("path_calls", True))
+        calls, raw["steps"], raw["message_path"] = kernels(comm, kind, spec["kernel_sizes"], spec["quick"], now,
+                                                           spec.get("path_calls", True))
+        raw["kernels"] = every_rank(comm, calls if kind == spec["device"] else [])
     if "layers" in parts:
         partner = kind != spec["device"]
         raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"], now, partner)

@@ -8,9 +8,9 @@ over ranks, both above the median (the amplification of OS noise by
 synchronisation: Petrini, Kerbyson and Pakin, SC 2003; Hoefler, Schneider
 and Lumsdaine, SC 2010, who inject it into LogGOPSim the same way).
 
-``simsparse calibrate`` times every kernel call of its algorithm runs in place
-(:class:`~simsparse.calibration.probes.KernelProbe`); each call over the
-median of its (kernel, size) is one sample of the noise. Short calls vary
+``simsparse calibrate`` times every kernel call of its algorithm runs in place,
+on every rank at once (:class:`~simsparse.calibration.probes.KernelProbe`);
+each call over the median of its (kernel, size) is one sample of the noise. Short calls vary
 most (on this host a call of about 10 us had a mean 1.10 and a 90th
 percentile 1.42 times its median, one of 1 to 10 ms 1.005 and 1.11), so the
 samples are kept per decade of the median call time (:class:`NoiseBand`:

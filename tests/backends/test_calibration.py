@@ -353,9 +353,29 @@ def test_a_rank_killed_by_sigkill_is_explained_as_memory_with_the_figures():
     assert other.endswith("ValueError: bad") and "memory" not in other
 
 
+def test_kernel_calls_of_every_rank_reach_rank_0_with_their_rank():
+    from simsparse.calibration.worker import every_rank
+
+    class Comm:
+        def __init__(self, rank):
+            self.rank = rank
+
+        def Get_rank(self):
+            return self.rank
+
+        def gather(self, mine, root):
+            assert root == 0
+            return [mine, [("topk", 10.0, 40.0, 2e-6, 0, 1)], []] if self.rank == 0 else None
+
+    calls = [("topk", 10.0, 40.0, 1e-6, 0), ("add", 10.0, 80.0, 5e-7, 3)]
+    assert every_rank(Comm(0), calls) == [("topk", 10.0, 40.0, 1e-6, 0, 0), ("add", 10.0, 80.0, 5e-7, 3, 0),
+                                          ("topk", 10.0, 40.0, 2e-6, 0, 1)]
+    assert every_rank(Comm(2), calls) == []
+
+
 def test_ranks_beyond_the_gpus_are_partners_on_the_cpu():
-    """Only rank 0 is timed; with fewer GPUs than ranks the others run on the CPU
-    so it has its GPU alone. The CPU device and enough GPUs change nothing."""
+    """With fewer GPUs than ranks the ranks beyond them run on the CPU so the
+    timed ones have a GPU alone. The CPU device and enough GPUs change nothing."""
     from simsparse.calibration.worker import timed_device
 
     assert [timed_device("cuda", r, 1) for r in range(3)] == ["cuda", "cpu", "cpu"]
