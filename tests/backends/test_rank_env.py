@@ -35,3 +35,35 @@ def test_with_it_a_buffer_freed_in_one_iteration_is_reused_without_faulting():
     base = {"PATH": "/usr/bin:/bin", "MALLOC_MMAP_THRESHOLD_": str(128 << 10)}   # glibc's default start, fixed
     cached, fresh = faults(rank_env(base)), faults(base)
     assert cached < 5 <= fresh, (cached, fresh)   # numpy asks for huge pages: a fresh 16 MB is >= 8 faults
+
+
+GROWTH = """
+import resource, sys, numpy as np
+from simsparse.backends.rank_env import heap_bytes, reserve_heap
+a = np.ones(4_000_000, np.float32); del a        # the warm-up's heap: 16 MB
+reserved = reserve_heap(1) if sys.argv[1] == "1" else 0
+f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+keep = np.ones(2_000_000, np.float32)            # a later request past the heap's top (fragmentation)
+b = np.ones(3_000_000, np.float32)
+print(reserved, heap_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+"""
+
+
+def test_the_reserve_after_the_warm_up_takes_the_heaps_later_growth_without_faulting():
+    """Growth past the warm-up's heap faults page by page; after reserve_heap (a block as large as the
+    heap, touched and freed) the same growth finds resident pages."""
+    def run(reserve):
+        out = subprocess.run([sys.executable, "-c", GROWTH, reserve], env=rank_env({"PATH": "/usr/bin:/bin"}),
+                             capture_output=True, text=True, check=True).stdout.split()
+        return [int(v) for v in out]
+
+    (reserved, held, faults), (none, _, grown) = run("1"), run("0")
+    assert none == 0 and reserved >= 16_000_000 and held >= reserved   # the block stays in the heap, free
+    assert faults < 5 <= grown, (faults, grown)
+
+
+def test_no_reserve_without_the_caching_heap(monkeypatch):
+    from simsparse.backends import rank_env as re
+
+    monkeypatch.setenv("MALLOC_MMAP_MAX_", "65536")
+    assert re.reserve_heap(4) == 0   # freed, the block would go back to the system

@@ -28,6 +28,7 @@ import sys
 import numpy as np
 
 from .loop import run_point
+from ...backends.rank_env import reserve_heap
 from ..config.point import Point
 
 
@@ -59,6 +60,7 @@ class MPIBackend:
         global _START   # one per launch: what it learnt of the ranks' wake-ups carries over to the next point
         self.start = _START = make_start(comm, self.driver.rs.box, _START)
         self.workload = None if point.schedule else point.workload_obj()
+        self.ranks_here = int(os.environ.get("MPI_LOCALNRANKS", P))   # Hydra's count of this host's ranks
 
     def gather(self, values):
         (v,) = values
@@ -71,6 +73,8 @@ class MPIBackend:
             prog = job.program()
         else:
             prog = job.program(self.driver.rs.from_host(self.workload.grad(self.rank, it).copy()))
+        if it == self.point.warmup and self.device.type == "cpu":   # before the first measured iteration's start
+            reserve_heap(self.ranks_here)
         stats = self.driver.run(prog, self.start.wait())   # waiting ranks leave the cores to the others
         self.driver.rs.box.quiet_wait(self.comm.Ibarrier())   # (likewise before the gathers of the loop)
         self.last = (job, stats.results[0])
