@@ -76,12 +76,12 @@ def reserve_heap(ranks_here: int, share: float = 0.5) -> int:
     """Touch and free a block as large as this process's heap, at most ``share`` of the host's
     available memory over ``ranks_here`` (the ranks that reserve at once), so that the heap's top
     holds resident pages for its later growth (module docstring). Returns the bytes touched
-    (0 where glibc does not say its heap, or :data:`RANK_ENV`'s caching heap is off: freed,
-    the block would go back to the system)."""
+    (0 where glibc does not say its heap, where :data:`RANK_ENV`'s caching heap is off: freed,
+    the block would go back to the system, or where ``SIMSPARSE_HEAP_RESERVE=0`` turns it off)."""
     import numpy as np
 
     held, free = heap_bytes(), available_bytes()
-    if not held or os.environ.get("MALLOC_MMAP_MAX_") != "0":
+    if not held or os.environ.get("MALLOC_MMAP_MAX_") != "0" or os.environ.get("SIMSPARSE_HEAP_RESERVE") == "0":
         return 0
     size = int(min(held, share * free / max(1, ranks_here))) if free else held
     if size <= 0:

@@ -364,6 +364,7 @@ def run_compare(pred, meas, out=None, plot: bool = True, allow_partial: bool = F
     if plot:
         from .plot import plot_compare
 
-        c.written.append(plot_compare(c, out / "compare.png"))
+        c.written.append(plot_compare(c, out / "compare.png", error_stats(c.points["rel_err"]),
+                                      phase_summary(c.phases)[0] if len(c.phases) else None))
     echo("wrote " + ", ".join(str(w) for w in c.written))
     return c

@@ -249,11 +249,10 @@ def plot_results(results, x: str = "P", y: str = "time_s", hue: str = "series", 
     return out
 
 
-def plot_compare(c, path: Path, top: int = 15) -> Path:
-    """Predicted against measured (log-log, y = x) and per-phase errors (median, min..max over points)."""
+def plot_compare(c, path: Path, errors: tuple, phases: pd.DataFrame | None, top: int = 15) -> Path:
+    """Predicted against measured (log-log, y = x) and per-phase errors (median, min..max over points);
+    ``errors``: (median, p90) of |error| over points, ``phases``: :func:`.compare.phase_summary`'s table."""
     import numpy as np
-
-    from .compare import error_stats, phase_summary   # (compare imports this module when it plots)
 
     pts = c.points
     series = pts["algorithm"] + pts["params"].map(lambda p: f" {p}" if p else "")
@@ -273,13 +272,13 @@ def plot_compare(c, path: Path, top: int = 15) -> Path:
         ax.plot([lo, hi], [lo * f, hi * f], "k:", lw=0.6)
     ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured time per iteration [s]",
            ylabel="predicted time per iteration [s]")
-    med, p90 = error_stats(pts["rel_err"])
+    med, p90 = errors
     ax.set_title(f"{len(pts)} points; |error| median {100 * med:.0f}%, p90 {100 * p90:.0f}% (dotted: 2x)", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", frameon=False)
     if two:
         ax = axes[0][1]
-        stats = phase_summary(c.phases)[0].set_index("phase")[["median", "min", "max"]]
+        stats = phases.set_index("phase")[["median", "min", "max"]]
         stats = stats.dropna().head(top).iloc[::-1].rename(columns={"median": "med", "min": "lo", "max": "hi"})
         y = np.arange(len(stats))
         ax.barh(y, 100 * stats["med"], color=np.where(stats["med"] >= 0, "tab:red", "tab:blue"), alpha=0.7)
