@@ -67,3 +67,11 @@ def test_no_reserve_without_the_caching_heap(monkeypatch):
 
     monkeypatch.setenv("MALLOC_MMAP_MAX_", "65536")
     assert re.reserve_heap(4) == 0   # freed, the block would go back to the system
+
+
+def test_the_reserve_can_be_turned_off(monkeypatch):
+    from simsparse.backends import rank_env as re
+
+    monkeypatch.setenv("MALLOC_MMAP_MAX_", "0")
+    monkeypatch.setenv("SIMSPARSE_HEAP_RESERVE", "0")
+    assert re.reserve_heap(4) == 0
