@@ -60,12 +60,12 @@ def heap_bytes() -> int | None:
     return int(m.arena + m.hblkhd)
 
 
-def available_bytes() -> int | None:
-    """The host's ``MemAvailable`` (None where /proc/meminfo does not say)."""
+def meminfo_bytes(key: str) -> int | None:
+    """The host's /proc/meminfo ``key`` (``MemTotal``, ``MemAvailable``) in bytes; None where it does not say."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
@@ -80,7 +80,7 @@ def reserve_heap(ranks_here: int, share: float = 0.5) -> int:
     the block would go back to the system, or where ``SIMSPARSE_HEAP_RESERVE=0`` turns it off)."""
     import numpy as np
 
-    held, free = heap_bytes(), available_bytes()
+    held, free = heap_bytes(), meminfo_bytes("MemAvailable")
     if not held or os.environ.get("MALLOC_MMAP_MAX_") != "0" or os.environ.get("SIMSPARSE_HEAP_RESERVE") == "0":
         return 0
     size = int(min(held, share * free / max(1, ranks_here))) if free else held

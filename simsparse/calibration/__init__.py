@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ..backends.rank_env import rank_env
+from ..backends.rank_env import meminfo_bytes, rank_env
 from . import fit
 
 #: where a profile for R ranks goes by default; configs name it with {P} (resolved per point)
@@ -160,12 +160,8 @@ def _failure(code: int, output: str, ranks: int) -> str:
     tail = "\n".join(output.strip().splitlines()[-15:])
     why = f"the calibration run failed (exit {code}):\n{tail}"
     if code in (9, 137, -9) or "signal 9" in output:
-        try:
-            with open("/proc/meminfo") as f:
-                total = next(int(line.split()[1]) / 2**20 for line in f if line.startswith("MemTotal:"))
-            have = f"; this host has {total:.0f} GB"
-        except (OSError, StopIteration, ValueError):
-            have = ""
+        total = meminfo_bytes("MemTotal")
+        have = f"; this host has {total / 2**30:.0f} GB" if total else ""
         why += (f"\nA rank was killed by SIGKILL, most likely by the kernel's out-of-memory killer (see dmesg): a "
                 f"calibration rank holds up to about {RANK_PEAK_GB:g} GB, {ranks * RANK_PEAK_GB:.0f} GB for "
                 f"{ranks} ranks{have}. Calibrate fewer ranks, or stop what else holds memory.")

@@ -37,7 +37,7 @@ import pandas as pd
 from ..config.errors import ConfigError
 from ...files import atomic_write
 from ..results.store import read_csv
-from .kernels import join_kernels, kernel_report
+from .kernels import join_kernels, kernel_report, measured_records
 
 KEY_COLUMNS = ["schedule", "model", "batch_size", "algorithm", "params", "schedule_params", "P", "n", "density",
                "dtype", "seed"]
@@ -171,8 +171,7 @@ def join_points(pred: pd.DataFrame, meas: pd.DataFrame, files: tuple[Path, Path]
 def phase_times(trace: pd.DataFrame, warmup: dict[str, int]) -> pd.DataFrame:
     """Per (point_id, phase): the phase time defined in the module docstring
     (``warmup`` maps point_id to its warm-up iterations)."""
-    t = trace[trace["point_id"].isin(warmup)]
-    t = t[t["iteration"] >= t["point_id"].map(warmup)]
+    t = measured_records(trace, warmup)
     if t.empty:
         return pd.DataFrame(columns=["point_id", "phase", "time_s"])
     it = t.groupby(["point_id", "iteration"])

@@ -25,11 +25,18 @@ COLUMNS = ["op", "pred_calls", "meas_calls", "pred_median_s", "meas_median_s", "
            "ratio"]
 
 
+def measured_records(trace: pd.DataFrame, warmup: dict[str, int]) -> pd.DataFrame:
+    """The records of the points in ``warmup`` (point_id -> its warm-up iterations) from their first measured
+    iteration on."""
+    t = trace[trace["point_id"].isin(warmup)]
+    return t[t["iteration"] >= t["point_id"].map(warmup)]
+
+
 def call_stats(trace: pd.DataFrame, warmup: dict[str, int]) -> pd.DataFrame:
     """Per (point_id, op) of the kernel records of the measured iterations: calls, median and weighed mean
     duration (``warmup`` maps point_id to its warm-up iterations)."""
-    t = trace[trace["point_id"].isin(warmup) & trace["op"].astype(str).str.startswith("compute:")]
-    t = t[t["iteration"] >= t["point_id"].map(warmup)]
+    t = measured_records(trace, warmup)
+    t = t[t["op"].astype(str).str.startswith("compute:")]
     if t.empty:
         return pd.DataFrame(columns=["point_id", "op", "calls", "median_s", "mean_s"])
     d = t["end_s"].to_numpy(float) - t["start_s"].to_numpy(float)

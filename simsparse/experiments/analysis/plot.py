@@ -258,7 +258,7 @@ def plot_compare(c, path: Path, errors: tuple, phases: pd.DataFrame | None, top:
     series = pts["algorithm"] + pts["params"].map(lambda p: f" {p}" if p else "")
     series = np.where(pts["schedule"] != "", pts["schedule"] + " / " + series, series)
     styles = series_styles(set(series))
-    two = len(c.phases) > 0
+    two = phases is not None
     fig, axes = plt.subplots(1, 2 if two else 1, figsize=(13 if two else 6.5, 5.2), squeeze=False)
     ax = axes[0][0]
     for s in sorted(set(series)):
