@@ -21,13 +21,14 @@ print(json.dumps([base * 1024, resource.getrusage(resource.RUSAGE_SELF).ru_maxrs
 """
 
 
-@pytest.mark.parametrize("algorithm,iterations,check", [
-    ("oktopk", 1, False), ("oktopk", 3, True), ("gtopk", 3, False), ("ring", 1, False), ("qsgd_allgather", 3, True),
+@pytest.mark.parametrize("algorithm,P,iterations,check", [
+    ("oktopk", 48, 1, False), ("oktopk", 48, 3, True), ("gtopk", 48, 3, False), ("ring", 48, 1, False),
+    ("qsgd_allgather", 24, 3, True),   # every rank dequantizes P messages of n: P^2 n work, 41 s at P = 48 in CI
 ])
-def test_the_memory_estimate_bounds_the_peak(algorithm, iterations, check):
+def test_the_memory_estimate_bounds_the_peak(algorithm, P, iterations, check):
     """Peak RSS above the interpreter's start, in a fresh process, stays below
     the estimate's part for the point (the base of 200 MB left out)."""
-    point = dataclasses.replace(make_point(algorithm, 48, n=1 << 19, density=0.01, iterations=iterations), check=check)
+    point = dataclasses.replace(make_point(algorithm, P, n=1 << 19, density=0.01, iterations=iterations), check=check)
     spec = {k: getattr(point, k) for k in ("algorithm", "P", "params", "workload", "network", "compute",
                                            "iterations", "warmup", "check", "values")}
     out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True, check=True)
