@@ -10,7 +10,6 @@ process (its points take 0.1 to 2 s, a child's start 3 s).
 """
 from __future__ import annotations
 
-import contextlib
 import io
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import yaml
 
 from ...files import yaml_load
 from ..config.schema import load_config
+from ..run.execute import execute
 from .papers import REPO_ROOT, TOLERANCE, Experiment, PapersError, Results, compare, load_papers, select
 from ...files import atomic_write
 from ..results.store import ResultsStore
@@ -52,16 +52,13 @@ def run_experiment(exp: Experiment, out_dir: Path, smoke: bool = False, run: boo
     out_dir.mkdir(parents=True, exist_ok=True)
     path = config_path(exp, smoke, out_dir)
     if run:
-        args = ["run", str(path), "--out", str(out_dir), "--no-plot", "--force"] + (["--trace"] if exp.trace else [])
         if smoke:
-            from ...cli import main as cli_main
-
-            with contextlib.redirect_stdout(io.StringIO()):
-                code = cli_main(args)
+            execute(load_config(path), "sim", str(out_dir), force=True, trace=exp.trace, log=io.StringIO())
         else:
-            code = subprocess.run([sys.executable, "-m", "simsparse.cli", *args], stdout=subprocess.DEVNULL).returncode
-        if code not in (0, 1):   # 1: a point's result differs from numpy (checks are off here)
-            raise PapersError(f"simsparse run {path} failed (exit {code}); its message is above")
+            args = ["run", str(path), "--out", str(out_dir), "--no-plot", "--force"] + (["--trace"] if exp.trace else [])
+            done = subprocess.run([sys.executable, "-m", "simsparse.cli", *args], stdout=subprocess.DEVNULL)
+            if done.returncode not in (0, 1):   # 1: a point's result differs from numpy (checks are off here)
+                raise PapersError(f"simsparse run {path} failed (exit {done.returncode}); its message is above")
     ids = {p.point_id("sim") for p in load_config(path).points}
     rows = ResultsStore(out_dir).frame()
     rows = rows[rows["point_id"].isin(ids)] if len(rows) else rows
