@@ -51,15 +51,16 @@ def run_experiment(exp: Experiment, out_dir: Path, smoke: bool = False, run: boo
     which runs in minutes (docs/papers.md)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = config_path(exp, smoke, out_dir)
+    config = load_config(path)
     if run:
         if smoke:
-            execute(load_config(path), "sim", str(out_dir), force=True, trace=exp.trace, log=io.StringIO())
+            execute(config, "sim", str(out_dir), force=True, trace=exp.trace, log=io.StringIO())
         else:
             args = ["run", str(path), "--out", str(out_dir), "--no-plot", "--force"] + (["--trace"] if exp.trace else [])
             done = subprocess.run([sys.executable, "-m", "simsparse.cli", *args], stdout=subprocess.DEVNULL)
             if done.returncode not in (0, 1):   # 1: a point's result differs from numpy (checks are off here)
                 raise PapersError(f"simsparse run {path} failed (exit {done.returncode}); its message is above")
-    ids = {p.point_id("sim") for p in load_config(path).points}
+    ids = {p.point_id("sim") for p in config.points}
     rows = ResultsStore(out_dir).frame()
     rows = rows[rows["point_id"].isin(ids)] if len(rows) else rows
     return Results(rows, out_dir / "trace" if exp.trace else None)
