@@ -329,6 +329,8 @@ def _calibrate(args) -> int:
             head = (f"o {(net['send_overhead_s'] + net['recv_overhead_s']) * 1e6:.0f} us, g {net['gap_s'] * 1e6:.0f} us, "
                     f"goodput {(g['measured_Bps'] or 0) / 1e6:.2f} MB/s measured, {g['model_Bps'] / 1e6:.2f} MB/s "
                     f"by framing")
+            if net.get("ack_queue_efficiency", 1.0) < 1.0:
+                head += f", ports acked through full ports keep {net['ack_queue_efficiency']:.0%} of their rate"
         errs = [abs(c["error"]) for c in fits["patterns"] if c["error"] is not None]
         print(f"wrote {out}: {head}; patterns within {_median(errs):.1%} of the model (median); "
               f"{len(prof['compute']['kernels'])} kernels (median |err| {_median_res(fits['kernels']):.1%}); "

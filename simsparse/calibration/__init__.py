@@ -212,8 +212,14 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
     binding = "block" if testbed is not None and raw.get("shared_cores") else "none"
     cpu, wake = netfit.request_cpu(p2p, ranks, raw.get("shared_cores"), hot)
     start = netfit.start_cpu(p2p, ranks, raw.get("shared_cores")) if cpu else None
-    concurrency = netfit.check_patterns(p2p, network, ranks, raw.get("shared_cores"), cpu, binding, hot, start,
-                                        wake)
+    checks = (raw.get("shared_cores"), cpu, binding, hot, start, wake)
+    if testbed is not None:
+        eff = netfit.fit_ack_queue(p2p, network, ranks, *checks)
+        net_fits["ack_queue_efficiency"] = eff
+        if eff is not None and eff < 1.0:
+            network["ack_queue_efficiency"] = eff
+            network["source"] += "; ack_queue_efficiency from the crossing pattern"
+    concurrency = netfit.check_patterns(p2p, network, ranks, *checks)
     if testbed is None:
         network, concurrency = netfit.exchange_scale(p2p, network, concurrency, ranks, raw.get("shared_cores"), cpu,
                                                      binding, path=hot, start=start, wait=wake)

@@ -222,6 +222,42 @@ def start_cpu(p2p: dict, P: int, cores) -> float | None:
     return max(float(np.median(excess)), 0.0) * min(P, cores) / P
 
 
+#: the efficiencies ``fit_ack_queue`` searches between, and how many halvings it takes
+ACK_QUEUE_RANGE, ACK_QUEUE_STEPS = (0.3, 1.0), 12
+
+
+def fit_ack_queue(p2p: dict, network: dict, P: int, *args) -> float | None:
+    """``ack_queue_efficiency`` (:mod:`simsparse.network.ack_queue`) from the
+    crossing pattern: per size, the efficiency at which the model's crossing
+    takes the measured time (bisection), the median over sizes; None where
+    the pattern puts no acknowledgements behind a full port (a star: every
+    flow has its own ports), and 1 where the model is already as slow as
+    the measurement. ``args`` are :func:`check_patterns`'s after P."""
+    rows = p2p.get("crossing", [])
+    if not rows or network.get("model") != "ethernet":
+        return None
+
+    def model_s(m, t, e):
+        only = {"pingpong": [], "pairs": [], "incast": [], "crossing": [(m, t)]}
+        return check_patterns(only, {**network, "ack_queue_efficiency": e}, P, *args)[0]["model_s"]
+
+    lo_e, hi_e = ACK_QUEUE_RANGE
+    got = []
+    for m, t in rows:
+        ideal = model_s(m, t, hi_e)
+        if model_s(m, t, lo_e) <= ideal * (1.0 + 1e-9):
+            return None                 # the mechanism does not act in this pattern here
+        if ideal >= t:
+            got.append(hi_e)
+            continue
+        lo, hi = lo_e, hi_e             # the model's time falls as the efficiency rises
+        for _ in range(ACK_QUEUE_STEPS):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if model_s(m, t, mid) > t else (lo, mid)
+        got.append(0.5 * (lo + hi))
+    return float(np.median(got))
+
+
 def check_patterns(p2p: dict, network: dict, P: int, cores=None, cpu=None, binding: str = "none",
                    path: dict | None = None, start=None, wait=None) -> list[dict]:
     """Each measured pattern beside the simulator's time for it on ``network``

@@ -42,8 +42,10 @@ from typing import Callable
 import numpy as np
 
 from ..engine import NORMAL
+from . import ack_queue
 from .flow_bulk import BUSY, FlowBulk, Held
 from .maxmin import END_TOL, REL_TOL, maxmin_rates
+from .topology import SWITCH
 
 TICK_PRIORITY = NORMAL + 1   # after every ordinary event of the same timestamp
 
@@ -60,6 +62,8 @@ class _Routes:
         self.n = 0
         self.ids: dict = {}
         self.links: list[list[int]] = []   # per route: its link ids
+        self.ends: list[tuple[int, int]] = []   # per route: its endpoints
+        self.rev: dict[int, int] = {}      # route id -> the default route back (its acknowledgements' path)
         self.tail: list[float] = []        # per route: latency, as a list for fast scalar access
         self.rate: list[float] = []        # per route: bottleneck bandwidth, likewise
         self.pair: dict[int, int] = {}     # es * endpoints + ed -> default route id
@@ -69,7 +73,7 @@ class _Routes:
         kinds = (kind,) if isinstance(kind, str) else tuple(kind or ())   # one kind or several
         self._watched = [k in kinds for k in machine.topo.lkind] if kinds else None
 
-    def add(self, links: list[int]) -> int:
+    def add(self, links: list[int], ends: tuple[int, int] = (-1, -1)) -> int:
         i = self.n
         if i == len(self.R):
             self.R = np.vstack([self.R, np.full_like(self.R, self.dummy)])
@@ -82,6 +86,7 @@ class _Routes:
         self.bneck[i] = float(self._bw_of[links].min()) if links else np.inf
         self.watch.append([x for x in links if self._watched[x]] if self._watched else [])
         self.links.append(list(links))
+        self.ends.append(ends)
         self.tail.append(float(self.lat[i]))
         self.rate.append(float(self.bneck[i]))
         self.n += 1
@@ -118,11 +123,14 @@ class FlowNetwork(FlowBulk):
     the max-min solver rates."""
 
     def __init__(self, machine_for: Callable, place: Callable, send_overhead_s: float = 0.0,
-                 recv_overhead_s: float = 0.0, gap_s: float = 0.0, seed: int = 0, burst_B: float = 0.0):
+                 recv_overhead_s: float = 0.0, gap_s: float = 0.0, seed: int = 0, burst_B: float = 0.0,
+                 ack_queue_efficiency: float = 1.0):
         self._machine_for, self._place = machine_for, place
         self.o_s, self.o_r, self.gap = float(send_overhead_s), float(recv_overhead_s), float(gap_s)
         #: links are token buckets of this depth (payload bytes): see :meth:`_head_start`
         self.burst = float(burst_B)
+        #: share of a queued switch port's rate its TCP flows keep when their acknowledgements wait in one (.ack_queue)
+        self.ack_eff = float(ack_queue_efficiency)
         self.seed = seed
         self._per_P: dict[int, tuple] = {}
         self.env = None
@@ -136,7 +144,8 @@ class FlowNetwork(FlowBulk):
             m = self._machine_for(P)
             eps = [int(e) for e in self._place(m, P)]
             cap = np.append(m.topo.bw_arr, np.inf)
-            got = self._per_P[P] = (m, eps, cap, _Routes(m, m.topo.n_links))
+            port = np.append([m.topo.kind[u] == SWITCH for u in m.topo.src], False)   # a switch's output port
+            got = self._per_P[P] = (m, eps, cap, _Routes(m, m.topo.n_links), port)
         return got
 
     def reset(self, env, P: int) -> None:
@@ -145,7 +154,7 @@ class FlowNetwork(FlowBulk):
         iteration of a point): see :meth:`_carry`."""
         carried = self._carry(P)
         self.env = env
-        m, self._ep, self._cap, self._routes = self.machine(P)
+        m, self._ep, self._cap, self._routes, self._port = self.machine(P)
         self._m = m
         self._n_ep = m.n_endpoints
         self._adaptive = m.adaptive
@@ -156,6 +165,7 @@ class FlowNetwork(FlowBulk):
         # solver works in this small space (a few thousand of Piz Daint's 50,918)
         self._slot = np.full(n, -1, dtype=np.intp)   # link -> its number, -1 if none yet
         self._slot_cap = np.zeros(0)                 # number -> capacity
+        self._slot_port = np.zeros(0, dtype=bool)    # number -> a switch's output port
         self._load = [0] * n                    # flows per watched link incl. those about to start (adaptive)
         self._rng = random.Random(self.seed)
         self._nic_free: dict[int, float] = {}
@@ -196,7 +206,7 @@ class FlowNetwork(FlowBulk):
         ck = (es, ed, key)
         rid = rt.ids.get(ck)
         if rid is None:
-            rid = rt.ids[ck] = rt.add(self._m.route(es, ed, key))
+            rid = rt.ids[ck] = rt.add(self._m.route(es, ed, key), (es, ed))
         return rid
 
     def _default_route(self, es: int, ed: int) -> int:
@@ -400,7 +410,7 @@ class FlowNetwork(FlowBulk):
         R = rt.R[rid]
         rate = rt.bneck[rid]
         shared = self._cnt[R].max(axis=1) > 1.0
-        if floor > 0.0:
+        if floor > 0.0 and self.ack_eff >= 1.0:   # a leaver may empty a queue: all rates may change
             kept = shared & (self._rate < floor * (1.0 - REL_TOL))
             rate[kept] = self._rate[kept]
             shared &= ~kept
@@ -414,7 +424,28 @@ class FlowNetwork(FlowBulk):
             used = np.bincount(L[kept].ravel(), weights=np.repeat(rate[kept], R.shape[1]), minlength=len(cap))
             cap = np.maximum(cap - used, 0.0)
         rate[shared] = maxmin_rates(L[shared], cap)
+        if self.ack_eff < 1.0:
+            sh = np.flatnonzero(shared)
+            back = self._slot[rt.R[self._reverse(rid[sh])]]
+            less = ack_queue.derated(L[sh], rate[sh], cap, self._slot_port, back, self.ack_eff)
+            if less is not None:
+                rate[sh] = maxmin_rates(L[sh], less)
         return rate
+
+    def _reverse(self, rids: np.ndarray) -> np.ndarray:
+        """The default routes back from each route's destination to its source."""
+        rt = self._routes
+        out = np.empty(len(rids), dtype=np.intp)
+        for i, r in enumerate(rids.tolist()):
+            b = rt.rev.get(r)
+            if b is None:
+                es, ed = rt.ends[r]
+                b = rt.pair.get(ed * self._n_ep + es)
+                if b is None:
+                    b = self._default_route(ed, es)
+                rt.rev[r] = b
+            out[i] = b
+        return out
 
     def _numbered(self, R: np.ndarray) -> np.ndarray:
         """``R`` (link ids) in the solver's dense link numbering, numbering
@@ -425,6 +456,7 @@ class FlowNetwork(FlowBulk):
             n0 = len(self._slot_cap)
             self._slot[new] = np.arange(n0, n0 + len(new))
             self._slot_cap = np.concatenate((self._slot_cap, self._cap[new]))
+            self._slot_port = np.concatenate((self._slot_port, self._port[new]))
             L = self._slot[R]
         return L
 

@@ -45,8 +45,9 @@ class FlowBulk:
         """Not with adaptive routing (a route depends on the load when the
         message starts), a LogGP gap (an endpoint's messages queue in
         posting order) or shaped links (a message's head start depends on
-        how long each link has been idle)."""
-        return not self._adaptive and self.gap <= 0.0 and not self.burst
+        how long each link has been idle) or acknowledgements slowed by full
+        ports (a port's rate depends on the reverse traffic: .ack_queue)."""
+        return not self._adaptive and self.gap <= 0.0 and not self.burst and self.ack_eff >= 1.0
 
     def bulk_start(self, P: int, earliest: float = 0.0) -> None:
         """Begin a bulk evaluation on the network as it is now (no message of

@@ -143,6 +143,7 @@ class FlowSpecBase(NetworkSpecBase):
         return set(type(self).model_fields) - {"name", "source", "eager_threshold_B", "rendezvous_rtt_s",
                                                 "unexpected_window_B",
                                                 "send_overhead_s", "recv_overhead_s", "gap_s", "placement",
+                                                "ack_queue_efficiency",
                                                 "placement_seed", "endpoints"}
 
     def build(self):
@@ -150,7 +151,12 @@ class FlowSpecBase(NetworkSpecBase):
 
         return FlowNetwork(lambda P: self.machine(P)[0], lambda m, P: self.machine(P)[1],
                            self.send_overhead_s, self.recv_overhead_s, self.gap_s, self.routing_seed,
-                           self.burst_payload_B())
+                           self.burst_payload_B(), self.ack_efficiency())
+
+    def ack_efficiency(self) -> float:
+        """Share of a switch port's rate TCP flows keep when their
+        acknowledgements wait in a full port (:mod:`.ack_queue`; 1: lossless)."""
+        return 1.0
 
     def burst_payload_B(self) -> float:
         """Payload bytes a link lets pass at once after an idle period (0: a wire)."""
@@ -263,7 +269,9 @@ class EthernetSpec(_SizedSpec):
     9000). ``framing: none`` reads it as the payload rate itself (a measured
     goodput). ``port_buffer_B`` is a switch port's queue; the flow model
     assumes it never overflows, and the testbed (:mod:`simsparse.testbed`)
-    builds it and counts its drops. ``shaper_burst_B`` describes links that
+    builds it and counts its drops; what TCP loses to its drops where
+    acknowledgements wait in a full port is ``ack_queue_efficiency``
+    (:mod:`.ack_queue`). ``shaper_burst_B`` describes links that
     are token buckets (the testbed's): a message on links idle for long
     enough passes its first bytes at once (``FlowNetwork._head_start``)."""
 
@@ -286,6 +294,13 @@ class EthernetSpec(_SizedSpec):
     hosts_per_leaf: int | None = Field(None, ge=1, description="leafspine: hosts per leaf (default ports/2)")
     oversubscription: float = Field(1.0, ge=1, le=64, description="leafspine: leaf down:up bandwidth ratio")
     routing: Literal["ecmp", "dmodk"] = Field("ecmp", description="leafspine: ecmp (hash) or dmodk")
+    ack_queue_efficiency: float = Field(1.0, gt=0, le=1, description="share of a switch port's rate that TCP flows "
+                                        "sharing it keep while their acknowledgements wait in another full port "
+                                        "(network/ack_queue.py); calibrate --testbed fits it from the crossing "
+                                        "pattern; 1: no loss")
+
+    def ack_efficiency(self) -> float:
+        return self.ack_queue_efficiency
 
     def payload_efficiency(self) -> float:
         """TCP payload bytes per byte on the wire for full frames."""
