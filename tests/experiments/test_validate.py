@@ -66,3 +66,21 @@ def test_repeat_below_must_be_a_positive_number_of_seconds(capsys):
     with pytest.raises(SystemExit):
         main(["validate", "configs/quickstart.yaml", "--repeat-below", "-1"])
     assert "positive number of seconds" in capsys.readouterr().err
+
+
+def test_a_profile_of_a_description_older_than_a_new_field_is_still_usable(tmp_path):
+    import yaml
+
+    from simsparse.experiments.analysis.validate import _usable
+    from simsparse.testbed import load_spec
+    from tests.helpers import REPO
+
+    spec = load_spec(str(REPO / "topologies/testbed_tree.yaml"))
+    old = spec.model_dump()
+    old.pop("ack_queue_efficiency")   # written before the field existed
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"provenance": {"testbed": old}, "compute": {"core_binding": "block"}}))
+    assert _usable(path, spec)
+    path.write_text(yaml.safe_dump({"provenance": {"testbed": {**old, "link_bw_Bps": 1e9}},
+                                    "compute": {"core_binding": "block"}}))
+    assert not _usable(path, spec)   # another machine

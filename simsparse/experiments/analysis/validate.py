@@ -74,7 +74,12 @@ def _usable(path: Path, spec) -> bool:
     made_on = (prof.get("provenance") or {}).get("testbed")
     if spec is not None and "core_binding" not in (prof.get("compute") or {}):
         return False   # calibrated before the testbed bound its ranks to cores
-    return made_on == (spec.model_dump() if spec is not None else None)
+    if spec is None or made_on is None:
+        return made_on == spec
+    try:   # a description written before a field was added reads as that field's default
+        return type(spec).model_validate(made_on).model_dump() == spec.model_dump()
+    except ValueError:
+        return False
 
 
 def ensure_profiles(spec, Ps, quick: bool, device: str, say, recalibrate: bool = False) -> dict[int, dict]:
