@@ -426,7 +426,8 @@ class FlowNetwork(FlowBulk):
         rate[shared] = maxmin_rates(L[shared], cap)
         if self.ack_eff < 1.0:
             sh = np.flatnonzero(shared)
-            back = self._slot[rt.R[self._reverse(rid[sh])]]
+            back_ids = self._reverse(rid[sh])   # first: it may grow the route table (a new array)
+            back = self._slot[rt.R[back_ids]]
             less = ack_queue.derated(L[sh], rate[sh], cap, self._slot_port, back, self.ack_eff)
             if less is not None:
                 rate[sh] = maxmin_rates(L[sh], less)

@@ -70,3 +70,10 @@ def test_the_efficiency_is_fitted_back_from_the_crossing_pattern():
     assert fit_ack_queue(p2p, tree().model_dump(), 4) == pytest.approx(0.85, abs=1e-3)
     on_star = {"crossing": [(m, 1.2 * crossing_s(star(), m)) for m in sizes]}
     assert fit_ack_queue(on_star, star().model_dump(), 4) is None   # its crossing shares no port
+
+
+def test_reverse_routes_first_needed_in_a_solve_may_grow_the_route_table():
+    # 120 flows one way on a 16-host tree: their 120 reverse routes are first built while solving
+    flows = [(0.0, r, q, 5.0) for r in range(16) for q in range(r + 1, 16)]
+    ends, net = drive(tree(P=16, e=0.8), 16, flows)
+    assert net._routes.n == 240 and all(np.isfinite(ends)) and min(ends) > 0
