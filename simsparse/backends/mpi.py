@@ -180,9 +180,11 @@ class MPIDriver(Driver):
         self.grads = [None] * (len(self.trainer.params) if self.trainer else 0)
         self.main_done, self.result = False, None
         ctx = MPIContext(rs, self)
+        cpu0 = time.process_time()
         self.start(ctx, make_program(ctx))
         self._loop()
         rs.sync()
+        rs.busy["cpu"] = time.process_time() - cpu0   # the process's CPU, waits included (poll, yield, spin)
         return IterationStats([self.finish_s], [self.result], [rs.bytes_sent], [rs.msgs_sent], 0, rs.trace, [rs.busy])
 
     def _loop(self):

@@ -234,7 +234,7 @@ class SimContext(ContextBase):
         rs.msgs_sent += 1
         msg = _Message(sim, self.rank, dst, tag, self.wire_tag(tag), payload, nb, sim.env.now, self._phase, self.lane)
         if sim.path is not None:   # serialised on the rank's core first (compute.message_path), then posted
-            sim.cores[self.rank].run(sim.path.send_s(payload, nb), sim._packed, (self, msg))
+            sim.on_core(self.rank, sim.path.send_s(payload, nb), sim._packed, (self, msg))
         else:
             sim._post(self, msg)
         return msg
@@ -339,7 +339,7 @@ class Simulator(Driver):
             for rs, make in zip(self.ranks, programs):
                 ctx = SimContext(self, rs, P)
                 if self.start_cpu:
-                    self.cores[rs.rank].run(self.start_cpu, self._begin, (ctx, make(ctx)))
+                    self.on_core(rs.rank, self.start_cpu, self._begin, (ctx, make(ctx)))
                 else:
                     self.start(ctx, make(ctx))
             env.run()
@@ -499,6 +499,13 @@ class Simulator(Driver):
             raise RuntimeError(f"ctx.{what}() needs a model: this run simulates a bare collective")
         return self.model
 
+    def on_core(self, rank: int, work: float, done, arg) -> None:
+        """``work`` core-seconds of ``rank`` on its shared cores, then ``done(arg)``;
+        counted in the rank's ``busy["cpu"]`` (the row's ``cpu_s``)."""
+        b = self.ranks[rank].busy
+        b["cpu"] = b.get("cpu", 0.0) + work
+        self.cores[rank].run(work, done, arg)
+
     def _device(self, prog, dt, value, op, category, covered=()):
         """Occupy the rank's device for dt after everything issued before
         (with shared cores: dt seconds of one core's work, see :meth:`_on_cores`)."""
@@ -533,7 +540,7 @@ class Simulator(Driver):
 
     def _core_next(self, rs) -> None:
         prog, dt, *_ = rs.core_q[0]
-        self.cores[rs.rank].run(dt, self._core_done, (rs, self.env.now))
+        self.on_core(rs.rank, dt, self._core_done, (rs, self.env.now))
 
     def _core_done(self, rs_start) -> None:
         rs, start = rs_start
@@ -600,7 +607,7 @@ class Simulator(Driver):
         sleep returns and runs MPI's progress), once however many requests
         the wait completes (simsparse.calibration.network.request_cpu)."""
         if self.wait_cpu:
-            self.cores[w.prog.ctx.rank].run(self.wait_cpu, self._woke, w)
+            self.on_core(w.prog.ctx.rank, self.wait_cpu, self._woke, w)
         else:
             self._woke(w)
 
@@ -699,7 +706,7 @@ class Simulator(Driver):
         overlaps the wire's. Through shared memory at P = 2 an exchange costs
         two requests of CPU, twice a ping-pong's half round trip."""
         self.on_cpu[h] = None
-        self.cores[rank].run(self.msg_cpu, self._cpu_end, h)
+        self.on_core(rank, self.msg_cpu, self._cpu_end, h)
 
     def _post(self, ctx, msg: _Message) -> None:
         """Post a send of ``ctx``'s program now (behind its stream, if any);
@@ -723,7 +730,7 @@ class Simulator(Driver):
         if self.path is None:
             self._complete(h, value, nbytes, owner)
         else:
-            self.cores[owner].run(self.path.recv_s(value, nbytes), self._unpacked, (h, value, nbytes, owner))
+            self.on_core(owner, self.path.recv_s(value, nbytes), self._unpacked, (h, value, nbytes, owner))
 
     def _unpacked(self, arg) -> None:
         self._complete(*arg)

@@ -214,3 +214,29 @@ def test_a_wake_up_costs_its_rank_cpu_once_per_blocking_wait(P):
     assert span(patterns.exchange, **kw) == pytest.approx(n * P * (2 * c + w) / 2, rel=0.02)
     assert span(patterns.alltoall, **kw) == pytest.approx(n * P * (2 * (P - 1) * c + w) / 2, rel=0.02)
     assert span(patterns.exchange, wait_cpu_s=w) == pytest.approx(span(patterns.exchange), rel=1e-12)
+
+
+def test_the_cpu_a_rank_is_charged_is_reported_per_iteration():
+    """``cpu_s`` is the mean over ranks of the core-seconds the model charged
+    a rank in an iteration: a run's start, its requests, its wake-ups and its
+    kernels; P ranks of an exchange of n steps on 2 cores are charged
+    s + n (2c + w) each, so (the exchange being CPU-bound) P cpu_s / 2 is
+    the span. Without shared cores the model charges no CPU: no ``cpu_s``."""
+    from simsparse.backends.sim import Simulator
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.experiments.run.loop import _collective_breakdown
+    from simsparse.network.spec import EthernetSpec
+
+    c, w, s, n, P = 20e-6, 150e-6, 300e-6, 6, 8
+    spec = EthernetSpec(topology="star", link_bw_Bps=1.25e9)
+
+    def stats(**prof):
+        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, **prof))
+        return Simulator(spec.build(), dev).run([_exchange(4, n)] * P)
+
+    st = stats(shared_cores=2, message_cpu_s=c, wait_cpu_s=w, start_cpu_s=s)
+    cpu = _collective_breakdown(st.finish_s, st.busy)["cpu_s"]
+    assert cpu == pytest.approx(s + n * (2 * c + w), rel=0.02)
+    assert max(st.finish_s) == pytest.approx(P * cpu / 2, rel=0.02)
+    plain = stats()
+    assert "cpu_s" not in _collective_breakdown(plain.finish_s, plain.busy)

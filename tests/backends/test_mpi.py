@@ -39,6 +39,8 @@ def test_trace_has_the_same_schema(tmp_path):
     ops = {t["op"] for t in m.trace}
     assert {"send", "recv"} <= ops and any(o.startswith("compute:") for o in ops)
     assert {"rank", "phase", "peer", "bytes", "start_s", "end_s"} <= set(m.trace[0])
+    # the ranks' process CPU per iteration, beside the time: at most the time on each of its cores, plus slack
+    assert 0 < m.row["cpu_s"] <= m.row["time_s"] * __import__("os").cpu_count() + 0.05
 
 
 def test_measure_sends_the_same_bytes_as_run_for_every_algorithm(tmp_path):

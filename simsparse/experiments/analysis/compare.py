@@ -155,7 +155,8 @@ def join_points(pred: pd.DataFrame, meas: pd.DataFrame, files: tuple[Path, Path]
     if msgs and not allow_partial:
         raise CompareError(". ".join(msgs) + f". Measure (or simulate) them, or pass --allow-partial to compare the "
                            f"{n_common} point(s) in common.")
-    j = p.merge(m[["_key", "point_id", "time_s", "compute", "warmup"]], on="_key", suffixes=("_p", "_m"))
+    cpu = ["cpu_s"] if "cpu_s" in p and "cpu_s" in m else []
+    j = p.merge(m[["_key", "point_id", "time_s", "compute", "warmup"] + cpu], on="_key", suffixes=("_p", "_m"))
     out = j[cols].copy()
     out["pred_point_id"], out["meas_point_id"] = j["point_id_p"], j["point_id_m"]
     for side, suf in (("pred", "_p"), ("meas", "_m")):
@@ -164,6 +165,9 @@ def join_points(pred: pd.DataFrame, meas: pd.DataFrame, files: tuple[Path, Path]
     out["pred_network"] = j["network"]
     out["pred_s"], out["meas_s"] = j["time_s_p"], j["time_s_m"]
     out["rel_err"] = (out["pred_s"] - out["meas_s"]) / out["meas_s"]
+    if cpu:   # CPU seconds per rank and iteration: the model's core-seconds against the ranks' process CPU
+        out["pred_cpu_s"] = pd.to_numeric(j["cpu_s_p"], errors="coerce")
+        out["meas_cpu_s"] = pd.to_numeric(j["cpu_s_m"], errors="coerce")
     return out, msgs
 
 
@@ -333,6 +337,12 @@ def report(c: Comparison) -> str:
     if len(signed):   # a bias, not scatter, if nearly every point is on one side
         lines.append(f"signed error: median {100 * signed.median():+.1f}%; {int((signed < 0).sum())} of "
                      f"{len(signed)} points predicted low, {int((signed > 0).sum())} high")
+    if "pred_cpu_s" in pts:
+        r = (pts["meas_cpu_s"] / pts["pred_cpu_s"]).replace([np.inf, -np.inf], np.nan).dropna()
+        if len(r):
+            lines.append(f"CPU per rank and iteration, measured / predicted over {len(r)} points: median "
+                         f"{r.median():.2f}, p10 {r.quantile(0.1):.2f}, p90 {r.quantile(0.9):.2f} (measured: the "
+                         f"ranks' process CPU, waiting included; predicted: the core-seconds the model charges)")
     if len(c.phases):
         s, hidden = phase_summary(c.phases)
         s = s[["phase", "points", "predicted", "measured", "median |err|", "p90 |err|"]]

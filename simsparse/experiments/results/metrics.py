@@ -18,7 +18,7 @@ ROW_COLUMNS = ["point_id", "backend", "schedule", "model", "batch_size", "algori
                "dtype", "seed", "network", "compute", "iterations", "warmup", "time_s", "time_median_s",
                "time_min_s", "time_max_s", "period",
                "t_compute_s", "t_comm_s", "t_iter_s", "t_forward_s", "t_backward_s", "t_sparsify_s",
-               "t_comm_nonoverlap_s", "merged_groups",
+               "t_comm_nonoverlap_s", "merged_groups", "cpu_s",
                "bytes_sent_max", "bytes_total", "msgs_total", "correct", "max_rel_err", "sim_events", "wall_s"]
 BREAKDOWN = ("t_forward_s", "t_backward_s", "t_sparsify_s", "t_comm_nonoverlap_s")
 #: a bare collective's slowest rank: device busy time and the rest (messages, waiting)
@@ -84,6 +84,8 @@ def summarize(point: Point, backend: str, records: list[IterationRecord], cycle:
     elif records and all(r.breakdown for r in records):
         for key in COLLECTIVE_BREAKDOWN:
             row[key] = float(mean([r.breakdown[key] for r in records]))
+    if records and all(r.breakdown and "cpu_s" in r.breakdown for r in records):
+        row["cpu_s"] = float(mean([r.breakdown["cpu_s"] for r in records]))
     return row
 
 

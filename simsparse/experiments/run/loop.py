@@ -141,7 +141,7 @@ def _breakdown(stats_finish: list, busy: list) -> dict:
     b = busy[r]
     device = b["forward"] + b["backward"] + b["compute"]
     return {"t_forward_s": b["forward"], "t_backward_s": b["backward"], "t_sparsify_s": b["compute"],
-            "t_comm_nonoverlap_s": max(0.0, stats_finish[r] - device)}
+            "t_comm_nonoverlap_s": max(0.0, stats_finish[r] - device), **_cpu(busy)}
 
 
 def _collective_breakdown(stats_finish: list, busy: list) -> dict:
@@ -151,7 +151,15 @@ def _collective_breakdown(stats_finish: list, busy: list) -> dict:
     r = int(np.argmax(stats_finish))
     b = busy[r] if r < len(busy) and busy[r] else {}
     device = sum(b.get(k, 0.0) for k in ("forward", "backward", "compute"))
-    return {"t_compute_s": device, "t_comm_s": max(0.0, stats_finish[r] - device)}
+    return {"t_compute_s": device, "t_comm_s": max(0.0, stats_finish[r] - device), **_cpu(busy)}
+
+
+def _cpu(busy: list) -> dict:
+    """``cpu_s``: the CPU seconds of a rank's iteration, the mean over ranks,
+    where the backend counts them (a real rank's process CPU, waiting
+    included; the simulator's core-seconds where ranks share cores)."""
+    cpu = [b["cpu"] for b in busy if b and "cpu" in b]
+    return {"cpu_s": float(np.mean(cpu))} if cpu and len(cpu) == len(busy) else {}
 
 
 def run_point(point: Point, backend: ExperimentBackend, keep_results: bool = False) -> PointOutcome | None:
