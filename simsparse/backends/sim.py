@@ -409,7 +409,8 @@ class Simulator(Driver):
             dt = self.kernel_seconds(k, value, req.args, req.kwargs)
             if self.noise is not None:
                 dt *= self.noise.factor(prog.ctx.rank, dt)
-            dt += self.program_cpu
+            if self.program_cpu:   # the program's Python before the kernel: on the cores, outside its record
+                return self._on_cores(prog, dt, value, "compute:" + req.kernel, "compute", (), self.program_cpu)
         return self._device(prog, dt, value, "compute:" + req.kernel, "compute")
 
     def run_kernel(self, name: str, args: tuple, kwargs: dict):
@@ -525,26 +526,34 @@ class Simulator(Driver):
             return BLOCKED
         return value
 
-    def _on_cores(self, prog, dt, value, op, category, covered):
+    def _on_cores(self, prog, dt, value, op, category, covered, pre: float = 0.0):
         """Device work on shared cores: the rank's work runs in issue order,
         each piece as a job of :class:`~simsparse.compute.cores.SharedCores`
         (its end depends on what the other ranks run meanwhile); the program
-        resumes when its piece has run."""
+        resumes when its piece has run. ``pre`` core-seconds of the program's
+        own Python run first, outside the piece's record and its busy time
+        (as the real backend's trace times only the kernel)."""
         rs = prog.ctx.r
         rs.busy[category] += dt
         rs.device_free = float("inf")   # until the queue has run: nothing may start before it
-        rs.core_q.append((prog, dt, value, op, covered))
+        rs.core_q.append((prog, dt, value, op, covered, pre))
         if len(rs.core_q) == 1:
             self._core_next(rs)
         return BLOCKED
 
     def _core_next(self, rs) -> None:
-        prog, dt, *_ = rs.core_q[0]
-        self.on_core(rs.rank, dt, self._core_done, (rs, self.env.now))
+        pre = rs.core_q[0][5]
+        if pre:
+            self.on_core(rs.rank, pre, self._core_piece, rs)
+        else:
+            self._core_piece(rs)
+
+    def _core_piece(self, rs) -> None:
+        self.on_core(rs.rank, rs.core_q[0][1], self._core_done, (rs, self.env.now))
 
     def _core_done(self, rs_start) -> None:
         rs, start = rs_start
-        prog, dt, value, op, covered = rs.core_q.popleft()
+        prog, dt, value, op, covered, _ = rs.core_q.popleft()
         now = self.env.now
         for p in covered:
             rs.ready_at[p] = now

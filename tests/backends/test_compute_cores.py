@@ -135,6 +135,31 @@ def test_the_programs_own_cpu_is_charged_before_every_kernel():
     assert t(program_cpu_s=c) == pytest.approx(t(), rel=1e-12)
 
 
+def test_the_programs_own_cpu_stays_outside_the_kernels_records():
+    """The real backend's trace times a kernel alone, and its device-busy time
+    is the kernels': in the simulator program_cpu_s runs on the cores before
+    each kernel, but neither a kernel's record nor ``t_compute_s`` holds it;
+    ``cpu_s`` (every core-second charged) does, 7 kernels' worth."""
+    from tests.helpers import make_point
+    from simsparse.experiments.run.runner import simulate_point
+
+    c = 1e-3
+    prof = {"name": "cpu", "mem_bandwidth_Bps": 1e9, "launch_s": 1e-4, "shared_cores": 4}
+
+    def run(**extra):
+        return simulate_point(make_point("ring", 4, n=8000, compute={**prof, **extra}, alpha=0.0, bw=1e15),
+                              trace=True)
+
+    with_c, without = run(program_cpu_s=c), run()
+
+    def kernel_s(o):
+        return sorted(t["end_s"] - t["start_s"] for t in o.trace if t["op"].startswith("compute:"))
+
+    assert kernel_s(with_c) == pytest.approx(kernel_s(without), rel=1e-9)
+    assert with_c.row["t_compute_s"] == pytest.approx(without.row["t_compute_s"], rel=1e-9)
+    assert with_c.row["cpu_s"] == pytest.approx(without.row["cpu_s"] + 7 * c, rel=1e-9)
+
+
 def bound_ends(binding, P, cores, busy):
     """Ranks ``busy`` each run 1 s of work at 0 on ``cores`` cores bound as ``binding``; their ends."""
     from simsparse.compute.cores import core_pools
