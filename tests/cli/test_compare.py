@@ -239,3 +239,15 @@ def test_end_to_end_measurement_25_percent_slower_gives_minus_20(tmp_path, capsy
     ph = df[df.level == "phase"].dropna(subset=["rel_err"])
     assert len(ph) >= 6 * 3 and np.allclose(ph.rel_err, -0.2)
     assert {"reduce_scatter", "allgather", "split_reduce"} <= set(ph.phase)
+
+
+def test_the_error_grid_shows_the_median_per_P_and_n():
+    """Where P and n both vary, the median |error| of each (P, n): where a sweep's error sits."""
+    from simsparse.experiments.analysis.compare import error_grid
+
+    pts = pd.DataFrame({"P": [4, 4, 4, 8, 8, 8], "n": [10, 10, 100, 10, 100, 100],
+                        "rel_err": [-0.1, 0.3, 0.05, -0.4, 0.2, -0.1]})
+    g = error_grid(pts)
+    assert g.loc[4, 10] == pytest.approx(0.2) and g.loc[4, 100] == pytest.approx(0.05)
+    assert g.loc[8, 10] == pytest.approx(0.4) and g.loc[8, 100] == pytest.approx(0.15)
+    assert error_grid(pts.assign(n=10)) is None and error_grid(pts.drop(columns="n")) is None

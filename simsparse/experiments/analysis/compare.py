@@ -234,6 +234,18 @@ def error_stats(rel_err: pd.Series) -> tuple[float, float]:
     return (float(np.median(a)), float(np.percentile(a, 90))) if a.size else (float("nan"), float("nan"))
 
 
+def error_grid(points: pd.DataFrame, rows: str = "P", cols: str = "n", most: int = 12) -> pd.DataFrame | None:
+    """Median |error| per (``rows``, ``cols``) value, where both vary (2 to
+    ``most`` values each): where a sweep's error sits, e.g. short messages
+    at many ranks per core. None otherwise."""
+    if rows not in points or cols not in points:
+        return None
+    if not all(2 <= points[c].nunique() <= most for c in (rows, cols)):
+        return None
+    err = pd.to_numeric(points["rel_err"], errors="coerce").abs()
+    return err.groupby([points[rows], points[cols]]).median().unstack(cols)
+
+
 @dataclass
 class Comparison:
     points: pd.DataFrame
@@ -337,6 +349,10 @@ def report(c: Comparison) -> str:
     if len(signed):   # a bias, not scatter, if nearly every point is on one side
         lines.append(f"signed error: median {100 * signed.median():+.1f}%; {int((signed < 0).sum())} of "
                      f"{len(signed)} points predicted low, {int((signed > 0).sum())} high")
+    grid = error_grid(pts)
+    if grid is not None:
+        shown_grid = grid.apply(lambda col: col.map(lambda e: f"{100 * e:.1f}%" if np.isfinite(e) else "-"))
+        lines += ["median |error| by P (rows) and n (columns):", shown_grid.to_string()]
     if "pred_cpu_s" in pts:
         r = (pts["meas_cpu_s"] / pts["pred_cpu_s"]).replace([np.inf, -np.inf], np.nan).dropna()
         if len(r):
