@@ -317,6 +317,9 @@ class Simulator(Driver):
         self.pending: dict = {}   # (src, dst, tag) -> unmatched sends or receives (see _post_send)
         # a trace holds every message, as the real backend's does: then collectives run as messages
         self.cores = core_pools(env, self.shared_cores, P, self.core_binding) if self.shared_cores else None
+        if self.cores is not None:   # every rank reports its CPU (cpu_s), an idle one 0
+            for rs in self.ranks:
+                rs.busy["cpu"] = 0.0
         self.on_cpu: dict = {}   # handle -> None while its rank's CPU work runs, or its completion that waits for it
         # with shared cores a kernel's end depends on the other ranks' work, with kernel noise on each rank's own
         # draws: then collectives run as messages
@@ -503,8 +506,7 @@ class Simulator(Driver):
     def on_core(self, rank: int, work: float, done, arg) -> None:
         """``work`` core-seconds of ``rank`` on its shared cores, then ``done(arg)``;
         counted in the rank's ``busy["cpu"]`` (the row's ``cpu_s``)."""
-        b = self.ranks[rank].busy
-        b["cpu"] = b.get("cpu", 0.0) + work
+        self.ranks[rank].busy["cpu"] += work
         self.cores[rank].run(work, done, arg)
 
     def _device(self, prog, dt, value, op, category, covered=()):
