@@ -217,10 +217,22 @@ def test_every_algorithm_on_the_testbed_is_correct_with_the_simulators_bytes():
         s = simulate_point(point)
         assert m.row["correct"] is True, point.algorithm
         assert m.row["network"] == tb.label
+        assert m.row["start_late_s"] >= 0   # timed from a common start (the testbed's default)
         for col in ("bytes_total", "bytes_sent_max", "msgs_total"):
             assert m.row[col] == s.row[col], (point.algorithm, col)
     assert moved >= sum(m.row["bytes_total"] for m in measured)   # every payload byte crossed a host link
     assert time.time() - t0 < 300
+
+
+def test_testbed_ranks_start_at_one_instant_unless_told_otherwise(monkeypatch):
+    """The testbed times every rank from one common start, as the simulator's
+    ranks start; SIMSPARSE_START in the environment still chooses."""
+    from simsparse.testbed import rank_env
+
+    monkeypatch.delenv("SIMSPARSE_START", raising=False)
+    assert rank_env()["SIMSPARSE_START"] == "common"
+    monkeypatch.setenv("SIMSPARSE_START", "barrier")
+    assert rank_env()["SIMSPARSE_START"] == "barrier"
 
 
 def test_cli_refuses_without_privileges_with_exit_2(monkeypatch, capsys, tmp_path):
