@@ -290,6 +290,8 @@ class Simulator(Driver):
         self.noise = KernelNoise(bands) if bands and not self.ideal else None
         #: with shared cores, how ranks are bound to them (compute.cores: one pool, or blocks)
         self.core_binding = getattr(prof, "core_binding", "none")
+        #: with shared cores, the scheduler's time slice (compute.cores.SlicedCores), or None: processor sharing
+        self.core_slice = getattr(prof, "core_slice_s", None) if self.shared_cores else None
         self.eager = int(eager_threshold_B)
         self.rdv_rtt = float(rendezvous_rtt_s)
         #: messages up to this size move when sent, before their receive is posted (at least the eager ones)
@@ -316,7 +318,8 @@ class Simulator(Driver):
         self.ranks = [_Rank(r, len(model.sizes) if model else 0) for r in range(P)]
         self.pending: dict = {}   # (src, dst, tag) -> unmatched sends or receives (see _post_send)
         # a trace holds every message, as the real backend's does: then collectives run as messages
-        self.cores = core_pools(env, self.shared_cores, P, self.core_binding) if self.shared_cores else None
+        self.cores = (core_pools(env, self.shared_cores, P, self.core_binding, self.core_slice) if self.shared_cores
+                      else None)
         if self.cores is not None:   # every rank reports its CPU (cpu_s), an idle one 0
             for rs in self.ranks:
                 rs.busy["cpu"] = 0.0
@@ -507,7 +510,7 @@ class Simulator(Driver):
         """``work`` core-seconds of ``rank`` on its shared cores, then ``done(arg)``;
         counted in the rank's ``busy["cpu"]`` (the row's ``cpu_s``)."""
         self.ranks[rank].busy["cpu"] += work
-        self.cores[rank].run(work, done, arg)
+        self.cores[rank].run(work, done, arg, rank)
 
     def _device(self, prog, dt, value, op, category, covered=()):
         """Occupy the rank's device for dt after everything issued before

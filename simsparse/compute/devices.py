@@ -82,6 +82,10 @@ class DeviceProfile(BaseModel):
     core_binding: Literal["none", "block"] = Field("none", description="with shared_cores: 'none', the ranks share "
                                                   "one pool of cores; 'block', rank r is bound to core r*C/P and "
                                                   "shares it with its block of ranks only (the testbed binds them)")
+    core_slice_s: float | None = Field(None, gt=0, le=1.0, description="with shared_cores: the scheduler's time slice: "
+                                       "a rank keeps its core until it blocks or has run this long, then the next "
+                                       "runnable rank gets it (round robin; simsparse calibrate measures it); none: "
+                                       "processor sharing")
     message_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds each posted send and "
                                         "receive costs its rank, beside the transfer (simsparse calibrate: from the "
                                         "steady steps of an exchange of small messages with every rank busy)")
@@ -107,6 +111,9 @@ class DeviceProfile(BaseModel):
         if self.core_binding == "block" and self.shared_cores is not None and self.shared_cores != int(self.shared_cores):
             raise ValueError(f"core_binding: block binds each rank to one core, so shared_cores must be a whole "
                              f"number (got {self.shared_cores})")
+        if self.core_slice_s and self.shared_cores is not None and self.shared_cores != int(self.shared_cores):
+            raise ValueError(f"core_slice_s: a core runs one rank at a time, so shared_cores must be a whole number "
+                             f"(got {self.shared_cores})")
         return self
 
 
