@@ -113,6 +113,10 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
     # The ranks' driver and MPI progress run on this host's cores: on the CPU device their kernels and each
     # request's CPU share those cores (processor sharing; with a core per rank each runs at full speed).
     raw["shared_cores"] = cores if shared or device == "cpu" else None
+    if shared:   # several ranks per core: how long one keeps its core while the others wait (compute.cores)
+        from .slice_probe import time_slice
+
+        raw["core_slice"] = time_slice(max(2, ranks // cores))
     profile = build_profile(raw, ranks, device, command or " ".join(sys.argv), testbed)
     write_profile(profile, out)
     return out
@@ -212,7 +216,8 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
     binding = "block" if testbed is not None and raw.get("shared_cores") else "none"
     cpu, wake = netfit.request_cpu(p2p, ranks, raw.get("shared_cores"), hot)
     start = netfit.start_cpu(p2p, ranks, raw.get("shared_cores")) if cpu else None
-    checks = (raw.get("shared_cores"), cpu, binding, hot, start, wake)
+    slice_s = (raw.get("core_slice") or {}).get("median_s") if raw.get("shared_cores") else None
+    checks = (raw.get("shared_cores"), cpu, binding, hot, start, wake, slice_s)
     if testbed is not None:
         eff = netfit.fit_ack_queue(p2p, network, ranks, *checks)
         net_fits["ack_queue_efficiency"] = eff
@@ -222,7 +227,7 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
     concurrency = netfit.check_patterns(p2p, network, ranks, *checks)
     if testbed is None:
         network, concurrency = netfit.exchange_scale(p2p, network, concurrency, ranks, raw.get("shared_cores"), cpu,
-                                                     binding, path=hot, start=start, wait=wake)
+                                                     binding, path=hot, start=start, wait=wake, slice_s=slice_s)
         if "size_scale" in network:
             net_fits["exchange_scale"] = network["size_scale"]
 
@@ -239,6 +244,8 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
     if raw.get("shared_cores"):
         compute["shared_cores"] = raw["shared_cores"]
         compute["core_binding"] = binding
+        if slice_s:
+            compute["core_slice_s"] = slice_s
         if cpu:
             compute["message_cpu_s"] = cpu
         if wake:
@@ -267,7 +274,7 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
             "fits": {"network": net_fits, "loggp": loggp,
                      "message_path": {"algorithms": path_fits, "patterns": {"costs": hot, "fits": hot_fits}},
                      "patterns": concurrency, "kernels": kfits, "kernel_noise": noise_fits, "memory": mem,
-                     "op_launch": raw.get("op_launch"),
+                     "op_launch": raw.get("op_launch"), "core_slice": raw.get("core_slice"),
                      "layers": layer_fits},
             "measurements": {"pingpong": [{"bytes": m, "half_rtt_s": t} for m, t in p2p["pingpong"]]}}
 

@@ -68,7 +68,7 @@ def _beyond_path(path: dict | None, count: int = 1):
 
 def exchange_scale(p2p: dict, network: dict, checks: list, P: int, cores=None, cpu=None,
                    binding: str = "none", rounds: int = 3, path: dict | None = None,
-                   start=None, wait=None) -> tuple[dict, list]:
+                   start=None, wait=None, slice_s=None) -> tuple[dict, list]:
     """The host's alpha-beta line with SMPI-style factors per size band
     (``size_scale``, :func:`.fit.size_scale`: half-decades of bytes, each
     the median of measured over modelled exchange time), where the line
@@ -92,12 +92,12 @@ def exchange_scale(p2p: dict, network: dict, checks: list, P: int, cores=None, c
     anchor = [[SMALL_EXCHANGE_B, 1.0]]
     for _ in range(rounds):
         net["size_scale"] = anchor + [[int(m), float(f)] for m, f in scale]
-        r = ratios(check_patterns(p2p, net, P, cores, cpu, binding, path, start, wait))
+        r = ratios(check_patterns(p2p, net, P, cores, cpu, binding, path, start, wait, slice_s))
         left = fit.band_ratio(list(r), list(r.values()), [m for m, _ in scale])
         scale = [[m, f * q] for (m, f), q in zip(scale, left)]
     net["size_scale"] = anchor + [[int(m), float(f)] for m, f in scale]
     net["source"] += "; per size band, the exchanges' measured over modelled time (size_scale)"
-    return net, check_patterns(p2p, net, P, cores, cpu, binding, path, start, wait)
+    return net, check_patterns(p2p, net, P, cores, cpu, binding, path, start, wait, slice_s)
 
 
 def testbed_network(p2p: dict, spec, name: str, source: str, path: dict | None = None) -> tuple[dict, dict]:
@@ -259,12 +259,12 @@ def fit_ack_queue(p2p: dict, network: dict, P: int, *args) -> float | None:
 
 
 def check_patterns(p2p: dict, network: dict, P: int, cores=None, cpu=None, binding: str = "none",
-                   path: dict | None = None, start=None, wait=None) -> list[dict]:
+                   path: dict | None = None, start=None, wait=None, slice_s=None) -> list[dict]:
     """Each measured pattern beside the simulator's time for it on ``network``
     (with ``cores`` shared by the ranks, bound as ``binding`` says, ``cpu``
     per request, ``wait`` per wake-up, ``start`` per run and ``path`` per
     message: the send and receive path of these back-to-back messages, as
-    the profile runs)."""
+    the profile runs; ``slice_s`` the scheduler's time slice)."""
     from ..compute.devices import DeviceProfile, ParametricDevice
     from ..network.spec import NETWORK_SPECS
     from ..ops import Dense
@@ -272,6 +272,7 @@ def check_patterns(p2p: dict, network: dict, P: int, cores=None, cpu=None, bindi
     spec = NETWORK_SPECS[network["model"]].model_validate(network)
     device = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=cores, message_cpu_s=cpu,
                                             wait_cpu_s=wait or None, start_cpu_s=start, core_binding=binding,
+                                            core_slice_s=slice_s or None,
                                             message_path=path or None)) if cores else None
 
     def maker(m):
