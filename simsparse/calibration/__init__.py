@@ -87,7 +87,7 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
     # Kernels and layers are timed as a run does them: every rank resident and busy (they share the memory bus).
     # With more ranks than cores (the testbed's 4 and 8 ranks on a small host) a call is timed by its process's CPU
     # clock: the core-seconds it costs its rank while the others thrash the same caches, TLBs and page allocator,
-    # which the simulator then processor-shares among the ranks (shared_cores, simsparse.compute.cores). A wall
+    # which the simulator then shares among the ranks (shared_cores, simsparse.compute.cores). A wall
     # clock would count the other ranks' time slices; one rank per core would miss what they do to each other.
     cores = host_cores()
     shared = ranks > cores
@@ -111,7 +111,8 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
         raw = {**net, **comp, "wall_s": net["wall_s"] + comp["wall_s"]}
     raw["compute_clock"] = "cpu" if cpu_clock else "wall"
     # The ranks' driver and MPI progress run on this host's cores: on the CPU device their kernels and each
-    # request's CPU share those cores (processor sharing; with a core per rank each runs at full speed).
+    # request's CPU share those cores (round robin with the slice measured below, or processor sharing; with a core
+    # per rank each runs at full speed).
     raw["shared_cores"] = cores if shared or device == "cpu" else None
     if shared:   # several ranks per core: how long one keeps its core while the others wait (compute.cores)
         from .slice_probe import time_slice
