@@ -160,22 +160,24 @@ class SlicedCores:
         if not old:
             return False
         _, owner = min(old, key=lambda x: x[0])
-        job, since, _, _ = self.running.pop(owner)
-        job[0] -= now - since
-        self.busy_s += now - since
+        job, _ = self._stop(owner)
         self._enqueue([job, *self.own.pop(owner)], first=True)
         return True
+
+    def _stop(self, owner):
+        """Take ``owner``'s job off its core, its run so far counted: (job, the rest of its slice)."""
+        job, since, left, _ = self.running.pop(owner)
+        ran = self.env.now - since
+        job[0] -= ran
+        self.busy_s += ran
+        return job, left - ran
 
     def _ran(self, x) -> None:
         owner, gen = x
         got = self.running.get(owner)
         if got is None or got[3] != gen:   # it was preempted
             return
-        job, since, left, _ = self.running.pop(owner)
-        ran = self.env.now - since
-        job[0] -= ran
-        left -= ran
-        self.busy_s += ran
+        job, left = self._stop(owner)
         tol = EPS_S * max(1.0, self.env.now)
         if job[0] > tol:              # its slice is used up: to the back of the queue, its other jobs after it
             self._enqueue([job, *self.own.pop(owner)])

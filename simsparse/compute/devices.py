@@ -108,12 +108,11 @@ class DeviceProfile(BaseModel):
 
     @model_validator(mode="after")
     def _whole_cores_when_bound(self):
-        if self.core_binding == "block" and self.shared_cores is not None and self.shared_cores != int(self.shared_cores):
-            raise ValueError(f"core_binding: block binds each rank to one core, so shared_cores must be a whole "
+        whole = (("core_binding: block", self.core_binding == "block"), ("core_slice_s", bool(self.core_slice_s)))
+        need = [key for key, on in whole if on]
+        if need and self.shared_cores is not None and self.shared_cores != int(self.shared_cores):
+            raise ValueError(f"{' and '.join(need)}: a core runs one rank at a time, so shared_cores must be a whole "
                              f"number (got {self.shared_cores})")
-        if self.core_slice_s and self.shared_cores is not None and self.shared_cores != int(self.shared_cores):
-            raise ValueError(f"core_slice_s: a core runs one rank at a time, so shared_cores must be a whole number "
-                             f"(got {self.shared_cores})")
         return self
 
 
