@@ -32,6 +32,7 @@ from scipy import special
 
 from .compression.rng import _M32, _fmix, seed_of
 from .compute.sampled import Sampled
+from .quantile import ndtri
 
 #: entropy tag of the sampled draws (never an iteration number)
 _TAG_SAMPLED = 2**40 + 3
@@ -177,7 +178,9 @@ def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0) -
     if hot is not None:   # a layer's hot and cold parts interleave (without hot sets, the parts are sorted already)
         order = np.argsort(idx, kind="stable")
         idx, tau, layer = idx[order], tau[order], layer[order]
-    mag = q(np.log(np.maximum(tau, 1e-300))) * scales[layer]
+    tau = np.maximum(tau, 1e-300)
+    # the normal's quantile compiled (:mod:`.quantile`): it was the largest part of drawing
+    mag = (-ndtri(0.5 * tau) if workload.distribution == "normal" else q(np.log(tau))) * scales[layer]
     sign = np.where(rng.random(len(idx)) < 0.5, -1.0, 1.0)
     values = (sign * mag).astype(workload.dtype)
     values.setflags(write=False)

@@ -103,3 +103,18 @@ def test_what_cannot_be_sampled_is_refused_with_one_sentence(tmp_path, extra, re
     ok.write_text("name: s\nnetwork: aries_alphabeta\nworkload: {n: 4000}\nP: 4\nvalues: sampled\n"
                   "algorithms: [ring, oktopk, topkdsa]\n")
     assert len(load_config(ok).points) == 3
+
+
+def test_the_compiled_normal_quantile_is_scipys(monkeypatch):
+    """AS 241 (compiled) against scipy's ndtri, from the deepest tails to the
+    centre; without numba the module is scipy's."""
+    from scipy import special
+
+    from simsparse import quantile
+
+    p = np.concatenate([np.logspace(-300, -1, 3000), np.linspace(0.01, 0.99, 3001), 1 - np.logspace(-16, -1, 500)])
+    want = special.ndtri(p)
+    got = quantile.ndtri(p)
+    assert np.all(np.abs(got - want) <= 1e-14 * np.maximum(np.abs(want), 1.0))
+    monkeypatch.setattr(quantile, "_KERNEL", None)
+    assert np.array_equal(quantile.ndtri(p), want)
