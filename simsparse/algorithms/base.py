@@ -94,6 +94,9 @@ class Algorithm:
     #: it reads only its input's largest entries (a top-k, thresholds near the
     #: k-th magnitude) and its moments, and values at a few indices
     sampled: ClassVar[bool] = False
+    #: a sampled gradient carries about ``sampled_margin x k`` entries: every threshold
+    #: the algorithm applies must stay above its floor (else a clear error)
+    sampled_margin: ClassVar[float] = 4.0
     #: what a rank's result holds on a sampled gradient, for the memory budget:
     #: ``k`` entries, the ``union`` of every rank's selection (up to P k), a
     #: ``dense`` sum of n elements that every rank computes from the same

@@ -145,6 +145,9 @@ class OkTopk(Algorithm):
     Params = OkTopkParams
     sampled_result = "dense"
     sampled = True
+    #: its thresholds select about k: a reused one is raised while it selects more than
+    #: local_raise_above (4/3) k and adapts to select 2/3 k to 5/4 k (:mod:`.oktopk_select`)
+    sampled_margin = 2.0
 
     def __init__(self, setup, params=None):
         super().__init__(setup, params)

@@ -22,9 +22,10 @@ project's simulator:
   its results are checked (the float64 reference and the inputs it is
   checked on); plus the workload's caches of generated gradients (and of
   AR(1) noise when ``drift`` < 1), at most 1 GiB each; nothing per element
-  when only sizes travel; with ``values: sampled`` ``4 (w + 4)`` bytes for
-  each of a rank's about 4k sampled entries (value and index, the selections
-  and messages made of them) and what its results hold (a union of
+  when only sizes travel; with ``values: sampled`` ``w + 4`` bytes for each
+  of a rank's about ``sampled_margin`` x k sampled entries (value and index;
+  4 k unless the algorithm says) and 12 k entries for its selections and the
+  messages made of them, and what its results hold (a union of
   the selections, or a dense sum of n elements: :func:`sampled_results_B`);
   plus 300 bytes per trace record. Peak RSS measured
   for float32 at P = 64..256 and n = 1M, over 9 algorithms: 4.2 to 8.1
@@ -126,10 +127,10 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
     n = point.workload["n"] * (point.data_scale if sim else 1.0)
     carried = 0.0
     if sim and point.values == "sampled" and not point.size_only:
-        # each rank's entries above the floor (about 4k of them: value and int32 index),
-        # its selections and the messages made of them
+        # each rank's entries above the floor (about margin x k of them: value and int32 index),
+        # its selections and the messages made of them (12 k)
         k = max(1.0, point.workload["density"] * n)
-        carried = point.P * 4 * k * (w + 4) * 4 + sampled_results_B(point, n, k, w)
+        carried = point.P * k * (w + 4) * (point.algorithm_cls.sampled_margin + 12) + sampled_results_B(point, n, k, w)
     elif not (sim and point.size_only):
         T = iterations_run(point)
         per = 2 * w + (2 * w if T > 1 else 0) + (8 + w if point.check else 0)

@@ -66,7 +66,8 @@ class SimBackend:
                 declined(self.point, self.max_events)   # the budget did not count its events (P, not n, decides them)
                 self.rounds = None   # a message would wait: the same happens every iteration
         elif self.values == "sampled":
-            grads = [sampled_gradient(self.workload, r, it) for r in self.local_ranks]
+            margin = self.point.algorithm_cls.sampled_margin
+            grads = [sampled_gradient(self.workload, r, it, margin) for r in self.local_ranks]
         else:
             grads = self.workload.grads(self.point.P, it)
         if self.model is not None:
