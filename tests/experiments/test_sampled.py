@@ -118,3 +118,22 @@ def test_the_compiled_normal_quantile_is_scipys(monkeypatch):
     assert np.all(np.abs(got - want) <= 1e-14 * np.maximum(np.abs(want), 1.0))
     monkeypatch.setattr(quantile, "_KERNEL", None)
     assert np.array_equal(quantile.ndtri(p), want)
+
+
+@pytest.mark.parametrize("algorithm,margin", [("oktopk", 2.0), ("topka", 4.0)])
+def test_each_algorithm_draws_its_own_margin(monkeypatch, algorithm, margin):
+    """Ok-Topk's thresholds stay near its k-th magnitude: it draws about 2 k
+    entries per rank, the others 4 k (``Algorithm.sampled_margin``)."""
+    import simsparse.experiments.run.simulate as simulate
+
+    drawn, real = [], simulate.sampled_gradient
+
+    def spy(w, rank, it, m=4.0):
+        g = real(w, rank, it, m)
+        drawn.append((m, len(g.values) / w.k))
+        return g
+
+    monkeypatch.setattr(simulate, "sampled_gradient", spy)
+    p = make_point(algorithm, 4, n=200000, density=0.01, seed=1, iterations=1, warmup=0)
+    assert simulate_point(dataclasses.replace(p, values="sampled")).row["values"] == "sampled"
+    assert drawn and all(m == margin and 0.9 * margin < per_k < 1.1 * margin for m, per_k in drawn)
