@@ -12,10 +12,10 @@ or no numba); the tests require both to agree to 1e-14 relative.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from scipy import special
+
+from .jit import njit
 
 # AS 241 (PPND16) coefficients, highest power last: centre |q| <= 0.425 (A/B in r = 0.180625 - q^2),
 # tails with r = sqrt(-log(min(p, 1-p))) <= 5 (C/D in r - 1.6) and beyond (E/F in r - 5)
@@ -61,17 +61,7 @@ def _as241(p, out, K):
     return out
 
 
-def _compiled():
-    if os.environ.get("SIMSPARSE_NUMBA", "1") == "0":
-        return None
-    try:
-        import numba
-    except ImportError:   # pragma: no cover - numba is a core dependency
-        return None
-    return numba.njit(cache=True)(_as241)
-
-
-_KERNEL = _compiled()
+_KERNEL = njit(_as241)
 
 
 def ndtri(p: np.ndarray) -> np.ndarray:

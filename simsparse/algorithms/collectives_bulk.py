@@ -213,8 +213,8 @@ def _scatter_values(reqs, C):
     for s in range(P):
         D[s] = np.roll(C[s], -s)
     # where the block of source s at step i starts: after every earlier step, then the sources before s
-    start = np.cumsum(D, axis=0) - D
-    start += (np.cumsum(D.sum(axis=0)) - D.sum(axis=0))[None, :]
+    per_step = D.sum(axis=0)
+    start = np.cumsum(D, axis=0) - D + (np.cumsum(per_step) - per_step)[None, :]
     del D
     total = int(C.sum())
     p0 = reqs[0].blocks.coo

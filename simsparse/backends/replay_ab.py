@@ -23,17 +23,12 @@ tests run both on a grid and require identical times, order and flags.
 from __future__ import annotations
 
 import heapq
-import os
 
 import numpy as np
 
+from ..jit import enabled, numba
+
 GO, MOVE, ARRIVE, RESUME = 0, 1, 2, 3
-
-try:
-    import numba
-except ImportError:   # pragma: no cover - numba is a core dependency
-    numba = None
-
 
 #: replays of fewer messages run in Python: compiling takes about 20 s once per installation
 #: (cached after), a Python replay of 20,000 messages about 0.3 s
@@ -43,7 +38,7 @@ COMPILE_FROM = 20000
 def compiled(messages: int | None = None):
     """The compiled replay, or None: no numba, ``SIMSPARSE_NUMBA=0``, or
     fewer than :data:`COMPILE_FROM` ``messages``."""
-    if numba is None or os.environ.get("SIMSPARSE_NUMBA", "1") == "0":
+    if not enabled():
         return None
     if messages is not None and messages < COMPILE_FROM:
         return None

@@ -10,9 +10,9 @@ dozen numpy calls per filling round.
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
+
+from ..jit import njit
 
 REL_TOL = 1e-9               # bottleneck shares this close are equal
 END_TOL = 1e-12              # flows ending within now * END_TOL of a tick end at it
@@ -65,77 +65,66 @@ def maxmin_rates_numpy(routes: np.ndarray, cap: np.ndarray) -> np.ndarray:
             R, todo = R[keep], todo[keep]
 
 
-def _compiled():
-    """The numba version of :func:`maxmin_rates_numpy`, or None."""
-    if os.environ.get("SIMSPARSE_NUMBA", "1") == "0":
-        return None
-    try:
-        import numba
-    except ImportError:
-        return None
-
-    @numba.njit(cache=True)
-    def solve(R, cap, tol):
-        F, H = R.shape
-        nl = len(cap)
-        cnt = np.zeros(nl)
-        for f in range(F):
+def _solve(R, cap, tol):
+    """:func:`maxmin_rates_numpy` as loops, for numba."""
+    F, H = R.shape
+    nl = len(cap)
+    cnt = np.zeros(nl)
+    for f in range(F):
+        for h in range(H):
+            cnt[R[f, h]] += 1.0
+    avail = cap.astype(np.float64)
+    rate = np.empty(F)
+    todo = np.arange(F)
+    level = np.empty(nl)
+    mine = np.empty(F)
+    lower = np.zeros(nl, dtype=np.bool_)
+    used = np.zeros(nl)
+    sub = np.zeros(nl)
+    while len(todo):
+        for i in range(len(todo)):   # the level of every (flow, link), each flow's lowest
+            m = np.inf
             for h in range(H):
-                cnt[R[f, h]] += 1.0
-        avail = cap.astype(np.float64)
-        rate = np.empty(F)
-        todo = np.arange(F)
-        level = np.empty(nl)
-        mine = np.empty(F)
-        lower = np.zeros(nl, dtype=np.bool_)
-        used = np.zeros(nl)
-        sub = np.zeros(nl)
-        while len(todo):
-            for i in range(len(todo)):   # the level of every (flow, link), each flow's lowest
-                m = np.inf
+                x = R[todo[i], h]
+                level[x] = avail[x] / cnt[x]
+                if level[x] < m:
+                    m = level[x]
+            mine[i] = m
+        for i in range(len(todo)):   # a link is a bottleneck unless a flow of it sees a lower level elsewhere
+            for h in range(H):
+                x = R[todo[i], h]
+                if mine[i] * (1.0 + tol) < level[x]:
+                    lower[x] = True
+        keep = np.empty(len(todo), dtype=np.int64)
+        nk = 0
+        for i in range(len(todo)):
+            hit = False
+            for h in range(H):
+                if not lower[R[todo[i], h]]:
+                    hit = True
+            if hit:
+                rate[todo[i]] = mine[i]
                 for h in range(H):
                     x = R[todo[i], h]
-                    level[x] = avail[x] / cnt[x]
-                    if level[x] < m:
-                        m = level[x]
-                mine[i] = m
-            for i in range(len(todo)):   # a link is a bottleneck unless a flow of it sees a lower level elsewhere
-                for h in range(H):
-                    x = R[todo[i], h]
-                    if mine[i] * (1.0 + tol) < level[x]:
-                        lower[x] = True
-            keep = np.empty(len(todo), dtype=np.int64)
-            nk = 0
-            for i in range(len(todo)):
-                hit = False
-                for h in range(H):
-                    if not lower[R[todo[i], h]]:
-                        hit = True
-                if hit:
-                    rate[todo[i]] = mine[i]
-                    for h in range(H):
-                        x = R[todo[i], h]
-                        used[x] += mine[i]
-                        sub[x] += 1.0
-                else:
-                    keep[nk] = todo[i]
-                    nk += 1
-            for i in range(len(todo)):   # what the frozen flows take off their links
-                for h in range(H):
-                    x = R[todo[i], h]
-                    lower[x] = False
-                    if sub[x] > 0.0:
-                        avail[x] -= used[x]
-                        cnt[x] -= sub[x]
-                        used[x] = 0.0
-                        sub[x] = 0.0
-            todo = keep[:nk]
-        return rate
-
-    return solve
+                    used[x] += mine[i]
+                    sub[x] += 1.0
+            else:
+                keep[nk] = todo[i]
+                nk += 1
+        for i in range(len(todo)):   # what the frozen flows take off their links
+            for h in range(H):
+                x = R[todo[i], h]
+                lower[x] = False
+                if sub[x] > 0.0:
+                    avail[x] -= used[x]
+                    cnt[x] -= sub[x]
+                    used[x] = 0.0
+                    sub[x] = 0.0
+        todo = keep[:nk]
+    return rate
 
 
-_SOLVE = _compiled()
+_SOLVE = njit(_solve)
 
 
 def maxmin_rates(routes: np.ndarray, cap: np.ndarray) -> np.ndarray:
