@@ -81,6 +81,27 @@ def test_machines_it_cannot_build_are_refused_in_one_sentence(spec, P, words):
         plan(spec, P)
 
 
+def test_a_congestion_control_this_kernel_cannot_set_is_refused_naming_the_key(monkeypatch):
+    def fail(*args, check=True):
+        raise host.TestbedError("`ip route replace` failed: No such file or directory")
+
+    monkeypatch.setattr(host, "_run", fail)
+    with pytest.raises(host.TestbedError, match="congestion_control: reno cannot be set"):
+        host._congestion_control("ns", "198.18.0.1/15", "reno")
+    with pytest.raises(ValueError, match="congestion_control"):
+        EthernetSpec(**{**STAR, "congestion_control": "vegas"})
+
+
+def test_a_bad_description_names_its_file_and_key(tmp_path):
+    from simsparse.experiments.config.errors import ConfigError
+    from simsparse.testbed import load_spec
+
+    bad = tmp_path / "tb.yaml"
+    bad.write_text("model: ethernet\ncongestion_control: vegas\n")
+    with pytest.raises(ConfigError, match=r"tb\.yaml: network\.congestion_control = 'vegas' is not allowed.*'cubic'"):
+        load_spec(str(bad))
+
+
 def test_without_privileges_or_iproute2_it_refuses_with_one_sentence(monkeypatch):
     monkeypatch.setattr(host.os, "geteuid", lambda: 1000)
     monkeypatch.setattr(host, "_caps", lambda: 0)
@@ -106,6 +127,8 @@ def test_up_and_down_leave_nothing_behind():
         assert qd.count("tbf") == sum(q.ns == "fabric" for q in tb.plan.queues)
         for ns in made:   # no route out: no default route, forwarding off
             assert host._run("ip", "-n", ns, "route", "show", "default").stdout.strip() == ""
+        for key in tb.plan.hosts:   # every host's connections run the description's TCP
+            assert "congctl cubic" in host._run("ip", "-n", tb.plan.netns(key), "route", "show").stdout
             fwd = host._run("ip", "netns", "exec", ns, "sysctl", "-n", "net.ipv4.ip_forward").stdout.strip()
             assert fwd == "0"
     # only ours are checked: a stale testbed of a dead run may have been cleaned meanwhile

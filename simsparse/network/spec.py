@@ -271,7 +271,10 @@ class EthernetSpec(_SizedSpec):
     assumes it never overflows, and the testbed (:mod:`simsparse.testbed`)
     builds it and counts its drops; what TCP loses to its drops where
     acknowledgements wait in a full port is ``ack_queue_efficiency``
-    (:mod:`.ack_queue`). ``shaper_burst_B`` describes links that
+    (:mod:`.ack_queue`). ``congestion_control`` is the hosts' TCP: the
+    flow model is that of a loss-based one (cubic, reno) that fills its
+    share of the link; BBR's per-connection pacing is not modelled.
+    ``shaper_burst_B`` describes links that
     are token buckets (the testbed's): a message on links idle for long
     enough passes its first bytes at once (``FlowNetwork._head_start``)."""
 
@@ -289,6 +292,10 @@ class EthernetSpec(_SizedSpec):
                                                      "wire) pass at once after an idle period: the testbed's tbf burst; "
                                                      "0 for a wire")
     link_latency_s: float = Field(0.0, ge=0, description="latency of every link (cable + the switch it enters)")
+    congestion_control: Literal["cubic", "reno", "bbr"] = Field(
+        "cubic", description="the hosts' TCP congestion control (the testbed sets it on every host's route): cubic, "
+                             "Linux's default, or reno keep a link busy as the flow model assumes; bbr paces each "
+                             "connection at its own estimate, which the model does not describe (docs/validation.md)")
     switch_ports: int | None = Field(None, ge=2, description="ports per switch (star: limits hosts; leafspine: radix, "
                                                              "default 64)")
     hosts_per_leaf: int | None = Field(None, ge=1, description="leafspine: hosts per leaf (default ports/2)")

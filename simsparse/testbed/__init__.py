@@ -48,7 +48,12 @@ def load_spec(name: str, base: Path | None = None):
     from ..experiments.config.sources import network_variants
     from ..network.spec import NETWORK_SPECS
 
-    variants = network_variants(name, (base or Path.cwd()) / "testbed")
+    from ..experiments.config.errors import ConfigError
+
+    try:
+        variants = network_variants(name, (base or Path.cwd()) / "testbed")
+    except ConfigError as e:
+        raise ConfigError(f"testbed {name}: {e}") from None
     if len(variants) != 1:
         raise PlanError(f"testbed {name}: the description expands into {len(variants)} networks; give one")
     return NETWORK_SPECS[variants[0]["model"]].model_validate(variants[0])

@@ -30,6 +30,7 @@ parent of the ``tbf``; a kernel without ``sch_netem`` refuses such a link.
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import shutil
@@ -241,13 +242,31 @@ def _build(pl: Plan) -> None:
             if br:
                 _run("ip", "-n", ns, "link", "set", dev, "master", br)
             _run("ip", "-n", ns, "link", "set", dev, "up")
+    cc = pl.spec.get("congestion_control", "cubic")
     for key, addr in pl.hosts.items():
         _run("ip", "-n", pl.netns(key), "addr", "add", addr, "dev", "eth0")
+        _congestion_control(pl.netns(key), addr, cc)
     for q in pl.queues:
         _shape(pl.netns(q.ns), q, pl.mtu, pl.burst_B)
     for ns in pl.namespaces():  # the promise of the module docstring, checked
         if _run("ip", "-n", ns, "route", "show", "default").stdout.strip():
             raise TestbedError(f"namespace {ns} has a default route; refusing to run")
+
+
+def _congestion_control(ns: str, addr: str, cc: str) -> None:
+    """Every connection of the host in ``ns`` runs ``cc``: set on the route to the testbed's subnet
+    (``congctl``), because a namespace other than the host's may only make an unrestricted algorithm its
+    default (``tcp_allowed_congestion_control``: here reno and bbr), and the host's own setting is not ours
+    to change."""
+    iface = ipaddress.ip_interface(addr)
+    try:
+        _run("ip", "-n", ns, "route", "replace", str(iface.network), "dev", "eth0", "proto", "kernel",
+             "scope", "link", "src", str(iface.ip), "congctl", cc)
+    except TestbedError:
+        avail = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+        have = avail.read_text().split() if avail.is_file() else []
+        raise TestbedError(f"the testbed description's congestion_control: {cc} cannot be set in this kernel "
+                           f"(available: {', '.join(have) or 'unknown'})") from None
 
 
 def _sysctl(ns: str, *settings: str) -> None:

@@ -84,3 +84,6 @@ def test_a_profile_of_a_description_older_than_a_new_field_is_still_usable(tmp_p
     path.write_text(yaml.safe_dump({"provenance": {"testbed": {**old, "link_bw_Bps": 1e9}},
                                     "compute": {"core_binding": "block"}}))
     assert not _usable(path, spec)   # another machine
+    old.pop("congestion_control")   # calibrated before the testbed set its TCP (under the host's bbr)
+    path.write_text(yaml.safe_dump({"provenance": {"testbed": old}, "compute": {"core_binding": "block"}}))
+    assert not _usable(path, spec)
