@@ -139,6 +139,21 @@ def test_ranks_with_slices_finish_short_kernels_unstretched_in_the_simulator():
     assert own and max(own) < min(stretched)
 
 
+def test_a_slice_ends_where_another_task_runs_not_at_an_interrupt():
+    """Two tasks take 4 ms turns; an interrupt stops the first for 0.2 ms
+    inside its second turn and the hypervisor for 3 ms inside its third.
+    Each turn is still one slice of 4 ms of running (splitting at every gap
+    gave 1 and 3 ms pieces)."""
+    from simsparse.calibration.slice_probe import slices
+
+    ms = 1e-3
+    a = [(0, 4 * ms), (8 * ms, 9 * ms), (9.2 * ms, 12.2 * ms), (16.2 * ms, 18.2 * ms), (21.2 * ms, 23.2 * ms),
+         (27.2 * ms, 31.2 * ms)]
+    b = [(4 * ms, 8 * ms), (12.2 * ms, 16.2 * ms), (23.2 * ms, 27.2 * ms), (31.2 * ms, 35.2 * ms)]
+    got = slices([a, b])   # first and last turn of each task left out
+    assert got == pytest.approx([4 * ms] * 4)
+
+
 def test_the_calibration_measures_the_slice_and_the_profile_carries_it():
     """``calibrate`` times the runs spinning processes get on one core (here
     the tick ends them: about 4 ms at HZ = 250); the profile's compute takes
