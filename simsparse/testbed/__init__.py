@@ -45,10 +45,9 @@ def rank_env() -> dict:
 def load_spec(name: str, base: Path | None = None):
     """The Ethernet description a testbed argument names (a preset or YAML
     file, or a ``simsparse calibrate --testbed`` profile), validated."""
+    from ..experiments.config.errors import ConfigError
     from ..experiments.config.sources import network_variants
     from ..network.spec import NETWORK_SPECS
-
-    from ..experiments.config.errors import ConfigError
 
     try:
         variants = network_variants(name, (base or Path.cwd()) / "testbed")

@@ -9,7 +9,8 @@ Safety, in the order it is enforced:
 * **Nothing routed out.** The namespaces hold only the testbed's veths and
   their loopback: no default route, ``ip_forward`` 0, IPv6 off, addresses
   from 198.18.0.0/15. (TCP's small-queue limit is set per namespace too,
-  :data:`TSQ_B`.) There is no link to any real interface, so traffic can
+  :data:`TSQ_B`, and the description's congestion control on each host's
+  route to that range.) There is no link to any real interface, so traffic can
   only flow between the testbed's own namespaces.
 * **Always torn down.** A state file (``/run/simsparse/testbed/<name>.json``)
   is written *before* anything is created, naming the namespaces and the
