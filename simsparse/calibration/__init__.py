@@ -260,6 +260,10 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
             compute["program_cpu_s"] = step
     if noise:
         compute["kernel_noise"] = noise
+    probes = [p[f"{raw.get('compute_clock', 'wall')}_s"] for p in raw.get("speed_probe") or []]
+    if probes:   # the host's speed as the kernels were timed: what validate compares a measured point's probe with
+        compute["speed_probe_s"] = float(np.median(probes))
+        compute["speed_probe_clock"] = raw.get("compute_clock", "wall")
     layer_fits, models = _layers(raw["layers"])
     if layer_fits:
         best = max(layer_fits.values(), key=lambda f: f["residuals"]["points"])
@@ -276,6 +280,7 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
                      "message_path": {"algorithms": path_fits, "patterns": {"costs": hot, "fits": hot_fits}},
                      "patterns": concurrency, "kernels": kfits, "kernel_noise": noise_fits, "memory": mem,
                      "op_launch": raw.get("op_launch"), "core_slice": raw.get("core_slice"),
+                     "speed_probe": raw.get("speed_probe"),
                      "layers": layer_fits},
             "measurements": {"pingpong": [{"bytes": m, "half_rtt_s": t} for m, t in p2p["pingpong"]]}}
 

@@ -33,6 +33,7 @@ import time
 
 import numpy as np
 
+from ..compute import speed_probe
 from . import patterns
 from .patterns import EXCHANGE_STEPS, STEADY_MAX_B, STEADY_STEPS
 from .probes import KernelProbe, PathProbe, StepProbe
@@ -176,10 +177,11 @@ WARMUP = 3
 
 
 def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
-            path_calls: bool = True) -> tuple[list, dict, list]:
+            path_calls: bool = True) -> tuple[list, dict, list, list]:
     """Run every algorithm at the calibration sizes on this backend; record its
-    kernels (:class:`KernelProbe`), its programs' own CPU (:class:`StepProbe`)
-    and its messages' send and receive path (:class:`PathProbe`)."""
+    kernels (:class:`KernelProbe`), its programs' own CPU (:class:`StepProbe`),
+    its messages' send and receive path (:class:`PathProbe`) and, before each
+    algorithm, the host's speed (:mod:`.speed_probe`)."""
     from ..algorithms import ALGORITHMS
     from ..experiments.run.loop import run_point
     from ..experiments.config.point import Point
@@ -189,8 +191,9 @@ def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
     # installed first: the step probe's isend then leaves out the path probe's own time too
     path = PathProbe(now, path_calls)
     probe, steps = None, StepProbe(now)
-    calls = []
+    calls, speed = [], []
     for name, cls in sorted(ALGORITHMS.items()):
+        speed.append(None)   # the host's speed between the algorithms: the measured points' reference
         for n in sizes:
             params = {"error_feedback": True} if "error_feedback" in cls.Params.model_fields else {}
             if cls.check_setup(P, n, cls.Params.model_validate(params)):
@@ -199,6 +202,8 @@ def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
                        workload={"n": n, "density": 0.01, "dtype": "float32", "seed": 1234, "drift": 0.2},
                        iterations=2, warmup=WARMUP, check=False)
             backend = MPIBackend(pt, device_kind)
+            if speed[-1] is None:   # (compute.speed_probe; every rank at once, as before a measured point)
+                speed[-1] = speed_probe.across_ranks(comm, backend.device, backend.driver.rs.sync)
             if probe is None:
                 probe = KernelProbe(backend.driver.rs.sync, now)
             probe.active = steps.active = path.active = True
@@ -209,7 +214,7 @@ def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
     if probe is not None:
         calls = probe.calls
         probe.close()
-    return calls, {**steps.summary(), "kernel_calls": len(calls)}, path.gathered(comm)
+    return calls, {**steps.summary(), "kernel_calls": len(calls)}, path.gathered(comm), [v for v in speed if v]
 
 
 def every_rank(comm, calls: list) -> list:
@@ -349,8 +354,8 @@ def main(argv=None):
                          spec.get("concurrency_sizes", (1 << 16, 1 << 20)), spec.get("late_sizes", ()),
                          spec.get("path_calls", True))
     if "kernels" in parts:
-        calls, raw["steps"], raw["message_path"] = kernels(comm, kind, spec["kernel_sizes"], spec["quick"], now,
-                                                           spec.get("path_calls", True))
+        calls, raw["steps"], raw["message_path"], raw["speed_probe"] = kernels(
+            comm, kind, spec["kernel_sizes"], spec["quick"], now, spec.get("path_calls", True))
         raw["kernels"] = every_rank(comm, calls if kind == spec["device"] else [])
     if "layers" in parts:
         partner = kind != spec["device"]

@@ -104,6 +104,14 @@ class DeviceProfile(BaseModel):
     kernel_noise: list[NoiseBand] | None = Field(None, description="the spread of a kernel call's time around its "
                                                 "median, per band of call time (compute.noise; simsparse calibrate: "
                                                 "every kernel call of its algorithm runs)")
+    speed_probe_s: float | None = Field(None, gt=0, description="the host speed probe's time at calibration "
+                                        "(simsparse calibrate; compute.speed_probe): what a measured point's "
+                                        "probe is compared with")
+    speed_probe_clock: Literal["cpu", "wall"] | None = Field(None, description="the clock of speed_probe_s: the one "
+                                                             "the kernels were timed with")
+    slowdown: float = Field(1.0, gt=0, description="every kernel and layer takes this multiple of its time here "
+                                                   "(simsparse validate: the host speed probe before a measured "
+                                                   "point over speed_probe_s; 1: the host as calibrated)")
     source: str | None = None
 
     @model_validator(mode="after")
@@ -147,23 +155,23 @@ class ParametricDevice(Device):
         elems, nbytes = np.asarray(elems, float), np.asarray(nbytes, float)
         kc = p.kernels.get(kernel)
         if kc is None:
-            return p.launch_s + nbytes / p.mem_bandwidth_Bps
+            return (p.launch_s + nbytes / p.mem_bandwidth_Bps) * p.slowdown
         n = np.maximum(elems, 1.0)
         units = n * np.log2(np.maximum(n, 2.0)) if kc.complexity == "nlogn" else elems
         t = (p.launch_s if kc.launch_s is None else kc.launch_s) + kc.per_elem_s * units
         if kc.size_scale:
             xs, fs = zip(*kc.size_scale)
             t = t * np.interp(np.log(n), np.log(xs), fs)
-        return t
+        return t * p.slowdown
 
     def cost(self, kernel: str, work: Work) -> float:
         p = self.profile
         kc = p.kernels.get(kernel)
         if kc is None:
-            return p.launch_s + work.bytes / p.mem_bandwidth_Bps
+            return (p.launch_s + work.bytes / p.mem_bandwidth_Bps) * p.slowdown
         units = work.nlogn if kc.complexity == "nlogn" else work.elems
         launch = p.launch_s if kc.launch_s is None else kc.launch_s
-        t = launch + kc.per_elem_s * units
+        t = (launch + kc.per_elem_s * units) * p.slowdown
         return t * kc.scale(max(work.elems, 1.0)) if kc.size_scale else t
 
 

@@ -94,8 +94,10 @@ def model_profile(model: str, batch_size: int, device: DeviceProfile | None) -> 
         return ModelProfile(model, batch_size, "ideal", sizes, zero, zero, "ideal device: compute costs nothing")
     measured = device.models.get(model)
     if measured is not None and measured.batch_size == batch_size and len(measured.t_fwd) == len(sizes):
-        return ModelProfile(model, batch_size, device.name, sizes, tuple(measured.t_fwd), tuple(measured.t_bwd),
-                            f"measured on {device.name} (simsparse calibrate)")
+        k = device.slowdown
+        return ModelProfile(model, batch_size, device.name, sizes, tuple(k * t for t in measured.t_fwd),
+                            tuple(k * t for t in measured.t_bwd), f"measured on {device.name} (simsparse calibrate)"
+                            + (f", x {k:.3g} (slowdown)" if k != 1 else ""))
     if device.peak_flops is None:
         raise ValueError(f"device profile {device.name!r} has no peak_flops; a model profile needs it "
                          f"(add peak_flops and compute_efficiency, or give the model's per-tensor times)")
@@ -108,8 +110,8 @@ def model_profile(model: str, batch_size: int, device: DeviceProfile | None) -> 
         mm = min(entry.get(f"{pas}_mm_bytes", 0) * batch_size + param_bytes, total)
         return entry[f"{pas}_ops"] * launch + max(flops / flops_s, mm / bw) + (total - mm) / bw
 
-    fwd = tuple(t(e, "fwd", 4 * e["size"]) for e in tensors)
-    bwd = tuple(t(e, "bwd", 8 * e["size"]) for e in tensors)
+    fwd = tuple(device.slowdown * t(e, "fwd", 4 * e["size"]) for e in tensors)
+    bwd = tuple(device.slowdown * t(e, "bwd", 8 * e["size"]) for e in tensors)
     src = (f"roofline of {model} (work: model_costs.json, {table.get('source', '')}) on {device.name}: "
            f"peak {device.peak_flops:.3g} FLOP/s x efficiency {device.compute_efficiency:g}, "
            f"{bw:.3g} B/s, launch {launch:g} s")

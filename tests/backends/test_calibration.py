@@ -178,6 +178,9 @@ def test_quick_calibration_end_to_end(tmp_path):
     assert {"dense", "packed"} <= set(path)
     assert all(1e-7 < c["send_s"] < 1e-2 and 0 <= c["recv_s"] < 1e-2 for c in path.values())
     assert prof["fits"]["message_path"]["patterns"]["costs"]   # the patterns' own, that alpha is fitted beyond
+    # the host speed probe between the algorithms, in the kernels' clock: what a measured point's is compared with
+    assert 0 < prof["compute"]["speed_probe_s"] < 5 and prof["compute"]["speed_probe_clock"] in ("cpu", "wall")
+    assert len(prof["fits"]["speed_probe"]) >= 10
     load_profile(str(out))
 
 

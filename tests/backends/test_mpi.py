@@ -35,12 +35,14 @@ def test_same_results_and_bytes_as_the_simulator(P, tmp_path):
 
 def test_trace_has_the_same_schema(tmp_path):
     p = make_point("ring", 2, n=64)
-    (m,) = measure_points([p], device="cpu", trace=True)
+    (m,) = measure_points([p], device="cpu", trace=True, speed_probe=True)
     ops = {t["op"] for t in m.trace}
     assert {"send", "recv"} <= ops and any(o.startswith("compute:") for o in ops)
     assert {"rank", "phase", "peer", "bytes", "start_s", "end_s"} <= set(m.trace[0])
     # the ranks' process CPU per iteration, beside the time: at most the time on each of its cores, plus slack
     assert 0 < m.row["cpu_s"] <= m.row["time_s"] * __import__("os").cpu_count() + 0.05
+    # the host's speed just before the point (compute.speed_probe), on both clocks
+    assert 0 < m.row["host_probe_cpu_s"] < 5 and 0 < m.row["host_probe_wall_s"] < 5
 
 
 def test_measure_sends_the_same_bytes_as_run_for_every_algorithm(tmp_path):

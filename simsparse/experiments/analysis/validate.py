@@ -163,6 +163,8 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
             log["repeat_spread"] = median_repeat(runs, list(groups), ResultsStore(base / "meas", fresh=True))
     cmp_dir = base / "compare"
     run_compare(base / "pred", base / "meas", out=cmp_dir, warn=say)
+    with _stage(log, "predict at measured speed"):
+        log["slowdown"] = at_measured_speed(points, profiles, ResultsStore(base / "meas"), base, say)
     atomic_write(cmp_dir / "validate.json", lambda tmp: Path(tmp).write_text(json.dumps(log, indent=1)))
     if R > 1:
         sp = log["repeat_spread"]
@@ -188,8 +190,48 @@ def _measure_into(store, todo, groups, spec, device: str, timeout_s: float) -> N
         batch = [p for p in todo if p.P == P]
         with (Testbed(spec, P) if spec is not None else contextlib.nullcontext()) as tb:
             ms.measure_points(batch, device=device, trace=True, timeout_s=timeout_s, members=groups,
-                              on_point=save, testbed=tb)
+                              on_point=save, testbed=tb, speed_probe=True)
     store.combine_traces(True)
+
+
+def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
+    """Every point predicted again with its device work scaled by the host's speed just before its
+    measured run (``DeviceProfile.slowdown``: the row's speed probe over the profile's,
+    :mod:`simsparse.compute.speed_probe`) into ``pred_speed``, compared into ``compare_speed``.
+    The prediction as calibrated stays the headline; this one says how much of the error the host's
+    state at measurement explains. Returns the slowdowns' median, min and max (None without probes)."""
+    from ...compute.speed_probe import slowdown
+    from ..run.measure import measured_id
+    from ..run.plan import with_plan
+    from ..run.runner import simulate_point
+    from .compare import error_stats, run_compare
+
+    scaled = []
+    for p in points:
+        row = meas.rows.get(measured_id(with_plan(p)))
+        k = slowdown(row, profiles[p.P]["compute"]) if row else None
+        if k is not None:
+            scaled.append(replace(p, compute={**p.compute, "slowdown": k}))
+    if not scaled:
+        say("no speed probe in the measurement or the profile (made before the probe): no prediction at the "
+            "measured speed")
+        return None
+    ks = np.array([p.compute["slowdown"] for p in scaled])
+    say(f"the host ran the speed probe {np.median(ks):.3f}x its calibrated time before the median point "
+        f"(min {ks.min():.3f}, max {ks.max():.3f}): predicting {len(scaled)} points again at that speed")
+    store = ResultsStore(base / "pred_speed", fresh=True)
+    for p in scaled:
+        o = simulate_point(p, trace=True)
+        store.save_trace(o.row["point_id"], o.trace)
+        store.add(o.row)
+    store.combine_traces(True)
+    c = run_compare(base / "pred_speed", base / "meas", out=base / "compare_speed", echo=lambda m: None,
+                    allow_partial=len(scaled) < len(points))
+    med, p90 = error_stats(c.points["rel_err"])
+    say(f"at the measured speed: median |error| {100 * med:.1f}%, p90 {100 * p90:.1f}% "
+        f"({base / 'compare_speed' / 'compare.csv'})")
+    return {"median": float(np.median(ks)), "min": float(ks.min()), "max": float(ks.max()),
+            "points": len(scaled), "error_median": med, "error_p90": p90}
 
 
 def to_repeat(first, groups, below: float) -> list[str]:

@@ -136,7 +136,7 @@ def relabel(row: dict, members: list[Point], network: str | None = None) -> dict
 
 def measure_points(points: list[Point], device: str = "auto", trace: bool = False, timeout_s: float = 900,
                    dump_results: str | None = None, members: dict | None = None, on_point=None,
-                   testbed=None) -> list[PointOutcome]:
+                   testbed=None, speed_probe: bool = False) -> list[PointOutcome]:
     """Measure points that share P in one ``mpiexec`` launch (start-up is
     paid once). On failure, raises with the outcomes finished so far.
 
@@ -147,7 +147,8 @@ def measure_points(points: list[Point], device: str = "auto", trace: bool = Fals
 
     Rows and trace records are :func:`relabel`-led (``members[measured id]``:
     the config's points this run stands for; default: the point alone).
-    ``on_point(point, outcome)`` is called as each point finishes."""
+    ``on_point(point, outcome)`` is called as each point finishes. With ``speed_probe`` each row
+    gains the host's speed just before the point (:mod:`simsparse.compute.speed_probe`)."""
     if not points:
         return []
     P = points[0].P
@@ -167,6 +168,8 @@ def measure_points(points: list[Point], device: str = "auto", trace: bool = Fals
                "--device", device]
         if trace:
             cmd.append("--trace")
+        if speed_probe:
+            cmd.append("--speed-probe")
         if dump_results:
             os.makedirs(dump_results, exist_ok=True)
             cmd += ["--dump-results", dump_results]

@@ -106,9 +106,15 @@ def _trainer(point: Point, rank: int, device):
     return trainer
 
 
-def measure(point: Point, device_kind="auto", trace=False, dump=None) -> dict | None:
-    """Run one point on COMM_WORLD; rank 0 returns {row, trace}, others None."""
+def measure(point: Point, device_kind="auto", trace=False, dump=None, speed_probe=False) -> dict | None:
+    """Run one point on COMM_WORLD; rank 0 returns {row, trace}, others None. With ``speed_probe`` the
+    ranks first time the host's speed (:mod:`simsparse.compute.speed_probe`; ``host_probe_*_s``)."""
     backend = MPIBackend(point, device_kind, trace)
+    probe = {}
+    if speed_probe:
+        from ...compute.speed_probe import across_ranks
+
+        probe = across_ranks(backend.comm, backend.device, backend.driver.rs.sync)
     out = run_point(point, backend)
     common = backend.start.late_s is not None   # the same on every rank (SIMSPARSE_START)
     late = backend.comm.gather(backend.start.late_s, root=0) if common else None
@@ -120,6 +126,7 @@ def measure(point: Point, device_kind="auto", trace=False, dump=None) -> dict | 
     if out is None:
         return None
     out.row["compute"] = backend.device_label()
+    out.row.update({f"host_probe_{k}": v for k, v in probe.items()})
     if common:
         out.row["start_late_s"] = max(late)   # the worst common start a rank missed (0: all began on time)
     return {"row": out.row, "trace": out.trace}
@@ -131,6 +138,7 @@ def main(argv=None):
     ap.add_argument("out", help="where rank 0 writes the list of results as JSON")
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     ap.add_argument("--trace", action="store_true")
+    ap.add_argument("--speed-probe", action="store_true", help="time the host's speed before each point")
     ap.add_argument("--dump-results", default=None,
                     help="folder for every rank's final result, one <point_id>.npz per point")
     args = ap.parse_args(argv)
@@ -140,7 +148,7 @@ def main(argv=None):
     for i, point in enumerate(points):  # one launch for many points amortises start-up (torch import, MPI init)
         dump = os.path.join(args.dump_results, point.point_id("mpi") + ".npz") if args.dump_results else None
         try:
-            outs.append(measure(point, args.device, args.trace, dump))
+            outs.append(measure(point, args.device, args.trace, dump, args.speed_probe))
         except Exception as e:  # a failing rank ends the launch at once instead of leaving the others waiting
             _abort(f"point {i + 1} of {len(points)} ({point.algorithm}, P={point.P})", e)
         if outs[-1] is not None:  # rank 0: save progress after every point

@@ -1,0 +1,96 @@
+"""The host's speed at one moment: a fixed set of kernel calls, timed on
+every rank at once.
+
+Why: a profile's kernels are timed once, at calibration. On a shared
+virtual machine the physical host's other tenants take caches and memory
+bandwidth, and the suite's kernels later ran 0.89x to 1.14x their calibrated
+time from one session to the next (docs/validation.md, 2026-11-27), which
+moves every compute-bound point by as much. This probe is a microbenchmark of
+that state, not a fit to any run: the calibration runs it between its
+algorithms (its reference, ``compute.speed_probe_s``), the real backend runs
+it before every measured point (``host_probe_cpu_s`` / ``host_probe_wall_s``
+in the row), and ``validate`` predicts each point a second time with the
+device's work scaled by their ratio (``DeviceProfile.slowdown``), beside the
+prediction as calibrated.
+
+The calls are the suite's most frequent memory-bound kernels, through their
+own torch implementations (:data:`CALLS`): a top-k of 1e6, an add and a copy
+of 2e6 and a sparse sum of 4 blocks of 1e4 into 1e6 (a round takes about
+16 ms of wall time on this host's two cores, 27 ms of CPU). Each is timed
+:data:`REPS` times on the process's CPU clock and on the wall clock; a probe
+is the sum of the calls' medians. The ranks start together after a barrier,
+as in a run, so they share the cores and the memory bus as a run's ranks do.
+"""
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+
+#: (kernel, elements): what one round of the probe calls
+CALLS = (("topk", 1_000_000), ("add", 2_000_000), ("copy", 2_000_000), ("scatter_add", 1_000_000))
+#: rounds per probe; the median of each call over them counts
+REPS = 3
+#: sparse blocks of the scatter_add call, and their entries each
+BLOCKS, BLOCK_NNZ = 4, 10_000
+
+
+@functools.lru_cache(maxsize=2)   # made once per launch: a measured point pays the calls alone
+def _inputs(device):
+    import torch
+
+    from ..ops import COO
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2 * max(m for _, m in CALLS), generator=gen).to(device)
+    n = dict(CALLS)["scatter_add"]
+    parts = []
+    for _ in range(BLOCKS):
+        idx = torch.sort(torch.randperm(n, generator=gen)[:BLOCK_NNZ]).values.to(torch.int32).to(device)
+        parts.append(COO(idx, torch.randn(BLOCK_NNZ, generator=gen).to(device), n))
+    return {"topk": lambda m: ((x[:m], m // 100), {}),
+            "add": lambda m: ((x[:m], x[m:2 * m]), {}),
+            "copy": lambda m: ((x[:m],), {}),
+            "scatter_add": lambda m: ((parts, m, x), {})}
+
+
+def probe(device, sync=lambda: None, reps: int = REPS) -> dict[str, float]:
+    """One rank's probe: ``{"cpu_s", "wall_s"}``, each the sum over :data:`CALLS` of the median call."""
+    from .kernels import KERNELS
+
+    args = _inputs(device)
+    cpu, wall = {c: [] for c in CALLS}, {c: [] for c in CALLS}
+    for _ in range(reps):
+        for call in CALLS:
+            name, m = call
+            a, kw = args[name](m)
+            fn = KERNELS[name].torch_fn
+            sync()
+            c0, w0 = time.process_time(), time.perf_counter()
+            fn(*a, **kw)
+            sync()
+            cpu[call].append(time.process_time() - c0)
+            wall[call].append(time.perf_counter() - w0)
+    return {"cpu_s": float(sum(np.median(v) for v in cpu.values())),
+            "wall_s": float(sum(np.median(v) for v in wall.values()))}
+
+
+def across_ranks(comm, device, sync=lambda: None) -> dict[str, float]:
+    """Every rank probes at once (after a barrier); every rank gets the median over ranks of each clock."""
+    comm.Barrier()
+    got = comm.allgather(probe(device, sync))
+    return {k: float(np.median([g[k] for g in got])) for k in ("cpu_s", "wall_s")}
+
+
+def slowdown(row: dict, compute: dict) -> float | None:
+    """The measured row's probe over the profile's (in the clock the profile's kernels were timed with):
+    how much slower the host ran the probe just before this point than at calibration. None where either
+    is missing (a profile or a measurement made before the probe)."""
+    ref, clock = compute.get("speed_probe_s"), compute.get("speed_probe_clock")
+    now = row.get(f"host_probe_{clock}_s") if clock else None
+    try:
+        ref, now = float(ref), float(now)
+    except (TypeError, ValueError):
+        return None
+    return now / ref if ref > 0 and now > 0 and np.isfinite(now) else None
