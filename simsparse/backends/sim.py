@@ -125,6 +125,14 @@ def _scaled_nbytes(p: Payload, s: float) -> int:
     return p.nbytes if p.HOST else int(round(p.nbytes * s))
 
 
+#: a rank blocked this long stops polling (Simulator._poll): a deadlocked run's event queue still empties
+POLL_MAX_S = 3600.0
+
+
+def _polled(_) -> None:
+    """A poll's CPU is done: the rank goes on waiting."""
+
+
 class _Wait:
     """A program blocked until ``need`` more of ``handles`` complete (all of
     them for a waitall, one for a waitany)."""
@@ -278,6 +286,9 @@ class Simulator(Driver):
         self.msg_cpu = (getattr(prof, "message_cpu_s", None) or 0.0) if self.shared_cores else 0.0
         #: with shared cores, core-seconds a rank spends waking from a blocking wait (see _resume_wait)
         self.wait_cpu = (getattr(prof, "wait_cpu_s", None) or 0.0) if self.shared_cores else 0.0
+        #: with shared cores: a rank blocked longer than wait_poll_after_s wakes every wait_poll_s (see _poll)
+        self.wait_poll = (getattr(prof, "wait_poll_s", None) or 0.0) if self.wait_cpu else 0.0
+        self.wait_poll_after = getattr(prof, "wait_poll_after_s", None) or 0.0
         #: with shared cores, core-seconds every rank spends as a run starts (see _begin)
         self.start_cpu = (getattr(prof, "start_cpu_s", None) or 0.0) if self.shared_cores else 0.0
         #: with shared cores and a measured send/receive path, its CPU per message (compute.message_path)
@@ -324,6 +335,8 @@ class Simulator(Driver):
             for rs in self.ranks:
                 rs.busy["cpu"] = 0.0
         self.on_cpu: dict = {}   # handle -> None while its rank's CPU work runs, or its completion that waits for it
+        self.blocked = [0] * P   # per rank: its programs blocked in a wait (polled, see _poll)
+        self.poll_gen = [0] * P  # per rank: which blocked spell its pending poll belongs to
         # with shared cores a kernel's end depends on the other ranks' work, with kernel noise on each rank's own
         # draws: then collectives run as messages
         self._bulk = (self.bulk and not self.trace_on and self.network.bulk_capable() and self.cores is None
@@ -392,6 +405,8 @@ class Simulator(Driver):
         if not need:
             return [h.value for h in hs]
         self._wait(_Wait(prog, hs, need, False))
+        if self.wait_poll:
+            self._block(prog.ctx.rank)
         return BLOCKED
 
     def on_waitany(self, prog, req):
@@ -402,6 +417,8 @@ class Simulator(Driver):
             if h.done:
                 return (i, h.value)
         self._wait(_Wait(prog, hs, 1, True))
+        if self.wait_poll:
+            self._block(prog.ctx.rank)
         return BLOCKED
 
     def on_compute(self, prog, req):
@@ -620,10 +637,34 @@ class Simulator(Driver):
         ``wait_cpu`` core-seconds on its cores (the real driver's poll or
         sleep returns and runs MPI's progress), once however many requests
         the wait completes (simsparse.calibration.network.request_cpu)."""
+        if self.wait_poll:
+            self.blocked[w.prog.ctx.rank] -= 1
         if self.wait_cpu:
             self.on_core(w.prog.ctx.rank, self.wait_cpu, self._woke, w)
         else:
             self._woke(w)
+
+    def _block(self, rank: int) -> None:
+        """A program of ``rank`` blocks in a wait: the rank's first poll, if it is not polling already."""
+        self.blocked[rank] += 1
+        if self.blocked[rank] == 1:
+            self.poll_gen[rank] += 1
+            self.env.at(self.wait_poll_after, self._poll, (rank, self.poll_gen[rank], self.env.now))
+
+    def _poll(self, arg) -> None:
+        """A blocked rank's periodic wake-up: ``wait_cpu`` core-seconds on its cores, then the next in
+        ``wait_poll`` seconds while it stays blocked. The real backend's wait on a testbed
+        (:class:`~simsparse.backends.wire.SocketSleep`) yields for 300 us, then sleeps in ``select`` with a
+        timeout that doubles from 50 us to 2 ms; a send's progress (room in its socket's buffer) wakes
+        nothing, so a rank waiting on a transfer wakes every 2 ms, and each wake-up runs MPI's progress. On
+        the star a rank streaming 4 MiB messages spent 8.6 % of a core at 100 Mb/s and 9.5 % at 200 Mb/s
+        sending, 5.7 and 6.5 % receiving: CPU per second of waiting, not per byte (docs/validation.md,
+        sixteenth session). With 4 ranks per core that takes up to a third of the core from a rank's
+        kernels. (A rank blocked for :data:`POLL_MAX_S` stops polling: a run that deadlocks still ends.)"""
+        rank, gen, since = arg
+        if self.blocked[rank] and self.poll_gen[rank] == gen and self.env.now - since < POLL_MAX_S:
+            self.on_core(rank, self.wait_cpu, _polled, None)
+            self.env.at(self.wait_poll, self._poll, arg)
 
     def _woke(self, w: _Wait) -> None:
         hs = w.handles

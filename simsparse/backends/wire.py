@@ -356,6 +356,15 @@ class SocketSleep:
     #: if the last look is older than this (listing /proc/self/fd costs tens of microseconds)
     RESCAN_S = 5e-3
 
+    @classmethod
+    def polling_after(cls) -> float:
+        """Seconds from a wait's last progress to the first timeout of :attr:`MAX_S`: the yielding,
+        then each shorter timeout (3.45 ms); from then on a waiting rank wakes every :attr:`MAX_S`."""
+        t, total = cls.MIN_S, cls.SPIN_S
+        while t < cls.MAX_S:
+            total, t = total + t, 2 * t
+        return total
+
     def __init__(self):
         self.fds: list[int] = []
         self.scanned = -1.0

@@ -251,6 +251,11 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
             compute["message_cpu_s"] = cpu
         if wake:
             compute["wait_cpu_s"] = wake
+            if testbed is not None:   # its ranks wait in poll mode (testbed.MPI_ENV): a long wait wakes periodically
+                from ..backends.wire import SocketSleep
+
+                compute["wait_poll_s"] = SocketSleep.MAX_S
+                compute["wait_poll_after_s"] = SocketSleep.polling_after()
         if start:
             compute["start_cpu_s"] = start
         if path:

@@ -265,3 +265,47 @@ def test_the_cpu_a_rank_is_charged_is_reported_per_iteration():
     assert max(st.finish_s) == pytest.approx(P * cpu / 2, rel=0.02)
     plain = stats()
     assert "cpu_s" not in _collective_breakdown(plain.finish_s, plain.busy)
+
+
+def test_a_rank_blocked_past_the_backoff_polls_and_takes_cpu_from_its_core_mate():
+    """wait_poll_s q after wait_poll_after_s a: a rank blocked in a wait wakes at a, a + q, ... and
+    spends wait_cpu_s w each time, as the real backend's SocketSleep does on a testbed. Rank 1 waits
+    for rank 0, whose kernel of D seconds shares their one core: the kernel ends after D plus every
+    poll begun before its end (processor sharing conserves work), and rank 1 is charged those polls
+    beside its wake-up. Without wait_poll_s (or waits shorter than a) nothing changes."""
+    import numpy as np
+
+    from simsparse.backends.sim import Simulator
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.network.spec import EthernetSpec
+    from simsparse.ops import Dense
+
+    D, w, q, a = 0.05, 100e-6, 2e-3, 3.45e-3
+    spec = EthernetSpec(topology="star", link_bw_Bps=1.25e9)
+    x = np.zeros(4, np.float32)
+
+    def rank0(ctx):
+        yield ctx.compute("add", x, x)
+        yield ctx.waitall([ctx.isend(1, Dense(x))])
+
+    def rank1(ctx):
+        yield ctx.waitall([ctx.irecv(0)])
+
+    def run(**prof):
+        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=1, wait_cpu_s=w,
+                                             kernels={"add": {"launch_s": D, "per_elem_s": 0.0}}, **prof))
+        st = Simulator(spec.build(), dev).run([rank0, rank1])
+        return st.finish_s, [b["cpu"] for b in st.busy]
+
+    (f0, _), cpu0 = run()
+    (f1, _), cpu1 = run(wait_poll_s=q, wait_poll_after_s=a)
+    end = D
+    while True:   # the polls begun before the kernel's end, which each of them moves on by w
+        polls = int(np.floor((end - a) / q)) + 1
+        if D + polls * w <= end:
+            break
+        end = D + polls * w
+    assert f1 - f0 == pytest.approx(polls * w, rel=1e-6) and polls == 25
+    assert cpu1[1] - cpu0[1] == pytest.approx(polls * w, rel=1e-9) and cpu1[0] == cpu0[0]
+    (g0, _), _ = run(wait_poll_s=q, wait_poll_after_s=1.0)   # the wait ends before the first poll
+    assert g0 == pytest.approx(f0, rel=1e-12)
