@@ -176,7 +176,7 @@ def _alltoall_scatter(reqs, run):
     key, inv = np.unique(nnz.ravel() * m + nb.ravel(), return_inverse=True)
     e_of, b_of = np.divmod(key, m)
     dts = [run.work_seconds(SCATTER, Work(e, b + 2 * e * isz)) for e, b in zip(e_of.tolist(), b_of.tolist())]
-    dt = np.asarray(dts)[inv.reshape(-1)].reshape(P, len(buckets)).T.tolist()   # dt[bucket][rank]
+    dt = np.asarray(dts)[inv.reshape(-1)].reshape(P, len(buckets)).T   # dt[bucket, rank]
     overlap = q0.reduce.overlap
     for j, bucket in enumerate(buckets):
         src, dst, pos = _rotation(P, bucket)

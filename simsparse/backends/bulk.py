@@ -128,7 +128,8 @@ class BulkRun:
         self.waves: list = []                        # (src, dst, nbytes, pos), messages in posting order
         self.steps: list = [[] for _ in range(self.P)]   # per rank: its waves (int) and kernels after them (seconds)
         self.kinds: list = [bytearray() for _ in range(self.P)]   # per step: 0 a wave, 1 a kernel
-        self.during_log: tuple = ([], [], [])        # kernels between posting a wave and waiting: rank, wave, seconds
+        self._dlog: list = []                        # kernels between posting a wave and waiting: (rank, wave,
+        self._dsingle: tuple = ([], [], [])          # seconds) arrays per timed_all, single calls since the last
         self.open = np.full(self.P, -1)              # per rank: its last step if a wave (it waits for it), else -1
         self._during: dict | None = None
         self.kernels = False
@@ -169,12 +170,29 @@ class BulkRun:
             self.steps[r].append(k)
             self.kinds[r].append(0)
 
+    def _flush_single(self) -> None:
+        if self._dsingle[0]:
+            rs, ws, ds = self._dsingle
+            self._dlog.append((np.array(rs, dtype=np.int32), np.array(ws, dtype=np.int32), np.array(ds, dtype=float)))
+            self._dsingle = ([], [], [])
+
+    @property
+    def during_log(self) -> tuple:
+        """The kernels run between posting a wave and waiting for it, in the order recorded: arrays of
+        their ranks, waves (-1: no wave open) and seconds (arrays: P^2 / 4 of them in Ok-Topk's split
+        and reduce, 62 MB as Python lists at P = 2048)."""
+        self._flush_single()
+        if len(self._dlog) != 1:
+            self._dlog = [tuple(np.concatenate(c) for c in zip(*self._dlog))] if self._dlog else \
+                [(np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0))]
+        return self._dlog[0]
+
     @property
     def during(self) -> dict:
         """(rank, wave) -> the seconds of the kernels it runs between posting that wave and waiting for it."""
         if self._during is None:
             self._during = {}
-            for r, k, dt in zip(*self.during_log):
+            for r, k, dt in zip(*(a.tolist() for a in self.during_log)):
                 if k >= 0:
                     self._during.setdefault((r, k), []).append(dt)
         return self._during
@@ -190,7 +208,7 @@ class BulkRun:
         """Rank ``rank`` runs a kernel of ``dt`` device seconds whose value the
         schedule computes itself (as :meth:`kernel` would place it)."""
         if during:
-            rs, ws, ds = self.during_log
+            rs, ws, ds = self._dsingle
             rs.append(rank)
             ws.append(int(self.open[rank]))   # -1: no wave
             ds.append(dt)
@@ -205,13 +223,12 @@ class BulkRun:
         """:meth:`timed` for every rank r with ``dts[r]``, in rank order (one
         call instead of P: Ok-Topk's split and reduce makes P x buckets)."""
         if during:
-            rs, ws, ds = self.during_log
-            rs.extend(range(self.P))
-            ws.extend(self.open.tolist())
-            ds.extend(dts)
+            self._flush_single()
+            self._dlog.append((np.arange(self.P, dtype=np.int32), self.open.astype(np.int32),
+                               np.asarray(dts, dtype=float)))
             self._during = None
         else:
-            for s, k, dt in zip(self.steps, self.kinds, dts):
+            for s, k, dt in zip(self.steps, self.kinds, np.asarray(dts, dtype=float).tolist()):
                 s.append(float(dt))
                 k.append(1)
             self.open[:] = -1
