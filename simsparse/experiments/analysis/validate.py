@@ -24,7 +24,9 @@ measure and compare in one command, on an emulated cluster or on this host.
    repeat that lost more than ``STEAL_WARN_S`` is named.
 4. **Compare** per point and per phase, print the error table and write it
    beside the results: ``results/<name>_<machine>/{pred,meas,compare}``
-   (the repeats in ``runs/r<i>``).
+   (the repeats in ``runs/r<i>``). Then predict every point again at the
+   host's speed measured just before it (:func:`at_measured_speed`) and
+   compare that too (``pred_speed``, ``compare_speed``).
 
 Results are kept between runs: points already predicted or measured are
 not run again (``--fresh`` starts over; ``--recalibrate`` measures the
