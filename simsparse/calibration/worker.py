@@ -181,7 +181,7 @@ def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
     """Run every algorithm at the calibration sizes on this backend; record its
     kernels (:class:`KernelProbe`), its programs' own CPU (:class:`StepProbe`),
     its messages' send and receive path (:class:`PathProbe`) and, before each
-    algorithm, the host's speed (:mod:`.speed_probe`)."""
+    algorithm, the host's speed (:mod:`simsparse.compute.speed_probe`)."""
     from ..algorithms import ALGORITHMS
     from ..experiments.run.loop import run_point
     from ..experiments.config.point import Point
