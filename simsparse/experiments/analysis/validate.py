@@ -114,7 +114,6 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
     from ..run import measure as ms
     from .compare import run_compare
     from ..run.plan import with_plan
-    from ..run.runner import simulate_point
 
     say = say or (lambda m: print(f"simsparse: {m}", file=sys.stderr, flush=True))
     spec = load_spec(testbed) if testbed else None
@@ -137,11 +136,7 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
     todo = [p for p in points if not (pred.has(p.point_id("sim")) and pred.has_trace(p.point_id("sim")))]
     say(f"predicting {len(todo)} of {len(points)} points of {exp.name}")
     with _stage(log, "predict"):
-        for p in todo:
-            o = simulate_point(p, trace=True)
-            pred.save_trace(o.row["point_id"], o.trace)
-            pred.add(o.row)
-        pred.combine_traces(True)
+        _predict_into(pred, todo)
 
     ms.check_prerequisites()
     groups = ms.group_points([with_plan(p) for p in points])
@@ -205,7 +200,6 @@ def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
     from ...compute.speed_probe import slowdown
     from ..run.measure import measured_id
     from ..run.plan import with_plan
-    from ..run.runner import simulate_point
     from .compare import error_stats, run_compare
 
     scaled = []
@@ -221,12 +215,7 @@ def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
     ks = np.array([p.compute["slowdown"] for p in scaled])
     say(f"the host ran the speed probe {np.median(ks):.3f}x its calibrated time before the median point "
         f"(min {ks.min():.3f}, max {ks.max():.3f}): predicting {len(scaled)} points again at that speed")
-    store = ResultsStore(base / "pred_speed", fresh=True)
-    for p in scaled:
-        o = simulate_point(p, trace=True)
-        store.save_trace(o.row["point_id"], o.trace)
-        store.add(o.row)
-    store.combine_traces(True)
+    _predict_into(ResultsStore(base / "pred_speed", fresh=True), scaled)
     c = run_compare(base / "pred_speed", base / "meas", out=base / "compare_speed", echo=lambda m: None,
                     allow_partial=len(scaled) < len(points))
     med, p90 = error_stats(c.points["rel_err"])
@@ -234,6 +223,17 @@ def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
         f"({base / 'compare_speed' / 'compare.csv'})")
     return {"median": float(np.median(ks)), "min": float(ks.min()), "max": float(ks.max()),
             "points": len(scaled), "error_median": med, "error_p90": p90}
+
+
+def _predict_into(store, points) -> None:
+    """Simulate ``points`` with traces into ``store`` (rows and traces)."""
+    from ..run.runner import simulate_point
+
+    for p in points:
+        o = simulate_point(p, trace=True)
+        store.save_trace(o.row["point_id"], o.trace)
+        store.add(o.row)
+    store.combine_traces(True)
 
 
 def to_repeat(first, groups, below: float) -> list[str]:
