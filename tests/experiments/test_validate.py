@@ -2,7 +2,7 @@
 median of repeated measurements (experiments/analysis/validate.py)."""
 import pytest
 
-from simsparse.experiments.analysis.validate import _rank_counts, median_repeat, to_repeat
+from simsparse.experiments.analysis.validate import _rank_counts, error_on, median_repeat, to_repeat
 from simsparse.experiments.config.schema import ConfigError
 from simsparse.experiments.results.store import ResultsStore, read_csv
 
@@ -29,6 +29,10 @@ def test_each_point_takes_the_repeat_of_median_time_with_that_repeats_trace(tmp_
     assert len(read_csv(tmp_path / "meas" / "trace.csv")) == 2
     assert spread["points"] == 2
     assert spread["median"] == pytest.approx(((4.0 / 1.2) + (7.0 / 2.2)) / 2)
+    # each repeat against the median of the other two: a 1.0 vs 3.1, 1.2 vs 3.0, 5.0 vs 1.1; b 2.0 vs 5.6, ...
+    loo = sorted([1 - 1.0 / 3.1, 1 - 1.2 / 3.0, 5.0 / 1.1 - 1, 1 - 2.0 / 5.6, 1 - 2.2 / 5.5, 9.0 / 2.1 - 1])
+    assert spread["one_vs_rest_median"] == pytest.approx((loo[2] + loo[3]) / 2)
+    assert spread["repeated"] == ["a", "b"]
 
 
 def test_two_repeats_take_the_faster_and_a_point_missing_from_a_repeat_uses_the_others(tmp_path):
@@ -36,6 +40,16 @@ def test_two_repeats_take_the_faster_and_a_point_missing_from_a_repeat_uses_the_
     out = ResultsStore(tmp_path / "meas", fresh=True)
     median_repeat(runs, ["a", "b"], out)
     assert out.rows["a"]["time_s"] == 2.0 and out.rows["b"]["time_s"] == 1.0 and out.rows["b"]["repeats"] == 1
+
+
+def test_the_prediction_is_scored_on_the_repeated_points_alone(tmp_path):
+    import pandas as pd
+
+    pd.DataFrame({"level": ["point", "point", "point", "phase"], "meas_point_id": ["a", "b", "c", "a"],
+                  "rel_err": [-0.1, 0.3, 5.0, 9.0]}).to_csv(tmp_path / "compare.csv", index=False)
+    got = error_on(tmp_path / "compare.csv", ["a", "b"])      # c was measured once; the phase row is no point
+    assert got["points"] == 2 and got["median"] == pytest.approx(0.2)
+    assert error_on(tmp_path / "compare.csv", [])["points"] == 0
 
 
 def test_rank_counts_are_read_before_the_profiles_they_name_exist(tmp_path):

@@ -160,6 +160,8 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
             log["repeat_spread"] = median_repeat(runs, list(groups), ResultsStore(base / "meas", fresh=True))
     cmp_dir = base / "compare"
     run_compare(base / "pred", base / "meas", out=cmp_dir, warn=say)
+    if R > 1:
+        log["repeat_spread"]["model"] = error_on(cmp_dir / "compare.csv", log["repeat_spread"]["repeated"])
     with _stage(log, "predict at measured speed"):
         log["slowdown"] = at_measured_speed(points, profiles, ResultsStore(base / "meas"), base, say)
     atomic_write(cmp_dir / "validate.json", lambda tmp: Path(tmp).write_text(json.dumps(log, indent=1)))
@@ -168,6 +170,10 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
         say(f"measured time per point, (max - min) / median over up to {R} repeats ({sp['points']} points "
             f"measured more than once): median {100 * sp['median']:.1f}%, p90 {100 * sp['p90']:.1f}% (the noise "
             f"floor of the errors above)")
+        say(f"one repeat against the median of the others: median {100 * sp['one_vs_rest_median']:.1f}%, p90 "
+            f"{100 * sp['one_vs_rest_p90']:.1f}% (what a perfect model would score against one measurement); the "
+            f"prediction on the same {sp['model']['points']} points: median {100 * sp['model']['median']:.1f}%, "
+            f"p90 {100 * sp['model']['p90']:.1f}%")
     m = log["measure"]
     say(f"load average before and after measuring: {m['load_before']} and {m['load_after']}; steal time "
         f"{m['steal_s']} s in {m['wall_s']} s x {os.cpu_count()} CPUs (all stages in {cmp_dir / 'validate.json'})")
@@ -246,8 +252,9 @@ def median_repeat(runs, pids, out) -> dict:
     into ``out`` with its trace, so every phase compared comes from one run; the row gains
     ``repeats``, ``time_repeat_min_s`` and ``time_repeat_max_s``. Returns the median and p90 over
     the points measured more than once of (max - min) / median: how far the same measurement moves
-    between repeats."""
-    spreads = []
+    between repeats; and of each repeat against the median of the others (``one_vs_rest``): the
+    error a perfect model would score against one measurement, with the ``repeated`` point ids."""
+    spreads, one_vs_rest, repeated = [], [], []
     for pid in pids:
         rows = sorted(((st.rows[pid], st) for st in runs if pid in st.rows), key=lambda x: x[0]["time_s"])
         row, st = rows[(len(rows) - 1) // 2]
@@ -259,9 +266,24 @@ def median_repeat(runs, pids, out) -> dict:
         out.add({**row, "repeats": len(rows), "time_repeat_min_s": min(ts), "time_repeat_max_s": max(ts)})
         if len(ts) > 1:
             spreads.append((max(ts) - min(ts)) / row["time_s"])
+            one_vs_rest += [abs(t / np.median(ts[:i] + ts[i + 1:]) - 1) for i, t in enumerate(ts)]
+            repeated.append(pid)
     out.combine_traces(True)
-    a = np.array(spreads or [np.nan])
-    return {"median": float(np.median(a)), "p90": float(np.percentile(a, 90)), "points": len(spreads)}
+    a, b = np.array(spreads or [np.nan]), np.array(one_vs_rest or [np.nan])
+    return {"median": float(np.median(a)), "p90": float(np.percentile(a, 90)), "points": len(spreads),
+            "one_vs_rest_median": float(np.median(b)), "one_vs_rest_p90": float(np.percentile(b, 90)),
+            "repeated": repeated}
+
+
+def error_on(compare_csv: Path, pids: list) -> dict:
+    """The prediction's median and p90 of |error| on the measured points ``pids`` (``compare.csv``'s
+    point rows), to set beside the repeats' own scatter on the same points."""
+    from ..results.store import read_csv
+
+    d = read_csv(compare_csv)
+    e = d[(d["level"] == "point") & d["meas_point_id"].isin(pids)]["rel_err"].abs().to_numpy()
+    e = e if len(e) else np.array([np.nan])
+    return {"median": float(np.median(e)), "p90": float(np.percentile(e, 90)), "points": int(np.isfinite(e).sum())}
 
 
 def _rank_counts(config: str) -> list[int]:
