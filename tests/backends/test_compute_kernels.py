@@ -76,3 +76,23 @@ def test_torch_kernels_match_numpy(name):
         np.testing.assert_allclose(ref.values, got.values.numpy())
     else:
         np.testing.assert_allclose(ref, got.numpy(), rtol=1e-6)
+
+
+def test_concat_of_adjacent_read_only_views_is_their_view_and_a_copy_otherwise():
+    """A schedule's bucket of one flat gradient's tensors needs no second copy (the work charged is the same)."""
+    from simsparse.compute.kernels import KERNELS
+
+    cat = KERNELS["concat"].numpy
+    g = np.arange(12, dtype=np.float32)
+    g.setflags(write=False)
+    parts = [g[0:3], g[3:8], g[8:12]]
+    v = cat(parts)
+    np.testing.assert_array_equal(v, np.concatenate(parts))
+    assert np.shares_memory(v, g) and not v.flags.writeable
+    assert KERNELS["concat"].work(v, parts) == KERNELS["concat"].work(np.concatenate(parts), parts)
+    for other in ([g[3:8], g[0:3]], [g[0:3], g[4:8]], [g[0:3], g[3:8].astype(np.float64)]):  # order, gap, dtype
+        out = cat(other)
+        np.testing.assert_array_equal(out, np.concatenate(other))
+        assert not np.shares_memory(out, g)
+    w = np.arange(12, dtype=np.float32)                                  # writeable: a copy
+    assert not np.shares_memory(cat([w[0:3], w[3:12]]), w)

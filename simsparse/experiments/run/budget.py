@@ -20,8 +20,9 @@ project's simulator:
   result), ``+ 2 w`` when a point runs more than one iteration (the
   error-feedback residuals, the last iteration's inputs), ``+ 8 + w`` when
   its results are checked (the float64 reference and the inputs it is
-  checked on); plus the workload's caches of generated gradients (and of
-  AR(1) noise when ``drift`` < 1), at most 1 GiB each; nothing per element
+  checked on); plus the workload's cache of generated gradients (at most
+  1 GiB) and, when ``drift`` < 1, its AR(1) noise states (1 GiB, or every
+  rank's when they need more: ``Workload.hold_states``); nothing per element
   when only sizes travel; with ``values: sampled`` ``w + 4`` bytes for each
   of a rank's about ``sampled_margin`` x k sampled entries (value and index;
   4 k unless the algorithm says) and 12 k entries for its selections and the
@@ -59,7 +60,7 @@ from ..config.point import Point
 #: the slowest simulator speed measured (flow-level model, events per second):
 #: a point may run max_events / this many seconds before the watchdog stops it
 MIN_EVENT_RATE = 10_000
-_BASE_B = 200e6  # the interpreter, numpy, pandas and the network model
+BASE_B = 200e6  # the interpreter, numpy, pandas and the network model
 _CACHE_B = float(1 << 30)  # the bound of each of the workload's caches (simsparse.workload._LRU)
 
 
@@ -135,11 +136,13 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
         T = iterations_run(point)
         per = 2 * w + (2 * w if T > 1 else 0) + (8 + w if point.check else 0)
         carried = point.P * n * per
-        if sim:   # the workload's caches: gradient sets, and AR(1) noise states when they drift
-            caches = 1 + (point.workload.get("drift", 1.0) < 1)
-            carried += caches * min(_CACHE_B, T * point.P * n * w)
+        if sim:   # the workload's caches: gradient sets, and every rank's AR(1) noise state when they drift
+            carried += min(_CACHE_B, T * point.P * n * w)
+            drift = point.workload.get("drift", 1.0)
+            if drift < 1:
+                carried += max(_CACHE_B, point.P * n * w) if drift > 0 else min(_CACHE_B, point.P * n * w)
     records = events(point) / 2 * 300 if trace else 0.0
-    return _BASE_B + carried + records
+    return BASE_B + carried + records
 
 
 def sampled_results_B(point: Point, n: float, k: float, w: int) -> float:
