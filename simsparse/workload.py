@@ -189,11 +189,12 @@ class Workload:
 
     def hold_states(self, P: int) -> None:
         """Make the AR(1) noise cache hold this workload's ``P`` ranks (one
-        vector each) when it drifts, dropping other streams' states first:
-        a simulation that draws every rank's gradient each iteration then
-        draws one noise vector per rank and iteration (:class:`_LRU`)."""
+        vector each, up to :data:`STATE_MAX_B`) when it drifts, dropping
+        other streams' states first: a simulation that draws every rank's
+        gradient each iteration then draws one noise vector per rank and
+        iteration (:class:`_LRU`)."""
         need = P * self.n * np.dtype(self.dtype).itemsize if 0 < self.drift < 1 else 0
-        _STATE.resize(max(STATE_MIN_B, need))
+        _STATE.resize(max(STATE_MIN_B, min(need, STATE_MAX_B)))
 
     def grads(self, P: int, iteration: int = 0) -> list[np.ndarray]:
         key = (self, P, iteration)
@@ -435,6 +436,6 @@ class _LRU:
 
 _CACHE = _LRU(max_bytes=1 << 30)
 #: the last AR(1) noise state per (stream, rank): iteration t costs one draw after t-1; at least
-#: STATE_MIN_B, and as large as a simulated point's every rank (Workload.hold_states)
-STATE_MIN_B = 1 << 30
+#: STATE_MIN_B, and as large as a simulated point's every rank up to STATE_MAX_B (Workload.hold_states)
+STATE_MIN_B, STATE_MAX_B = 1 << 30, 4 << 30
 _STATE = _LRU(max_bytes=STATE_MIN_B, sweeps=True)

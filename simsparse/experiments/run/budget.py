@@ -22,7 +22,7 @@ project's simulator:
   its results are checked (the float64 reference and the inputs it is
   checked on); plus the workload's cache of generated gradients (at most
   1 GiB) and, when ``drift`` < 1, its AR(1) noise states (1 GiB, or every
-  rank's when they need more: ``Workload.hold_states``); nothing per element
+  rank's up to 4 GiB: ``Workload.hold_states``); nothing per element
   when only sizes travel; with ``values: sampled`` ``w + 4`` bytes for each
   of a rank's about ``sampled_margin`` x k sampled entries (value and index;
   4 k unless the algorithm says) and 12 k entries for its selections and the
@@ -62,6 +62,7 @@ from ..config.point import Point
 MIN_EVENT_RATE = 10_000
 BASE_B = 200e6  # the interpreter, numpy, pandas and the network model
 _CACHE_B = float(1 << 30)  # the bound of each of the workload's caches (simsparse.workload._LRU)
+_STATES_MAX_B = float(4 << 30)  # the most the noise states' cache grows to (simsparse.workload.STATE_MAX_B)
 
 
 def physical_memory() -> float:
@@ -140,7 +141,8 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
             carried += min(_CACHE_B, T * point.P * n * w)
             drift = point.workload.get("drift", 1.0)
             if drift < 1:
-                carried += max(_CACHE_B, point.P * n * w) if drift > 0 else min(_CACHE_B, point.P * n * w)
+                states = point.P * n * w
+                carried += max(_CACHE_B, min(states, _STATES_MAX_B)) if drift > 0 else min(_CACHE_B, states)
     records = events(point) / 2 * 300 if trace else 0.0
     return BASE_B + carried + records
 
