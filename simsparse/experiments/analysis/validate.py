@@ -159,9 +159,9 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
         if R > 1:
             log["repeat_spread"] = median_repeat(runs, list(groups), ResultsStore(base / "meas", fresh=True))
     cmp_dir = base / "compare"
-    run_compare(base / "pred", base / "meas", out=cmp_dir, warn=say)
+    cmp = run_compare(base / "pred", base / "meas", out=cmp_dir, warn=say)
     if R > 1:
-        log["repeat_spread"]["model"] = error_on(cmp_dir / "compare.csv", log["repeat_spread"]["repeated"])
+        log["repeat_spread"]["model"] = error_on(cmp.points, log["repeat_spread"]["repeated"])
     with _stage(log, "predict at measured speed"):
         log["slowdown"] = at_measured_speed(points, profiles, ResultsStore(base / "meas"), base, say)
     atomic_write(cmp_dir / "validate.json", lambda tmp: Path(tmp).write_text(json.dumps(log, indent=1)))
@@ -275,13 +275,10 @@ def median_repeat(runs, pids, out) -> dict:
             "repeated": repeated}
 
 
-def error_on(compare_csv: Path, pids: list) -> dict:
-    """The prediction's median and p90 of |error| on the measured points ``pids`` (``compare.csv``'s
-    point rows), to set beside the repeats' own scatter on the same points."""
-    from ..results.store import read_csv
-
-    d = read_csv(compare_csv)
-    e = d[(d["level"] == "point") & d["meas_point_id"].isin(pids)]["rel_err"].abs().to_numpy()
+def error_on(points, pids: list) -> dict:
+    """The prediction's median and p90 of |error| on the measured points ``pids`` (a comparison's
+    ``points``), to set beside the repeats' own scatter on the same points."""
+    e = points[points["meas_point_id"].isin(pids)]["rel_err"].abs().to_numpy()
     e = e if len(e) else np.array([np.nan])
     return {"median": float(np.median(e)), "p90": float(np.percentile(e, 90)), "points": int(np.isfinite(e).sum())}
 
