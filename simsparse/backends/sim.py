@@ -195,7 +195,7 @@ class _Rank:
     """Per-rank state shared by the rank's programs: device, streams, counters."""
 
     __slots__ = ("rank", "device_free", "streams", "bytes_sent", "msgs_sent", "busy", "next_bwd", "ready_at",
-                 "core_q")
+                 "core_q", "waking", "unseen")
 
     def __init__(self, rank: int, n_tensors: int):
         self.rank = rank
@@ -207,6 +207,8 @@ class _Rank:
         self.next_bwd = 0                       # tensors (in backward order) whose backward was issued
         self.ready_at = [0.0] * n_tensors       # backward order: when each gradient is ready
         self.core_q: deque = deque()            # with shared cores: device work not yet run, in issue order
+        self.waking = 0                         # with shared cores and a trace: its completed waits not yet woken
+        self.unseen: list = []                  # likewise: (handle, bytes, when) completed, its driver not yet told
 
 
 class SimContext(ContextBase):
@@ -346,6 +348,8 @@ class Simulator(Driver):
         self.memo = {}     # memo kernels' results by content key
         self.digests = {}  # id -> (read-only array, digest)
         self.trace = []
+        #: message records end when the rank's driver learns of the completion (see _complete)
+        self._notice = self.trace_on and self.cores is not None
         self.finish = [0.0] * P
         self.results = [None] * P
         self.returned = [False] * P
@@ -365,6 +369,8 @@ class Simulator(Driver):
         finally:
             if gc_on:
                 gc.enable()
+        for rs in self.ranks:   # completions no driver step came after (a send never waited for)
+            self._seen(rs, None)
         stuck = [r for r in range(P) if not self.returned[r]]
         if stuck:
             raise RuntimeError(f"deadlock: the programs of ranks {stuck[:8]}{' ...' if len(stuck) > 8 else ''} never "
@@ -586,6 +592,8 @@ class Simulator(Driver):
             self._core_next(rs)
         else:
             rs.device_free = now
+            if rs.unseen:   # back in its driver's loop, whose progress sees what completed meanwhile
+                self._seen(rs, now)
         self.env.at(0.0, self._resume, (prog, value))
 
     def _memo_call(self, k, args, kwargs):
@@ -630,6 +638,8 @@ class Simulator(Driver):
         for w in (ws if type(ws) is list else (ws,)):
             w.need -= 1
             if not w.need:
+                if self._notice:
+                    self.ranks[w.prog.ctx.rank].waking += 1
                 self.env.soon(self._resume_wait, w)
 
     def _resume_wait(self, w: _Wait) -> None:
@@ -667,6 +677,10 @@ class Simulator(Driver):
             self.env.at(self.wait_poll, self._poll, arg)
 
     def _woke(self, w: _Wait) -> None:
+        if self._notice:
+            rs = self.ranks[w.prog.ctx.rank]
+            rs.waking -= 1
+            self._seen(rs, self.env.now)
         hs = w.handles
         if w.any:
             i = next(i for i, h in enumerate(hs) if h.done)
@@ -801,6 +815,23 @@ class Simulator(Driver):
             return
         h.done = True
         h.value = value
+        self._notify(h)   # (may start the owner's wake-up)
         if self.trace_on:
-            self.trace.append(TraceRecord(owner, h.phase, h.kind, h.peer, nbytes, h.post_s, self.env.now, h.lane))
-        self._notify(h)
+            rs = self.ranks[owner]
+            if self._notice and (rs.core_q or rs.waking):
+                rs.unseen.append((h, nbytes, self.env.now))
+            else:
+                self.trace.append(TraceRecord(owner, h.phase, h.kind, h.peer, nbytes, h.post_s, self.env.now, h.lane))
+
+    def _seen(self, rs: _Rank, now) -> None:
+        """Record the messages of ``rs`` that completed while its driver was busy, ending ``now`` (None:
+        when they completed). The real backend's trace ends a message where its driver's progress learns
+        of the completion (:meth:`~simsparse.backends.mpi.MPIDriver._message_done`); its one thread runs
+        that progress only between program steps, never during a kernel, and a rank whose wait completed
+        must first get a core back to run it (``wait_cpu``). With shared cores the model knows both, so
+        its records end there too: a rank that posts two 8 KB sends on the star and waits for them while
+        the other rank of its core computes saw them done 0.85 to 1.0 ms after posting (the wire: 0.2 ms)."""
+        for h, nbytes, t in rs.unseen:
+            self.trace.append(TraceRecord(rs.rank, h.phase, h.kind, h.peer, nbytes, h.post_s,
+                                          t if now is None else now, h.lane))
+        rs.unseen.clear()

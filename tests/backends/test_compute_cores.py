@@ -309,3 +309,48 @@ def test_a_rank_blocked_past_the_backoff_polls_and_takes_cpu_from_its_core_mate(
     assert cpu1[1] - cpu0[1] == pytest.approx(polls * w, rel=1e-9) and cpu1[0] == cpu0[0]
     (g0, _), _ = run(wait_poll_s=q, wait_poll_after_s=1.0)   # the wait ends before the first poll
     assert g0 == pytest.approx(f0, rel=1e-12)
+
+
+def test_a_message_record_ends_when_its_ranks_driver_learns_of_it():
+    """With shared cores the real backend's trace ends a message where its rank's one thread runs MPI's
+    progress after the completion, and the simulator's records end there too: a send that completes
+    during its rank's own kernel ends with the kernel (D); one whose wait completes while the core-mate
+    computes ends once the rank has woken (its wait_cpu_s w at half the core: 2 w after the wire). The
+    times of the run do not move."""
+    import numpy as np
+
+    from simsparse.backends.sim import Simulator
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.network.spec import EthernetSpec
+    from simsparse.ops import Dense
+
+    D, w = 0.05, 1e-3
+    spec = EthernetSpec(topology="star", link_bw_Bps=1.25e9)
+    x = np.zeros(4, np.float32)
+
+    def sends_during_kernel(ctx):   # rank 0
+        h = ctx.isend(1, Dense(x))
+        yield ctx.compute("add", x, x)
+        yield ctx.waitall([h])
+
+    def sends_then_waits(ctx):      # rank 0
+        yield ctx.waitall([ctx.isend(1, Dense(x))])
+
+    def computes_then_receives(ctx):   # rank 1
+        yield ctx.compute("add", x, x)
+        yield ctx.waitall([ctx.irecv(0)])
+
+    def run(rank0, cores, trace=True, wait=w):
+        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=cores, wait_cpu_s=wait,
+                                             kernels={"add": {"launch_s": D, "per_elem_s": 0.0}}))
+        st = Simulator(spec.build(), dev, trace=trace).run([rank0, computes_then_receives])
+        send = next(t for t in st.trace if t.rank == 0 and t.op == "send") if trace else None
+        return send, st.finish_s
+
+    send, _ = run(sends_during_kernel, 2)
+    assert send.end_s == pytest.approx(D, rel=1e-9)
+    woken, finish = run(sends_then_waits, 1)
+    wire, _ = run(sends_then_waits, 1, wait=0.0)
+    assert wire.end_s < 1e-5
+    assert woken.end_s - wire.end_s == pytest.approx(2 * w, rel=1e-6)
+    assert run(sends_then_waits, 1, trace=False)[1] == finish
