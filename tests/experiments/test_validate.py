@@ -2,7 +2,8 @@
 median of repeated measurements (experiments/analysis/validate.py)."""
 import pytest
 
-from simsparse.experiments.analysis.validate import _rank_counts, error_on, median_repeat, to_repeat
+from simsparse.experiments.analysis.repeats import error_on, median_phases, median_repeat, to_repeat
+from simsparse.experiments.analysis.validate import _rank_counts
 from simsparse.experiments.config.schema import ConfigError
 from simsparse.experiments.results.store import ResultsStore, read_csv
 
@@ -100,3 +101,36 @@ def test_a_profile_of_a_description_older_than_a_new_field_is_still_usable(tmp_p
     old.pop("congestion_control")   # calibrated before the testbed set its TCP (under the host's bbr)
     path.write_text(yaml.safe_dump({"provenance": {"testbed": old}, "compute": {"core_binding": "block"}}))
     assert not _usable(path, spec)
+
+
+def _phased(path, pid, phases):
+    """A store with one point whose trace has one record per phase, of the given length (a measured
+    iteration: warmup 0)."""
+    st = ResultsStore(path)
+    st.save_trace(pid, [{"point_id": pid, "iteration": 0, "rank": 0, "lane": "main", "phase": ph, "op": "send",
+                         "peer": 1, "bytes": 8, "start_s": 0.0, "end_s": t, "weight": 1.0} for ph, t in phases.items()])
+    st.add({"point_id": pid, "algorithm": "ring", "P": 2, "n": 10, "time_s": sum(phases.values()),
+            "time_median_s": sum(phases.values()), "warmup": 0})
+    st.combine_traces(True)
+    return st
+
+
+def test_each_phase_is_compared_with_its_own_median_over_the_repeats(tmp_path):
+    """Phase x took 1, 5 and 2 ms in three launches, phase y 3, 3 and nothing: their medians are
+    2 and 3 ms, whichever launch had the median total; compare reads them from phases.csv."""
+    from simsparse.experiments.analysis.compare import compare
+
+    runs = [_phased(tmp_path / f"r{i}", "a", ph) for i, ph in
+            enumerate([{"x": 1e-3, "y": 3e-3}, {"x": 5e-3, "y": 3e-3}, {"x": 2e-3}], 1)]
+    meas = ResultsStore(tmp_path / "meas", fresh=True)
+    median_repeat(runs, ["a"], meas)
+    floor = median_phases(runs, ["a"], tmp_path / "meas")
+    med = read_csv(tmp_path / "meas" / "phases.csv").set_index("phase")
+    assert med.loc["x", "time_s"] == pytest.approx(2e-3) and med.loc["y", "time_s"] == pytest.approx(3e-3)
+    assert med.loc["x", "repeats"] == 3 and floor["phases"] == 2
+    # each against the median of the other two: x 1/3.5, 5/1.5, 2/3; y 3/1.5, 3/1.5, 0/3
+    assert floor["phases_one_vs_rest_median"] == pytest.approx(1.0)   # of 0.71, 2.33, 0.33, 1, 1, 1
+    _phased(tmp_path / "pred", "p", {"x": 2.2e-3, "y": 2.4e-3})
+    got = compare(tmp_path / "pred", tmp_path / "meas").phases.set_index("phase")
+    assert got.loc["x", "meas_s"] == pytest.approx(2e-3) and got.loc["y", "rel_err"] == pytest.approx(-0.2)
+    assert error_on(compare(tmp_path / "pred", tmp_path / "meas").phases, ["a"])["points"] == 2

@@ -18,6 +18,9 @@ and the point's is the mean over whole periods of the algorithm's periodic
 work, like ``time_s``: the measured iterations (those in the trace from that
 side's ``warmup`` on) weighed by the trace's ``weight`` column
 (:mod:`.period`; a trace without it, written before, weighs them equally).
+Where the measured folder holds ``phases.csv`` (``validate`` with repeats:
+each phase's median over the repeats, :mod:`.repeats`), its times replace
+the measured trace's.
 
 Errors are ``(pred - meas) / meas`` (empty for a phase measured at 0); the
 summaries are the median and the 90th percentile (``numpy.percentile``,
@@ -38,6 +41,9 @@ from ..config.errors import ConfigError
 from ...files import atomic_write
 from ..results.store import read_csv
 from .kernels import join_kernels, kernel_report, measured_records
+
+#: file of a measured folder with each phase's median over repeats (written by :mod:`.repeats`)
+PHASES_CSV = "phases.csv"
 
 KEY_COLUMNS = ["schedule", "model", "batch_size", "algorithm", "params", "schedule_params", "P", "n", "density",
                "dtype", "seed"]
@@ -201,11 +207,16 @@ def phase_times(trace: pd.DataFrame, warmup: dict[str, int]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["point_id", "phase", "time_s"])
 
 
-def join_phases(points: pd.DataFrame, pred_trace: pd.DataFrame, meas_trace: pd.DataFrame
-                ) -> tuple[pd.DataFrame, list[str]]:
-    """One row per (joined point, phase): the point's key, phase, pred_s, meas_s, rel_err."""
+def join_phases(points: pd.DataFrame, pred_trace: pd.DataFrame, meas_trace: pd.DataFrame,
+                meas_phases: pd.DataFrame | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """One row per (joined point, phase): the point's key, phase, pred_s, meas_s, rel_err.
+    ``meas_phases`` (a measured folder's phases.csv: the median over repeats, :mod:`.repeats`)
+    replaces the measured trace's phase times for the points it has."""
     pt = phase_times(pred_trace, dict(zip(points["pred_point_id"], points["pred_warmup"])))
     mt = phase_times(meas_trace, dict(zip(points["meas_point_id"], points["meas_warmup"])))
+    if meas_phases is not None:
+        mt = pd.concat([mt[~mt["point_id"].isin(meas_phases["point_id"])],
+                        meas_phases[["point_id", "phase", "time_s"]]], ignore_index=True)
     notes, frames = [], []
     for _, r in points.iterrows():
         a = pt[pt["point_id"] == r["pred_point_id"]].set_index("phase")["time_s"]
@@ -289,7 +300,11 @@ def compare(pred, meas, allow_partial: bool = False, pred_where=(), meas_where=(
         if bad:
             notes.append(f"no per-phase comparison: {' and '.join(bad)} has no trace records")
         else:
-            phases, more = join_phases(points, *traces)
+            medians = mcsv.parent / PHASES_CSV
+            mph = read_csv(medians) if medians.is_file() else None
+            if mph is not None:
+                notes.append(f"measured phases: each phase's median over the repeats ({medians})")
+            phases, more = join_phases(points, *traces, meas_phases=mph)
             notes += more
             calls = join_kernels(points, *traces)
     return Comparison(points, phases, (pcsv, mcsv, ptrace, mtrace), notes, kernels=calls)

@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sys
 import time
 from dataclasses import replace
@@ -51,6 +50,7 @@ from ...files import yaml_load
 from ..config.schema import ConfigError, load_config
 from ...files import atomic_write
 from ..results.store import ResultsStore
+from .repeats import error_on, median_phases, median_repeat, to_repeat
 
 #: a testbed's default: repeats of each point measured below REPEAT_BELOW_S in the first one
 TESTBED_REPEATS, REPEAT_BELOW_S = 5, 0.2
@@ -157,11 +157,15 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
                 say(f"repeat {r} lost {steal} s to steal time (the hypervisor running something else on this "
                     f"machine's CPUs; quiet runs lose under 0.1 s): its times may be slow")
         if R > 1:
-            log["repeat_spread"] = median_repeat(runs, list(groups), ResultsStore(base / "meas", fresh=True))
+            spread = median_repeat(runs, list(groups), ResultsStore(base / "meas", fresh=True))
+            log["repeat_spread"] = {**spread, **median_phases(runs, spread["repeated"], base / "meas")}
     cmp_dir = base / "compare"
-    cmp = run_compare(base / "pred", base / "meas", out=cmp_dir, warn=say)
+    cmp = run_compare(base / "pred", base / "meas", out=cmp_dir,
+                      warn=lambda m: say(m.removeprefix("simsparse: ")))
     if R > 1:
         log["repeat_spread"]["model"] = error_on(cmp.points, log["repeat_spread"]["repeated"])
+        if len(cmp.phases):
+            log["repeat_spread"]["model_phases"] = error_on(cmp.phases, log["repeat_spread"]["repeated"])
     with _stage(log, "predict at measured speed"):
         log["slowdown"] = at_measured_speed(points, profiles, ResultsStore(base / "meas"), base, say)
     atomic_write(cmp_dir / "validate.json", lambda tmp: Path(tmp).write_text(json.dumps(log, indent=1)))
@@ -174,6 +178,11 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
             f"{100 * sp['one_vs_rest_p90']:.1f}% (what a perfect model would score against one measurement); the "
             f"prediction on the same {sp['model']['points']} points: median {100 * sp['model']['median']:.1f}%, "
             f"p90 {100 * sp['model']['p90']:.1f}%")
+        if "model_phases" in sp:
+            say(f"per phase (each phase's median over the repeats): one repeat against the median of the others: "
+                f"median {100 * sp['phases_one_vs_rest_median']:.1f}%, p90 {100 * sp['phases_one_vs_rest_p90']:.1f}%"
+                f"; the prediction on the same {sp['model_phases']['points']} phases: median "
+                f"{100 * sp['model_phases']['median']:.1f}%, p90 {100 * sp['model_phases']['p90']:.1f}%")
     m = log["measure"]
     say(f"load average before and after measuring: {m['load_before']} and {m['load_after']}; steal time "
         f"{m['steal_s']} s in {m['wall_s']} s x {os.cpu_count()} CPUs (all stages in {cmp_dir / 'validate.json'})")
@@ -240,47 +249,6 @@ def _predict_into(store, points) -> None:
         store.save_trace(o.row["point_id"], o.trace)
         store.add(o.row)
     store.combine_traces(True)
-
-
-def to_repeat(first, groups, below: float) -> list[str]:
-    """The measured points that ``first`` (the first repeat's store) timed below ``below`` seconds."""
-    return [mid for mid in groups if mid in first.rows and first.rows[mid]["time_s"] < below]
-
-
-def median_repeat(runs, pids, out) -> dict:
-    """Per point, the repeat whose ``time_s`` is the median (the lower one for an even count) goes
-    into ``out`` with its trace, so every phase compared comes from one run; the row gains
-    ``repeats``, ``time_repeat_min_s`` and ``time_repeat_max_s``. Returns the median and p90 over
-    the points measured more than once of (max - min) / median: how far the same measurement moves
-    between repeats; and of each repeat against the median of the others (``one_vs_rest``): the
-    error a perfect model would score against one measurement, with the ``repeated`` point ids."""
-    spreads, one_vs_rest, repeated = [], [], []
-    for pid in pids:
-        rows = sorted(((st.rows[pid], st) for st in runs if pid in st.rows), key=lambda x: x[0]["time_s"])
-        row, st = rows[(len(rows) - 1) // 2]
-        ts = [r["time_s"] for r, _ in rows]
-        if st.has_trace(pid):   # the file as it is: no parse and rewrite
-            atomic_write(out.trace_file(pid), lambda tmp, src=st.trace_file(pid): shutil.copyfile(src, tmp))
-        else:
-            out.save_trace(pid, None)
-        out.add({**row, "repeats": len(rows), "time_repeat_min_s": min(ts), "time_repeat_max_s": max(ts)})
-        if len(ts) > 1:
-            spreads.append((max(ts) - min(ts)) / row["time_s"])
-            one_vs_rest += [abs(t / np.median(ts[:i] + ts[i + 1:]) - 1) for i, t in enumerate(ts)]
-            repeated.append(pid)
-    out.combine_traces(True)
-    a, b = np.array(spreads or [np.nan]), np.array(one_vs_rest or [np.nan])
-    return {"median": float(np.median(a)), "p90": float(np.percentile(a, 90)), "points": len(spreads),
-            "one_vs_rest_median": float(np.median(b)), "one_vs_rest_p90": float(np.percentile(b, 90)),
-            "repeated": repeated}
-
-
-def error_on(points, pids: list) -> dict:
-    """The prediction's median and p90 of |error| on the measured points ``pids`` (a comparison's
-    ``points``), to set beside the repeats' own scatter on the same points."""
-    e = points[points["meas_point_id"].isin(pids)]["rel_err"].abs().to_numpy()
-    e = e if len(e) else np.array([np.nan])
-    return {"median": float(np.median(e)), "p90": float(np.percentile(e, 90)), "points": int(np.isfinite(e).sum())}
 
 
 def _rank_counts(config: str) -> list[int]:
