@@ -134,3 +134,16 @@ def test_each_phase_is_compared_with_its_own_median_over_the_repeats(tmp_path):
     got = compare(tmp_path / "pred", tmp_path / "meas").phases.set_index("phase")
     assert got.loc["x", "meas_s"] == pytest.approx(2e-3) and got.loc["y", "rel_err"] == pytest.approx(-0.2)
     assert error_on(compare(tmp_path / "pred", tmp_path / "meas").phases, ["a"])["points"] == 2
+
+
+def test_a_point_measured_again_drops_its_stale_phase_medians(tmp_path):
+    """phases.csv keeps the median repeat's time of each point; once the folder's row has another
+    time (measured again into it), compare takes that point's phases from its trace again."""
+    from simsparse.experiments.analysis.compare import compare
+
+    runs = [_phased(tmp_path / f"r{i}", "a", {"x": t}) for i, t in enumerate([1e-3, 5e-3, 2e-3], 1)]
+    median_phases(runs, ["a"], tmp_path / "r3")          # r3 (time 2 ms) is the median repeat
+    _phased(tmp_path / "pred", "p", {"x": 2e-3})
+    assert compare(tmp_path / "pred", tmp_path / "r3").phases["meas_s"].tolist() == pytest.approx([2e-3])
+    _phased(tmp_path / "r3", "a", {"x": 4e-3})            # measured again: 4 ms, its trace says so
+    assert compare(tmp_path / "pred", tmp_path / "r3").phases["meas_s"].tolist() == pytest.approx([4e-3])

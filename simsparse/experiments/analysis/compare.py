@@ -283,6 +283,17 @@ def _read_trace(path: Path) -> pd.DataFrame | None:
     return t if need <= set(t.columns) and len(t) else None
 
 
+def _current(medians: pd.DataFrame, meas: pd.DataFrame) -> pd.DataFrame | None:
+    """The rows of a phases.csv whose point still has the time they were taken with (a point
+    measured again since keeps its trace's phases); None if none is left."""
+    if "point_time_s" not in medians:
+        return None
+    now = dict(zip(meas["point_id"].astype(str), pd.to_numeric(meas["time_s"], errors="coerce")))
+    t = medians["point_id"].astype(str).map(now)
+    keep = medians[np.isclose(t.to_numpy(dtype=float), medians["point_time_s"].to_numpy(dtype=float), rtol=1e-12)]
+    return keep if len(keep) else None
+
+
 def compare(pred, meas, allow_partial: bool = False, pred_where=(), meas_where=()) -> Comparison:
     p, pcsv, ptrace = load_side(pred, "PRED", pred_where)
     m, mcsv, mtrace = load_side(meas, "MEAS", meas_where)
@@ -301,7 +312,7 @@ def compare(pred, meas, allow_partial: bool = False, pred_where=(), meas_where=(
             notes.append(f"no per-phase comparison: {' and '.join(bad)} has no trace records")
         else:
             medians = mcsv.parent / PHASES_CSV
-            mph = read_csv(medians) if medians.is_file() else None
+            mph = _current(read_csv(medians), m) if medians.is_file() else None
             if mph is not None:
                 notes.append(f"measured phases: each phase's median over the repeats ({medians})")
             phases, more = join_phases(points, *traces, meas_phases=mph)

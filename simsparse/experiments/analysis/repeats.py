@@ -71,10 +71,17 @@ def median_repeat(runs, pids, out) -> dict:
             **_stats(one_vs_rest, "one_vs_rest_"), "repeated": repeated}
 
 
+def _median_time(runs, pid) -> float:
+    """The ``time_s`` :func:`median_repeat` takes for ``pid``."""
+    ts = sorted(st.rows[pid]["time_s"] for st in runs if pid in st.rows)
+    return float(ts[(len(ts) - 1) // 2])
+
+
 def median_phases(runs, pids, out_dir) -> dict:
     """Every phase's time (:func:`~.compare.phase_times`) in every repeat of ``pids``; per (point,
     phase) their median goes to ``out_dir/phases.csv`` (with ``repeats``, a phase missing from a
-    repeat counting 0 there, as ``compare`` counts it). Returns the phases' one-vs-rest median and
+    repeat counting 0 there, as ``compare`` counts it, and ``point_time_s``, the median repeat's
+    ``time_s``: ``compare`` ignores the medians of a point measured again since). Returns the phases' one-vs-rest median and
     p90 over the (point, phase) pairs measured more than once."""
     frames = []
     for r, st in enumerate(runs):
@@ -84,16 +91,18 @@ def median_phases(runs, pids, out_dir) -> dict:
                 if len(t):
                     frames.append(phase_times(t, {pid: int(st.rows[pid].get("warmup", 0) or 0)}).assign(run=r))
     if not frames:
+        (out_dir / PHASES_CSV).unlink(missing_ok=True)
         return {"phases_one_vs_rest_median": float("nan"), "phases_one_vs_rest_p90": float("nan"), "phases": 0}
     per = pd.concat(frames, ignore_index=True)
+    point_s = {pid: _median_time(runs, pid) for pid in per["point_id"].unique()}
     ran = per.groupby("point_id")["run"].unique()          # the repeats that measured each point
     rows, floor = [], []
     for (pid, phase), g in per.groupby(["point_id", "phase"], sort=False):
         ts = g.set_index("run")["time_s"].reindex(ran[pid], fill_value=0.0).tolist()
-        rows.append((pid, phase, float(np.median(ts)), len(ts)))
+        rows.append((pid, phase, float(np.median(ts)), len(ts), point_s[pid]))
         if len(ts) > 1:
             floor += _one_vs_rest(ts)
-    df = pd.DataFrame(rows, columns=["point_id", "phase", "time_s", "repeats"])
+    df = pd.DataFrame(rows, columns=["point_id", "phase", "time_s", "repeats", "point_time_s"])
     atomic_write(out_dir / PHASES_CSV, lambda tmp: df.to_csv(tmp, index=False))
     return {**_stats(floor, "phases_one_vs_rest_"), "phases": int((df["repeats"] > 1).sum())}
 
