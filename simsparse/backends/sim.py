@@ -369,8 +369,9 @@ class Simulator(Driver):
         finally:
             if gc_on:
                 gc.enable()
-        for rs in self.ranks:   # completions no driver step came after (a send never waited for)
-            self._seen(rs, None)
+        if self._notice:   # completions no driver step came after (a send never waited for)
+            for rs in self.ranks:
+                self._seen(rs, None)
         stuck = [r for r in range(P) if not self.returned[r]]
         if stuck:
             raise RuntimeError(f"deadlock: the programs of ranks {stuck[:8]}{' ...' if len(stuck) > 8 else ''} never "

@@ -40,9 +40,16 @@ def _one_vs_rest(ts) -> list[float]:
     return out
 
 
-def _stats(values: list, prefix: str) -> dict:
-    a = np.array(values or [np.nan])
+def _stats(values, prefix: str = "") -> dict:
+    """Median and p90 of ``values`` (NaN for none)."""
+    a = np.asarray(values if len(values) else [np.nan], dtype=float)
     return {f"{prefix}median": float(np.median(a)), f"{prefix}p90": float(np.percentile(a, 90))}
+
+
+def _by_time(runs, pid) -> tuple[list, tuple]:
+    """The repeats' (row, store) of ``pid`` by time, and the median one (the lower for an even count)."""
+    rows = sorted(((st.rows[pid], st) for st in runs if pid in st.rows), key=lambda x: x[0]["time_s"])
+    return rows, rows[(len(rows) - 1) // 2]
 
 
 def median_repeat(runs, pids, out) -> dict:
@@ -53,8 +60,7 @@ def median_repeat(runs, pids, out) -> dict:
     others (``one_vs_rest_*``), and those ``repeated`` point ids."""
     spreads, one_vs_rest, repeated = [], [], []
     for pid in pids:
-        rows = sorted(((st.rows[pid], st) for st in runs if pid in st.rows), key=lambda x: x[0]["time_s"])
-        row, st = rows[(len(rows) - 1) // 2]
+        rows, (row, st) = _by_time(runs, pid)
         ts = [r["time_s"] for r, _ in rows]
         if st.has_trace(pid):   # the file as it is: no parse and rewrite
             atomic_write(out.trace_file(pid), lambda tmp, src=st.trace_file(pid): shutil.copyfile(src, tmp))
@@ -66,23 +72,15 @@ def median_repeat(runs, pids, out) -> dict:
             one_vs_rest += _one_vs_rest(ts)
             repeated.append(pid)
     out.combine_traces(True)
-    a = np.array(spreads or [np.nan])
-    return {"median": float(np.median(a)), "p90": float(np.percentile(a, 90)), "points": len(spreads),
-            **_stats(one_vs_rest, "one_vs_rest_"), "repeated": repeated}
-
-
-def _median_time(runs, pid) -> float:
-    """The ``time_s`` :func:`median_repeat` takes for ``pid``."""
-    ts = sorted(st.rows[pid]["time_s"] for st in runs if pid in st.rows)
-    return float(ts[(len(ts) - 1) // 2])
+    return {**_stats(spreads), "points": len(spreads), **_stats(one_vs_rest, "one_vs_rest_"), "repeated": repeated}
 
 
 def median_phases(runs, pids, out_dir) -> dict:
     """Every phase's time (:func:`~.compare.phase_times`) in every repeat of ``pids``; per (point,
     phase) their median goes to ``out_dir/phases.csv`` (with ``repeats``, a phase missing from a
     repeat counting 0 there, as ``compare`` counts it, and ``point_time_s``, the median repeat's
-    ``time_s``: ``compare`` ignores the medians of a point measured again since). Returns the phases' one-vs-rest median and
-    p90 over the (point, phase) pairs measured more than once."""
+    ``time_s``: ``compare`` ignores the medians of a point measured again since). Returns the
+    phases' one-vs-rest median and p90 over the (point, phase) pairs measured more than once."""
     frames = []
     for r, st in enumerate(runs):
         for pid in pids:
@@ -94,7 +92,7 @@ def median_phases(runs, pids, out_dir) -> dict:
         (out_dir / PHASES_CSV).unlink(missing_ok=True)
         return {"phases_one_vs_rest_median": float("nan"), "phases_one_vs_rest_p90": float("nan"), "phases": 0}
     per = pd.concat(frames, ignore_index=True)
-    point_s = {pid: _median_time(runs, pid) for pid in per["point_id"].unique()}
+    point_s = {pid: float(_by_time(runs, pid)[1][0]["time_s"]) for pid in per["point_id"].unique()}
     ran = per.groupby("point_id")["run"].unique()          # the repeats that measured each point
     rows, floor = [], []
     for (pid, phase), g in per.groupby(["point_id", "phase"], sort=False):
@@ -111,6 +109,4 @@ def error_on(points, pids: list) -> dict:
     """The prediction's median and p90 of |error| on the measured points ``pids`` (the rows of a
     comparison's ``points`` or ``phases``), to set beside the repeats' own scatter on them."""
     e = points[points["meas_point_id"].isin(pids)]["rel_err"].abs().dropna().to_numpy()
-    n = len(e)
-    e = e if n else np.array([np.nan])
-    return {"median": float(np.median(e)), "p90": float(np.percentile(e, 90)), "points": n}
+    return {**_stats(e), "points": len(e)}
