@@ -129,6 +129,10 @@ def _scaled_nbytes(p: Payload, s: float) -> int:
 POLL_MAX_S = 3600.0
 
 
+#: the kernel's network stack is charged in pieces of at least this many payload bytes, at most STACK_PIECES
+STACK_PIECE_B, STACK_PIECES = 1 << 16, 64
+
+
 def _polled(_) -> None:
     """A poll's CPU is done: the rank goes on waiting."""
 
@@ -298,6 +302,10 @@ class Simulator(Driver):
         self.path = MessagePath(costs) if costs else None
         #: with shared cores, core-seconds of the program's own Python before each kernel (the real driver's steps)
         self.program_cpu = (getattr(prof, "program_cpu_s", None) or 0.0) if self.shared_cores else 0.0
+        #: with shared cores on a TCP fabric: the kernel's network stack per payload byte, and its pace (see _stack)
+        st = getattr(prof, "network_stack", None) if self.shared_cores else None
+        self.stack = (st.cpu_per_byte_s, st.rate_Bps) if st is not None and st.cpu_per_byte_s > 0 else None
+        self.stack_backlog: dict[int, float] = {}   # sender -> stack work issued while its piece runs
         #: the spread of each kernel call's time around its median, where the profile measured it (compute.noise)
         bands = getattr(prof, "kernel_noise", None)
         self.noise = KernelNoise(bands) if bands and not self.ideal else None
@@ -328,6 +336,7 @@ class Simulator(Driver):
             offs = model.offsets
             self._bwd_cum = np.concatenate([[0.0], np.cumsum(model.t_backward[::-1])]).tolist()
             self._views = [(offs[i], offs[i] + model.sizes[i]) for i in range(L)]
+        self.stack_backlog = {}
         self.ranks = [_Rank(r, len(model.sizes) if model else 0) for r in range(P)]
         self.pending: dict = {}   # (src, dst, tag) -> unmatched sends or receives (see _post_send)
         # a trace holds every message, as the real backend's does: then collectives run as messages
@@ -751,10 +760,44 @@ class Simulator(Driver):
 
     def _start(self, msg: _Message):
         msg.started = True
+        delay = 0.0
         if self.rdv_rtt > 0 and msg.nbytes > self.eager:   # rendezvous start-up (RTS/CTS) first
+            delay = self.rdv_rtt
             self.env.at(self.rdv_rtt, self._transfer, msg)
         else:
             self.network.transfer(msg.src, msg.peer, msg.nbytes, msg)
+        if self.stack is not None and msg.nbytes > 0:
+            self._stack(msg.src, msg.nbytes, delay)
+
+    def _stack(self, rank: int, nbytes: int, delay: float) -> None:
+        """The kernel's TCP/IP work for a message of ``nbytes`` (``DeviceProfile.network_stack``): on a TCP
+        fabric the host's kernel segments, forwards and acknowledges every frame in softirq context, on the
+        cores the ranks run on and outside any rank's process. It is charged on the sender's cores (a veth
+        pair and a bridge carry a frame to its receiver in the sending core's softirq), in pieces of at
+        least :data:`STACK_PIECE_B` spread as the bytes move at the stack's measured pace, each a job of its
+        own that takes a core at once (an interrupt does not wait for a time slice). Not in the rank's
+        ``cpu_s``: no rank's CPU clock counts it."""
+        per_b, rate = self.stack
+        n = max(1, min(STACK_PIECES, -(-nbytes // STACK_PIECE_B)))
+        piece = nbytes / n
+        for i in range(n):
+            self.env.at(delay + (i + 0.5) * piece / rate, self._stack_piece, (rank, piece * per_b))
+
+    def _stack_piece(self, arg) -> None:
+        """One piece of a sender's stack work: a job of its own, or added to the one running (a core's
+        softirq work runs one piece after another, never as several tasks at once)."""
+        rank, work = arg
+        if rank in self.stack_backlog:
+            self.stack_backlog[rank] += work
+        else:
+            self.stack_backlog[rank] = 0.0
+            self.cores[rank].run(work, self._stack_done, rank, ("stack", rank))
+
+    def _stack_done(self, rank: int) -> None:
+        more = self.stack_backlog.pop(rank)
+        if more > 0.0:
+            self.stack_backlog[rank] = 0.0
+            self.cores[rank].run(more, self._stack_done, rank, ("stack", rank))
 
     def _begin(self, arg) -> None:
         """A rank's program starts once its share of ``start_cpu`` is done: the

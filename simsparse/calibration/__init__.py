@@ -84,6 +84,7 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
         # receives posted after the message had time to cross (1.5 m / B + 50 ms): the unexpected window
         B = testbed.payload_rate()
         spec["late_sizes"] = [(m, 1.5 * m / B + 0.05) for m in (1 << 20, 1 << 22, 1 << 24)]
+        spec["stack"] = True   # TCP through the host's kernel: its CPU beside the ranks' (stack_probe)
     # Kernels and layers are timed as a run does them: every rank resident and busy (they share the memory bus).
     # With more ranks than cores (the testbed's 4 and 8 ranks on a small host) a call is timed by its process's CPU
     # clock: the core-seconds it costs its rank while the others thrash the same caches, TLBs and page allocator,
@@ -258,6 +259,8 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
                 compute["wait_poll_after_s"] = SocketSleep.polling_after()
         if start:
             compute["start_cpu_s"] = start
+        if p2p.get("stack"):
+            compute["network_stack"] = {k: p2p["stack"][k] for k in ("cpu_per_byte_s", "rate_Bps")}
         if path:
             compute["message_path"] = path
         step = program_cpu(raw.get("steps"))

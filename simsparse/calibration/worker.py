@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from ..compute import speed_probe
-from . import patterns
+from . import patterns, stack_probe
 from .patterns import EXCHANGE_STEPS, STEADY_MAX_B, STEADY_STEPS
 from .probes import KernelProbe, PathProbe, StepProbe
 
@@ -48,7 +48,7 @@ EXCHANGE_ROUNDS = 3
 
 
 def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(1 << 16, 1 << 20),
-        late_sizes=(), path_calls: bool = True) -> dict:
+        late_sizes=(), path_calls: bool = True, stack: bool = False) -> dict:
     from mpi4py import MPI
 
     from ..backends.start import make_start
@@ -129,6 +129,8 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
         out["incast"].append((m, _median(span(lambda c, mk=mk: patterns.incast(c, mk)))))
     if late_sizes:
         out["late"] = late_receiver(comm, rs.box, late_sizes)
+    if stack:   # a TCP fabric: what the host's network stack costs beside the ranks (calibration.stack_probe)
+        out["stack"] = stack_probe.stream(comm, rs.box)
     return out
 
 
@@ -352,7 +354,7 @@ def main(argv=None):
         driver = MPIDriver(comm, device)
         raw["p2p"] = p2p(driver, comm, spec["p2p_sizes"], spec["reps"], spec["quick"], spec.get("exchange_sizes", ()),
                          spec.get("concurrency_sizes", (1 << 16, 1 << 20)), spec.get("late_sizes", ()),
-                         spec.get("path_calls", True))
+                         spec.get("path_calls", True), spec.get("stack", False))
     if "kernels" in parts:
         calls, raw["steps"], raw["message_path"], raw["speed_probe"] = kernels(
             comm, kind, spec["kernel_sizes"], spec["quick"], now, spec.get("path_calls", True))

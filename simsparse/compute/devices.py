@@ -60,6 +60,14 @@ class ModelTimes(BaseModel):
     t_bwd: list[float]
 
 
+class NetworkStack(BaseModel):
+    """The host's TCP/IP stack (simsparse.calibration.stack_probe): core-seconds per payload byte on the sending
+    host's cores, outside the ranks' processes, consumed at ``rate_Bps`` while the message moves."""
+    model_config = ConfigDict(extra="forbid")
+    cpu_per_byte_s: float = Field(ge=0, description="core-seconds of softirq and kernel work per payload byte")
+    rate_Bps: float = Field(gt=0, description="the pace at which it is spent: a single stream's payload rate")
+
+
 class DeviceProfile(BaseModel):
     """A parametric device."""
 
@@ -101,6 +109,9 @@ class DeviceProfile(BaseModel):
     start_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds each rank spends on "
                                       "a run's first steps beyond message_cpu_s, charged as the run starts "
                                       "(simsparse calibrate: a short exchange against a long one)")
+    network_stack: NetworkStack | None = Field(None, description="with shared_cores on a TCP fabric: the kernel's "
+                                               "network stack, run on the sender's cores beside the ranks (simsparse "
+                                               "calibrate --testbed: calibration.stack_probe)")
     message_path: PathCosts | None = Field(None, description="with shared_cores: the real backend's CPU per message "
                                            "on each side, per wire format (dense, split, packed), measured around "
                                            "every message of the calibration's algorithm runs (compute.message_path)")

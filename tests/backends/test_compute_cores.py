@@ -354,3 +354,43 @@ def test_a_message_record_ends_when_its_ranks_driver_learns_of_it():
     assert wire.end_s < 1e-5
     assert woken.end_s - wire.end_s == pytest.approx(2 * w, rel=1e-6)
     assert run(sends_then_waits, 1, trace=False)[1] == finish
+
+
+def test_the_network_stack_takes_cpu_from_the_senders_cores_as_the_bytes_move():
+    """network_stack c per byte at pace r: a message of M bytes costs its sender's cores M c core-seconds in
+    pieces while it moves (M / r), outside any rank's cpu_s. Rank 0 sends M bytes while rank 1, on the same
+    processor-shared core, runs a kernel of D: the core never idles, so the kernel ends at D + M c. Without
+    the profile's network_stack, or without shared cores, nothing changes."""
+    import numpy as np
+
+    from simsparse.backends.sim import Simulator
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.network.spec import EthernetSpec
+    from simsparse.ops import Dense
+
+    D, M, c, r = 0.05, 1 << 20, 1e-8, 1e9
+    spec = EthernetSpec(topology="star", link_bw_Bps=1.25e9)
+    x = np.zeros(M // 4, np.float32)
+    ends = {}
+
+    def rank0(ctx):
+        yield ctx.waitall([ctx.isend(1, Dense(x))])
+
+    def rank1(ctx):
+        yield ctx.compute("add", x[:4], x[:4])
+        ends["kernel"] = ctx.now()
+        yield ctx.waitall([ctx.irecv(0)])
+
+    def run(cores=1, **prof):
+        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=cores,
+                                             kernels={"add": {"launch_s": D, "per_elem_s": 0.0}}, **prof))
+        st = Simulator(spec.build(), dev, eager_threshold_B=M).run([rank0, rank1])   # it moves at once
+        return ends["kernel"], [b["cpu"] for b in st.busy]
+
+    k0, cpu0 = run()
+    k1, cpu1 = run(network_stack={"cpu_per_byte_s": c, "rate_Bps": r})
+    assert k0 == pytest.approx(D, rel=1e-12)
+    assert k1 == pytest.approx(D + M * c, rel=1e-9)   # every piece began by M / r = 1 ms, before the kernel's end
+    assert cpu1 == cpu0                               # no rank's CPU clock counts the kernel's packet work
+    k2, _ = run(cores=2, network_stack={"cpu_per_byte_s": c, "rate_Bps": r})
+    assert k2 == pytest.approx(D, rel=1e-12)          # a second core takes it

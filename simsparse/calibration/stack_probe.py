@@ -1,0 +1,75 @@
+"""The host's network stack: the CPU a host spends carrying TCP outside the
+ranks' own processes.
+
+Why: on an Ethernet host the kernel runs TCP/IP itself. On the emulated
+cluster every frame crosses a veth pair, a bridge and a token bucket, and
+its acknowledgements come back the same way; that work runs in softirq
+context on the cores the ranks compute on, and no rank's CPU clock sees it.
+It is per packet more than per byte: a 100 Mb/s stream of 4 MiB messages
+cost this host 20 ns of softirq per payload byte at MTU 1500 and 4 to 5 ns
+at MTU 9000 (docs/validation.md, nineteenth session), i.e. a quarter of a
+core per stream at MTU 1500, taken from the ranks' kernels while the bytes
+move. A fabric with RDMA (InfiniBand, Aries) offloads it; a TCP fabric has
+it on every host.
+
+The probe: rank 0 streams ``count`` messages of ``nbytes`` to rank 1 through
+the real backend's wait while the other ranks wait; the host's interrupt and
+softirq time (``/proc/stat``, which counts it apart from any process where
+the kernel accounts IRQ time) less that of a quiet interval of the same
+length is the stack's. Per payload byte, with the rate the stream reached
+(the pace at which the simulator charges it:
+:meth:`simsparse.backends.sim.Simulator._stack`). Subtracting the ranks'
+own CPU (``getrusage``, exact) from the host's busy time (sampled at each
+tick) instead left nothing at P = 8: eight polling ranks' short wake-ups
+are not what the tick samples.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+#: the columns of /proc/stat's cpu line that the kernel's packet work is counted in (irq, softirq)
+_IRQ = (5, 6)
+
+
+def host_irq_s() -> float:
+    """Seconds the whole host (all cores) has spent in interrupts and softirqs since boot."""
+    with open("/proc/stat") as f:
+        cols = f.readline().split()[1:]
+    return sum(int(cols[i]) for i in _IRQ) / os.sysconf("SC_CLK_TCK")
+
+
+def stream(comm, box, nbytes: int = 4 << 20, count: int = 8, reps: int = 3) -> dict:
+    """Every rank returns ``{"cpu_per_byte_s", "rate_Bps", "samples"}``: the median over ``reps`` streams of
+    the stack's core-seconds per payload byte, and the stream's payload rate. Needs two ranks or more."""
+    buf = np.zeros(nbytes, np.uint8)
+    rank = comm.Get_rank()
+
+    def interval(send: bool) -> tuple[float, float]:
+        """(the host's irq and softirq seconds, wall) over a stream, or over a quiet sleep of ``quiet_s``."""
+        box.quiet_wait(comm.Ibarrier())
+        h0, t0 = host_irq_s(), time.perf_counter()
+        if send:
+            for i in range(count):
+                if rank == 0:
+                    box.quiet_wait(comm.Isend(buf, 1, tag=7100 + i))
+                elif rank == 1:
+                    box.quiet_wait(comm.Irecv(buf, 0, tag=7100 + i))
+            box.quiet_wait(comm.Ibarrier())
+        else:
+            time.sleep(quiet_s)
+        return host_irq_s() - h0, time.perf_counter() - t0
+
+    interval(True)   # the first stream opens the connection and grows the socket buffers
+    quiet_s, per_byte, rates = 0.5, [], []
+    for _ in range(reps):
+        busy, wall = interval(True)
+        quiet_s = wall
+        background, _ = interval(False)
+        per_byte.append(max(busy - background, 0.0) / (nbytes * count))
+        rates.append(nbytes * count / wall)
+    out = {"cpu_per_byte_s": float(np.median(per_byte)), "rate_Bps": float(np.median(rates)),
+           "samples": [float(x) for x in per_byte]}
+    return comm.bcast(out if rank == 0 else None, root=0)
