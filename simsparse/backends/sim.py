@@ -305,7 +305,6 @@ class Simulator(Driver):
         #: with shared cores on a TCP fabric: the kernel's network stack per payload byte, and its pace (see _stack)
         st = getattr(prof, "network_stack", None) if self.shared_cores else None
         self.stack = (st.cpu_per_byte_s, st.rate_Bps) if st is not None and st.cpu_per_byte_s > 0 else None
-        self.stack_backlog: dict[int, float] = {}   # sender -> stack work issued while its piece runs
         #: the spread of each kernel call's time around its median, where the profile measured it (compute.noise)
         bands = getattr(prof, "kernel_noise", None)
         self.noise = KernelNoise(bands) if bands and not self.ideal else None
@@ -336,7 +335,7 @@ class Simulator(Driver):
             offs = model.offsets
             self._bwd_cum = np.concatenate([[0.0], np.cumsum(model.t_backward[::-1])]).tolist()
             self._views = [(offs[i], offs[i] + model.sizes[i]) for i in range(L)]
-        self.stack_backlog = {}
+        self.stack_backlog: dict[int, float] = {}   # sender -> stack work issued while its piece runs (_stack_piece)
         self.ranks = [_Rank(r, len(model.sizes) if model else 0) for r in range(P)]
         self.pending: dict = {}   # (src, dst, tag) -> unmatched sends or receives (see _post_send)
         # a trace holds every message, as the real backend's does: then collectives run as messages

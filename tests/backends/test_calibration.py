@@ -414,3 +414,36 @@ def test_a_wake_up_and_a_request_from_the_exchange_and_the_all_to_all():
                                                      cores=2, cpu=r, wait=w, binding="none")}
     assert rows["exchange_steady"]["error"] == pytest.approx(0.0, abs=0.03)
     assert rows["alltoall_steady"]["error"] == pytest.approx(0.0, abs=0.03)
+
+
+def test_the_stack_probe_counts_the_hosts_softirq_per_byte_beyond_a_quiet_interval(monkeypatch):
+    """calibration.stack_probe.stream: per repetition, (irq + softirq over the stream - over a quiet interval
+    as long) / bytes streamed; the median of the repetitions, and the stream's rate."""
+    from simsparse.calibration import stack_probe
+
+    class Comm:
+        def Get_rank(self):
+            return 0
+
+        def Ibarrier(self):
+            return None
+
+        def Isend(self, buf, dest, tag):
+            return None
+
+        def bcast(self, x, root):
+            return x
+
+    class Box:
+        def quiet_wait(self, req):
+            pass
+
+    # /proc/stat read twice per interval: the warm-up stream, then (stream, quiet) per repetition
+    deltas = [9.0] + [d for busy in (0.5, 0.7, 0.6) for d in (busy, 0.1)]
+    reads = iter(x for d in deltas for x in (0.0, d))
+    monkeypatch.setattr(stack_probe, "host_irq_s", lambda: next(reads))
+    monkeypatch.setattr(stack_probe.time, "sleep", lambda s: None)
+    got = stack_probe.stream(Comm(), Box(), nbytes=1000, count=2, reps=3)
+    assert got["samples"] == pytest.approx([0.4 / 2000, 0.6 / 2000, 0.5 / 2000])
+    assert got["cpu_per_byte_s"] == pytest.approx(0.5 / 2000)
+    assert got["rate_Bps"] > 0
