@@ -789,14 +789,16 @@ class Simulator(Driver):
         if rank in self.stack_backlog:
             self.stack_backlog[rank] += work
         else:
-            self.stack_backlog[rank] = 0.0
-            self.cores[rank].run(work, self._stack_done, rank, ("stack", rank))
+            self._stack_run(rank, work)
+
+    def _stack_run(self, rank: int, work: float) -> None:
+        self.stack_backlog[rank] = 0.0
+        self.cores[rank].run(work, self._stack_done, rank, ("stack", rank))
 
     def _stack_done(self, rank: int) -> None:
         more = self.stack_backlog.pop(rank)
         if more > 0.0:
-            self.stack_backlog[rank] = 0.0
-            self.cores[rank].run(more, self._stack_done, rank, ("stack", rank))
+            self._stack_run(rank, more)
 
     def _begin(self, arg) -> None:
         """A rank's program starts once its share of ``start_cpu`` is done: the

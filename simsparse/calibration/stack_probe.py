@@ -47,11 +47,11 @@ def stream(comm, box, nbytes: int = 4 << 20, count: int = 8, reps: int = 3) -> d
     buf = np.zeros(nbytes, np.uint8)
     rank = comm.Get_rank()
 
-    def interval(send: bool) -> tuple[float, float]:
-        """(the host's irq and softirq seconds, wall) over a stream, or over a quiet sleep of ``quiet_s``."""
+    def interval(quiet_s: float | None = None) -> tuple[float, float]:
+        """(the host's irq and softirq seconds, wall) over a stream, or over a sleep of ``quiet_s``."""
         box.quiet_wait(comm.Ibarrier())
         h0, t0 = host_irq_s(), time.perf_counter()
-        if send:
+        if quiet_s is None:
             for i in range(count):
                 if rank == 0:
                     box.quiet_wait(comm.Isend(buf, 1, tag=7100 + i))
@@ -62,12 +62,11 @@ def stream(comm, box, nbytes: int = 4 << 20, count: int = 8, reps: int = 3) -> d
             time.sleep(quiet_s)
         return host_irq_s() - h0, time.perf_counter() - t0
 
-    interval(True)   # the first stream opens the connection and grows the socket buffers
-    quiet_s, per_byte, rates = 0.5, [], []
+    interval()   # the first stream opens the connection and grows the socket buffers
+    per_byte, rates = [], []
     for _ in range(reps):
-        busy, wall = interval(True)
-        quiet_s = wall
-        background, _ = interval(False)
+        busy, wall = interval()
+        background, _ = interval(quiet_s=wall)
         per_byte.append(max(busy - background, 0.0) / (nbytes * count))
         rates.append(nbytes * count / wall)
     out = {"cpu_per_byte_s": float(np.median(per_byte)), "rate_Bps": float(np.median(rates)),
