@@ -58,10 +58,10 @@ def _config(folder, sched, alg):
     return path
 
 
-def test_sweep_P_shows_the_winner_per_P(tmp_path, capsys):
-    out = tmp_path / "byP"
-    assert main([*BASE, "-P", "8", "--sweep-P", "--out", str(out)]) == 0
-    by_p = pd.read_csv(out / "advise_by_P.csv")
+def test_sweep_P_shows_the_winner_per_P(advised, capsys):
+    # in the fixture's folder: P = 8's rows are kept from it, only P = 4 is simulated
+    assert main([*BASE, "-P", "8", "--sweep-P", "--out", str(advised)]) == 0
+    by_p = pd.read_csv(advised / "advise_by_P.csv")
     assert list(by_p["P"]) == [4, 8] and by_p["winner"].str.contains(" / ").all()
     assert "the winner as P grows" in capsys.readouterr().out
 

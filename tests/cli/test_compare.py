@@ -119,6 +119,9 @@ def test_compare_gives_known_errors_and_writes_outputs(folders, tmp_path, capsys
     ph = df[df.level == "phase"]
     assert set(ph.phase) == {"split_reduce", "split_reduce/allgather", "select"}
     assert len(ph) == 4 * 3 and np.allclose(ph.rel_err, -0.5)
+    # a phase with a message in or below it is a communication phase; one of kernels only, a compute phase
+    assert dict(zip(ph.phase, ph.kind)) == {"split_reduce": "communication", "split_reduce/allgather": "communication",
+                                            "select": "compute"}
     printed = capsys.readouterr().out
     a = np.abs(ERRS)
     assert f"median {100 * np.median(a):.1f}%, p90 {100 * np.percentile(a, 90):.1f}%" in printed
@@ -126,6 +129,8 @@ def test_compare_gives_known_errors_and_writes_outputs(folders, tmp_path, capsys
     assert "signed error: median +2.5%; 2 of 4 points predicted low, 2 high" in printed
     assert "1.1 ms" in printed and "45 us" in printed and "+50.0%" in printed and "-20.0%" in printed
     assert "split_reduce/allgather" in printed and "wrote" in printed
+    assert "|error| over 8 (point, phase) pairs of communication phases: median 50.0%, p90 50.0%" in printed
+    assert "|error| over 4 (point, phase) pairs of compute phases: median 50.0%" in printed
     assert (out / "compare.png").stat().st_size > 5000
     for f in ("compare.csv", "compare.png"):
         assert stat.S_IMODE((out / f).stat().st_mode) == 0o644

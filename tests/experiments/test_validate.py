@@ -105,9 +105,10 @@ def test_a_profile_of_a_description_older_than_a_new_field_is_still_usable(tmp_p
 
 def _phased(path, pid, phases):
     """A store with one point whose trace has one record per phase, of the given length (a measured
-    iteration: warmup 0)."""
+    iteration: warmup 0); phase y is a kernel's, the others a message's."""
     st = ResultsStore(path)
-    st.save_trace(pid, [{"point_id": pid, "iteration": 0, "rank": 0, "lane": "main", "phase": ph, "op": "send",
+    st.save_trace(pid, [{"point_id": pid, "iteration": 0, "rank": 0, "lane": "main", "phase": ph,
+                         "op": "compute:add" if ph == "y" else "send",
                          "peer": 1, "bytes": 8, "start_s": 0.0, "end_s": t, "weight": 1.0} for ph, t in phases.items()])
     st.add({"point_id": pid, "algorithm": "ring", "P": 2, "n": 10, "time_s": sum(phases.values()),
             "time_median_s": sum(phases.values()), "warmup": 0})
@@ -130,8 +131,10 @@ def test_each_phase_is_compared_with_its_own_median_over_the_repeats(tmp_path):
     assert med.loc["x", "repeats"] == 3 and floor["phases"] == 2
     # each against the median of the other two: x 1/3.5, 5/1.5, 2/3; y 3/1.5, 3/1.5, 0/3
     assert floor["phases_one_vs_rest_median"] == pytest.approx(1.0)   # of 0.71, 2.33, 0.33, 1, 1, 1
+    assert floor["communication_one_vs_rest_median"] == pytest.approx(1 - 1 / 3.5)   # x alone: y is a kernel's
     _phased(tmp_path / "pred", "p", {"x": 2.2e-3, "y": 2.4e-3})
     got = compare(tmp_path / "pred", tmp_path / "meas").phases.set_index("phase")
+    assert got.loc["x", "kind"] == "communication" and got.loc["y", "kind"] == "compute"
     assert got.loc["x", "meas_s"] == pytest.approx(2e-3) and got.loc["y", "rel_err"] == pytest.approx(-0.2)
     assert error_on(compare(tmp_path / "pred", tmp_path / "meas").phases, ["a"])["points"] == 2
 

@@ -7,20 +7,7 @@
 ``warmup`` or the derived ``k``: see :data:`KEY_COLUMNS` plus every ``wl_*``
 workload knob. A column missing on one side counts as empty.
 
-**Phase time.** For a point and a phase path ``p`` (and each of its ancestors:
-``split_reduce`` covers ``split_reduce/allgather``; a bucket's ``task`` record
-has phase ``comm/b3``, so ``comm`` covers all buckets), take the records whose
-phase is ``p`` or below it, of every lane and op (messages and device work:
-``compute:*``, ``forward``, ``backward``). Per rank and iteration the phase's
-time is the length of the union of their ``[start_s, end_s]`` intervals; an
-iteration's time is the maximum over ranks (0 where the phase did not run),
-and the point's is the mean over whole periods of the algorithm's periodic
-work, like ``time_s``: the measured iterations (those in the trace from that
-side's ``warmup`` on) weighed by the trace's ``weight`` column
-(:mod:`.period`; a trace without it, written before, weighs them equally).
-Where the measured folder holds ``phases.csv`` (``validate`` with repeats:
-each phase's median over the repeats, :mod:`.repeats`), its times replace
-the measured trace's.
+**Phase time** and each phase's *kind* (communication or compute): :mod:`.phases`.
 
 Errors are ``(pred - meas) / meas`` (empty for a phase measured at 0); the
 summaries are the median and the 90th percentile (``numpy.percentile``,
@@ -40,10 +27,8 @@ import pandas as pd
 from ..config.errors import ConfigError
 from ...files import atomic_write
 from ..results.store import read_csv
-from .kernels import join_kernels, kernel_report, measured_records
-
-#: file of a measured folder with each phase's median over repeats (written by :mod:`.repeats`)
-PHASES_CSV = "phases.csv"
+from .kernels import join_kernels, kernel_report
+from .phases import PHASES_CSV, by_kind, error_stats, join_phases, phase_summary, phase_times  # noqa: F401
 
 KEY_COLUMNS = ["schedule", "model", "batch_size", "algorithm", "params", "schedule_params", "P", "n", "density",
                "dtype", "seed"]
@@ -177,74 +162,7 @@ def join_points(pred: pd.DataFrame, meas: pd.DataFrame, files: tuple[Path, Path]
     return out, msgs
 
 
-# -- per phase ------------------------------------------------------------------
-def phase_times(trace: pd.DataFrame, warmup: dict[str, int]) -> pd.DataFrame:
-    """Per (point_id, phase): the phase time defined in the module docstring
-    (``warmup`` maps point_id to its warm-up iterations)."""
-    t = measured_records(trace, warmup)
-    if t.empty:
-        return pd.DataFrame(columns=["point_id", "phase", "time_s"])
-    it = t.groupby(["point_id", "iteration"])
-    weight = it["weight"].first() if "weight" in t.columns else pd.Series(1.0, it.size().index)
-    phases = t["phase"].astype(str).unique()
-    prefixes = {ph: ["/".join(ph.split("/")[:i + 1]) for i in range(ph.count("/") + 1)] for ph in phases}
-    t = t.assign(phase=t["phase"].astype(str).map(prefixes)).explode("phase")
-    g = ["point_id", "phase", "iteration", "rank"]
-    t = t.sort_values(g + ["start_s"]).reset_index(drop=True)
-    end = t["end_s"].to_numpy(dtype=float)
-    start = t["start_s"].to_numpy(dtype=float)
-    # the new coverage of a record: the part past the max end of the earlier records of its group
-    prev = t.groupby(g, sort=False)["end_s"].cummax().groupby([t[c] for c in g], sort=False).shift(1)
-    covered = np.maximum(0.0, end - np.maximum(start, prev.fillna(-np.inf).to_numpy()))
-    t = t.assign(covered=covered)
-    per_rank = t.groupby(g, sort=False)["covered"].sum()
-    per_iter = per_rank.groupby(level=[0, 1, 2]).max()
-    rows = []
-    for (pid, phase), s in per_iter.groupby(level=[0, 1]):
-        w = weight.loc[pid]
-        vals = s.droplevel([0, 1]).reindex(w.index, fill_value=0.0)
-        rows.append((pid, phase, float(np.average(vals, weights=w))))
-    return pd.DataFrame(rows, columns=["point_id", "phase", "time_s"])
-
-
-def join_phases(points: pd.DataFrame, pred_trace: pd.DataFrame, meas_trace: pd.DataFrame,
-                meas_phases: pd.DataFrame | None = None) -> tuple[pd.DataFrame, list[str]]:
-    """One row per (joined point, phase): the point's key, phase, pred_s, meas_s, rel_err.
-    ``meas_phases`` (a measured folder's phases.csv: the median over repeats, :mod:`.repeats`)
-    replaces the measured trace's phase times for the points it has."""
-    pt = phase_times(pred_trace, dict(zip(points["pred_point_id"], points["pred_warmup"])))
-    mt = phase_times(meas_trace, dict(zip(points["meas_point_id"], points["meas_warmup"])))
-    if meas_phases is not None:
-        mt = pd.concat([mt[~mt["point_id"].isin(meas_phases["point_id"])],
-                        meas_phases[["point_id", "phase", "time_s"]]], ignore_index=True)
-    notes, frames = [], []
-    for _, r in points.iterrows():
-        a = pt[pt["point_id"] == r["pred_point_id"]].set_index("phase")["time_s"]
-        b = mt[mt["point_id"] == r["meas_point_id"]].set_index("phase")["time_s"]
-        if a.empty or b.empty:
-            side = "pred" if a.empty else "meas"
-            notes.append(f"no trace records of {side.upper()} point {r[side + '_point_id']} ({r['algorithm']} "
-                         f"P={r['P']}): no phases compared for it")
-            continue
-        both = pd.concat([a.rename("pred_s"), b.rename("meas_s")], axis=1).fillna(0.0).reset_index(names="phase")
-        for c in points.columns:
-            if c not in ("pred_s", "meas_s", "rel_err"):
-                both[c] = r[c]
-        frames.append(both)
-    if not frames:
-        return pd.DataFrame(columns=list(points.columns) + ["phase"]), notes
-    ph = pd.concat(frames, ignore_index=True)
-    ph["rel_err"] = (ph["pred_s"] - ph["meas_s"]) / ph["meas_s"].where(ph["meas_s"] > 0)  # NaN where nothing measured
-    return ph, notes
-
-
 # -- the comparison ----------------------------------------------------------------
-def error_stats(rel_err: pd.Series) -> tuple[float, float]:
-    """(median, p90) of |error|, NaN ignored."""
-    a = np.abs(pd.to_numeric(rel_err, errors="coerce").dropna().to_numpy())
-    return (float(np.median(a)), float(np.percentile(a, 90))) if a.size else (float("nan"), float("nan"))
-
-
 def error_grid(points: pd.DataFrame, rows: str = "P", cols: str = "n", most: int = 12) -> pd.DataFrame | None:
     """Median |error| per (``rows``, ``cols``) value, where both vary (2 to
     ``most`` values each): where a sweep's error sits, e.g. short messages
@@ -268,9 +186,9 @@ class Comparison:
 
     def frame(self) -> pd.DataFrame:
         """compare.csv: level 'point' rows, then level 'phase' rows."""
-        pts = self.points.assign(level="point", phase="")
+        pts = self.points.assign(level="point", phase="", kind="")
         out = pd.concat([pts, self.phases.assign(level="phase")], ignore_index=True) if len(self.phases) else pts
-        lead = ["level", "phase"] + [c for c in self.points.columns if c not in ("pred_s", "meas_s", "rel_err")]
+        lead = ["level", "phase", "kind"] + [c for c in self.points.columns if c not in ("pred_s", "meas_s", "rel_err")]
         return out[lead + ["pred_s", "meas_s", "rel_err"]]
 
 
@@ -341,26 +259,6 @@ def fmt_err(e: float) -> str:
     return f"{100 * e:+.1f}%" if np.isfinite(e) else "-"
 
 
-def phase_summary(phases: pd.DataFrame, crowd: int = 8) -> tuple[pd.DataFrame, dict]:
-    """Per phase over points: medians of the times, median and p90 of |error|,
-    longest measured first. Children of a phase with more than ``crowd``
-    children (a schedule's per-bucket ``comm/b<i>``) are left out; the second
-    value counts them per parent (they stay in compare.csv)."""
-    names = list(phases["phase"].unique())
-    kids = pd.Series([n.rsplit("/", 1)[0] for n in names if "/" in n]).value_counts()
-    crowded = set(kids[kids > crowd].index)
-    rows = []
-    for phase, g in phases.groupby("phase", sort=False):
-        if "/" in phase and phase.rsplit("/", 1)[0] in crowded:
-            continue
-        m, q = error_stats(g["rel_err"])
-        rows.append({"phase": phase, "points": len(g), "predicted": g["pred_s"].median(),
-                     "measured": g["meas_s"].median(), "median": g["rel_err"].median(), "min": g["rel_err"].min(),
-                     "max": g["rel_err"].max(), "median |err|": m, "p90 |err|": q})
-    s = pd.DataFrame(rows).sort_values(["measured", "phase"], ascending=[False, True]).reset_index(drop=True)
-    return s, {p: int(kids[p]) for p in sorted(crowded)}
-
-
 def report(c: Comparison) -> str:
     """The printed tables: per point, then per phase (medians over points)."""
     pts = c.points
@@ -387,7 +285,7 @@ def report(c: Comparison) -> str:
                          f"ranks' process CPU, waiting included; predicted: the core-seconds the model charges)")
     if len(c.phases):
         s, hidden = phase_summary(c.phases)
-        s = s[["phase", "points", "predicted", "measured", "median |err|", "p90 |err|"]]
+        s = s[["phase", "kind", "points", "predicted", "measured", "median |err|", "p90 |err|"]]
         for col in ("predicted", "measured"):
             s[col] = s[col].map(fmt_time)
         for col in ("median |err|", "p90 |err|"):
@@ -395,6 +293,8 @@ def report(c: Comparison) -> str:
         lines += ["", "per phase (max over ranks of the union of the phase's records, median over measured "
                       "iterations; times are medians over points):", s.to_string(index=False)]
         lines += [f"({n} phases under {p}/ not shown; they are in compare.csv)" for p, n in hidden.items()]
+        lines += [f"|error| over {n} (point, phase) pairs of {kind} phases: median {100 * m:.1f}%, p90 {100 * q:.1f}%"
+                  for kind, (n, m, q) in by_kind(c.phases).items()]
     return "\n".join(lines + (kernel_report(c.kernels, fmt_time) if len(c.kernels) else []))
 
 

@@ -251,7 +251,7 @@ def plot_results(results, x: str = "P", y: str = "time_s", hue: str = "series", 
 
 def plot_compare(c, path: Path, errors: tuple, phases: pd.DataFrame | None, top: int = 15) -> Path:
     """Predicted against measured (log-log, y = x) and per-phase errors (median, min..max over points);
-    ``errors``: (median, p90) of |error| over points, ``phases``: :func:`.compare.phase_summary`'s table."""
+    ``errors``: (median, p90) of |error| over points, ``phases``: :func:`.phases.phase_summary`'s table."""
     import numpy as np
 
     pts = c.points

@@ -8,7 +8,7 @@ A short point on a testbed moves by a quarter between launches (docs/validation.
 * **per phase** each phase's own median over the repeats (:func:`median_phases`): a phase is a
   few milliseconds of one run, and the repeat whose whole time is the median need not be the one
   whose phases are; written as ``phases.csv`` beside ``results.csv``, which ``compare`` reads
-  instead of the trace's phases (:func:`simsparse.experiments.analysis.compare.join_phases`);
+  instead of the trace's phases (:func:`simsparse.experiments.analysis.phases.join_phases`);
 * **the floor**: each repeat against the median of the others (``one_vs_rest``), per point and
   per phase, is the error a perfect model would score against one launch; :func:`error_on`
   scores the prediction on the same points.
@@ -22,7 +22,7 @@ import pandas as pd
 
 from ...files import atomic_write
 from ..results.store import read_csv
-from .compare import PHASES_CSV, phase_times
+from .phases import COMMUNICATION, PHASES_CSV, message_phases, phase_times
 
 
 def to_repeat(first, groups, below: float) -> list[str]:
@@ -76,33 +76,38 @@ def median_repeat(runs, pids, out) -> dict:
 
 
 def median_phases(runs, pids, out_dir) -> dict:
-    """Every phase's time (:func:`~.compare.phase_times`) in every repeat of ``pids``; per (point,
+    """Every phase's time (:func:`~.phases.phase_times`) in every repeat of ``pids``; per (point,
     phase) their median goes to ``out_dir/phases.csv`` (with ``repeats``, a phase missing from a
     repeat counting 0 there, as ``compare`` counts it, and ``point_time_s``, the median repeat's
     ``time_s``: ``compare`` ignores the medians of a point measured again since). Returns the
-    phases' one-vs-rest median and p90 over the (point, phase) pairs measured more than once."""
-    frames = []
+    phases' one-vs-rest median and p90 over the (point, phase) pairs measured more than once, and
+    the same over the communication phases (:mod:`.phases`) alone."""
+    frames, sent = [], set()
     for r, st in enumerate(runs):
         for pid in pids:
             if pid in st.rows and st.has_trace(pid):
                 t = read_csv(st.trace_file(pid))
                 if len(t):
+                    sent |= message_phases(t)
                     frames.append(phase_times(t, {pid: int(st.rows[pid].get("warmup", 0) or 0)}).assign(run=r))
     if not frames:
         (out_dir / PHASES_CSV).unlink(missing_ok=True)
-        return {"phases_one_vs_rest_median": float("nan"), "phases_one_vs_rest_p90": float("nan"), "phases": 0}
+        return {**_stats([], "phases_one_vs_rest_"), **_stats([], f"{COMMUNICATION}_one_vs_rest_"), "phases": 0}
     per = pd.concat(frames, ignore_index=True)
     point_s = {pid: float(_by_time(runs, pid)[1][0]["time_s"]) for pid in per["point_id"].unique()}
     ran = per.groupby("point_id")["run"].unique()          # the repeats that measured each point
-    rows, floor = [], []
+    rows, floor, floor_sent = [], [], []
     for (pid, phase), g in per.groupby(["point_id", "phase"], sort=False):
         ts = g.set_index("run")["time_s"].reindex(ran[pid], fill_value=0.0).tolist()
         rows.append((pid, phase, float(np.median(ts)), len(ts), point_s[pid]))
         if len(ts) > 1:
             floor += _one_vs_rest(ts)
+            if (str(pid), phase) in sent:
+                floor_sent += _one_vs_rest(ts)
     df = pd.DataFrame(rows, columns=["point_id", "phase", "time_s", "repeats", "point_time_s"])
     atomic_write(out_dir / PHASES_CSV, lambda tmp: df.to_csv(tmp, index=False))
-    return {**_stats(floor, "phases_one_vs_rest_"), "phases": int((df["repeats"] > 1).sum())}
+    return {**_stats(floor, "phases_one_vs_rest_"), **_stats(floor_sent, f"{COMMUNICATION}_one_vs_rest_"),
+            "phases": int((df["repeats"] > 1).sum())}
 
 
 def error_on(points, pids: list) -> dict:

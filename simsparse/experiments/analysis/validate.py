@@ -51,6 +51,7 @@ from ..config.schema import ConfigError, load_config
 from ...files import atomic_write
 from ..results.store import ResultsStore
 from .repeats import error_on, median_phases, median_repeat, to_repeat
+from .phases import COMMUNICATION
 
 #: a testbed's default: repeats of each point measured below REPEAT_BELOW_S in the first one
 TESTBED_REPEATS, REPEAT_BELOW_S = 5, 0.2
@@ -166,6 +167,8 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
         log["repeat_spread"]["model"] = error_on(cmp.points, log["repeat_spread"]["repeated"])
         if len(cmp.phases):
             log["repeat_spread"]["model_phases"] = error_on(cmp.phases, log["repeat_spread"]["repeated"])
+            sent = cmp.phases[cmp.phases["kind"] == COMMUNICATION]
+            log["repeat_spread"]["model_communication"] = error_on(sent, log["repeat_spread"]["repeated"])
     with _stage(log, "predict at measured speed"):
         log["slowdown"] = at_measured_speed(points, profiles, ResultsStore(base / "meas"), base, say)
     atomic_write(cmp_dir / "validate.json", lambda tmp: Path(tmp).write_text(json.dumps(log, indent=1)))
@@ -183,6 +186,11 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
                 f"median {100 * sp['phases_one_vs_rest_median']:.1f}%, p90 {100 * sp['phases_one_vs_rest_p90']:.1f}%"
                 f"; the prediction on the same {sp['model_phases']['points']} phases: median "
                 f"{100 * sp['model_phases']['median']:.1f}%, p90 {100 * sp['model_phases']['p90']:.1f}%")
+            say(f"communication phases alone (a message in the phase): one repeat against the median of the others: "
+                f"median {100 * sp['communication_one_vs_rest_median']:.1f}%, p90 "
+                f"{100 * sp['communication_one_vs_rest_p90']:.1f}%; the prediction on the same "
+                f"{sp['model_communication']['points']} phases: median "
+                f"{100 * sp['model_communication']['median']:.1f}%, p90 {100 * sp['model_communication']['p90']:.1f}%")
     m = log["measure"]
     say(f"load average before and after measuring: {m['load_before']} and {m['load_after']}; steal time "
         f"{m['steal_s']} s in {m['wall_s']} s x {os.cpu_count()} CPUs (all stages in {cmp_dir / 'validate.json'})")
@@ -215,7 +223,8 @@ def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
     from ...compute.speed_probe import slowdown
     from ..run.measure import measured_id
     from ..run.plan import with_plan
-    from .compare import error_stats, run_compare
+    from .compare import run_compare
+    from .phases import by_kind, error_stats
 
     scaled = []
     for p in points:
@@ -234,10 +243,13 @@ def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
     c = run_compare(base / "pred_speed", base / "meas", out=base / "compare_speed", echo=lambda m: None,
                     allow_partial=len(scaled) < len(points))
     med, p90 = error_stats(c.points["rel_err"])
-    say(f"at the measured speed: median |error| {100 * med:.1f}%, p90 {100 * p90:.1f}% "
+    kinds = by_kind(c.phases) if len(c.phases) else {}
+    phases = "".join(f"; {kind} phases {100 * m:.1f}% / {100 * q:.1f}%" for kind, (_, m, q) in kinds.items())
+    say(f"at the measured speed: median |error| {100 * med:.1f}%, p90 {100 * p90:.1f}%{phases} "
         f"({base / 'compare_speed' / 'compare.csv'})")
     return {"median": float(np.median(ks)), "min": float(ks.min()), "max": float(ks.max()),
-            "points": len(scaled), "error_median": med, "error_p90": p90}
+            "points": len(scaled), "error_median": med, "error_p90": p90,
+            **{f"{kind}_phases": {"median": m, "p90": q, "pairs": n} for kind, (n, m, q) in kinds.items()}}
 
 
 def _predict_into(store, points) -> None:
