@@ -28,6 +28,7 @@ import sys
 import numpy as np
 
 from .loop import run_point
+from .measure import point_file
 from ...backends.rank_env import reserve_heap
 from ..config.point import Point
 
@@ -135,7 +136,7 @@ def measure(point: Point, device_kind="auto", trace=False, dump=None, speed_prob
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m simsparse.experiments.run.worker")
     ap.add_argument("points", help="JSON file with a list of points (all with the same P)")
-    ap.add_argument("out", help="where rank 0 writes the list of results as JSON")
+    ap.add_argument("out", help="rank 0 writes point i's result as JSON to OUT.i (point_file) as it finishes")
     ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     ap.add_argument("--trace", action="store_true")
     ap.add_argument("--speed-probe", action="store_true", help="time the host's speed before each point")
@@ -144,18 +145,17 @@ def main(argv=None):
     args = ap.parse_args(argv)
     with open(args.points) as f:
         points = [Point.from_dict(d) for d in json.load(f)]
-    outs = []
     for i, point in enumerate(points):  # one launch for many points amortises start-up (torch import, MPI init)
         dump = os.path.join(args.dump_results, point.point_id("mpi") + ".npz") if args.dump_results else None
         try:
-            outs.append(measure(point, args.device, args.trace, dump, args.speed_probe))
+            got = measure(point, args.device, args.trace, dump, args.speed_probe)
         except Exception as e:  # a failing rank ends the launch at once instead of leaving the others waiting
             _abort(f"point {i + 1} of {len(points)} ({point.algorithm}, P={point.P})", e)
-        if outs[-1] is not None:  # rank 0: save progress after every point
-            tmp = args.out + ".tmp"
+        if got is not None:  # rank 0: this point's result in a file of its own, written once
+            tmp = point_file(args.out, i) + ".tmp"
             with open(tmp, "w") as f:
-                json.dump(outs, f, default=_json_default)
-            os.replace(tmp, args.out)
+                json.dump(got, f, default=_json_default)
+            os.replace(tmp, point_file(args.out, i))
 
 
 def _abort(what: str, e: Exception) -> None:
