@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from simsparse.cli import main
-from simsparse.experiments.analysis.compare import fmt_time, phase_times, read_csv
+from simsparse.experiments.analysis.compare import fmt_time, read_csv
+from simsparse.experiments.analysis.phases import phase_times
 from simsparse.experiments.analysis.kernels import call_stats, kernel_report, kernel_summary
 
 # (algorithm, P, predicted s, measured s): errors +10%, -20%, +50%, -5%

@@ -28,7 +28,7 @@ from ..config.errors import ConfigError
 from ...files import atomic_write
 from ..results.store import read_csv
 from .kernels import join_kernels, kernel_report
-from .phases import PHASES_CSV, by_kind, error_stats, join_phases, phase_summary, phase_times  # noqa: F401
+from .phases import PHASES_CSV, by_kind, error_stats, join_phases, phase_summary
 
 KEY_COLUMNS = ["schedule", "model", "batch_size", "algorithm", "params", "schedule_params", "P", "n", "density",
                "dtype", "seed"]
