@@ -51,7 +51,7 @@ from ..config.schema import ConfigError, load_config
 from ...files import atomic_write
 from ..results.store import ResultsStore
 from .repeats import error_on, median_phases, median_repeat, to_repeat
-from .phases import COMMUNICATION
+from .phases import COMMUNICATION, by_kind, error_stats
 
 #: a testbed's default: repeats of each point measured below REPEAT_BELOW_S in the first one
 TESTBED_REPEATS, REPEAT_BELOW_S = 5, 0.2
@@ -181,16 +181,14 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
             f"{100 * sp['one_vs_rest_p90']:.1f}% (what a perfect model would score against one measurement); the "
             f"prediction on the same {sp['model']['points']} points: median {100 * sp['model']['median']:.1f}%, "
             f"p90 {100 * sp['model']['p90']:.1f}%")
-        if "model_phases" in sp:
-            say(f"per phase (each phase's median over the repeats): one repeat against the median of the others: "
-                f"median {100 * sp['phases_one_vs_rest_median']:.1f}%, p90 {100 * sp['phases_one_vs_rest_p90']:.1f}%"
-                f"; the prediction on the same {sp['model_phases']['points']} phases: median "
-                f"{100 * sp['model_phases']['median']:.1f}%, p90 {100 * sp['model_phases']['p90']:.1f}%")
-            say(f"communication phases alone (a message in the phase): one repeat against the median of the others: "
-                f"median {100 * sp['communication_one_vs_rest_median']:.1f}%, p90 "
-                f"{100 * sp['communication_one_vs_rest_p90']:.1f}%; the prediction on the same "
-                f"{sp['model_communication']['points']} phases: median "
-                f"{100 * sp['model_communication']['median']:.1f}%, p90 {100 * sp['model_communication']['p90']:.1f}%")
+        for what, floor, model in (("per phase (each phase's median over the repeats)", "phases", "model_phases"),
+                                   ("communication phases alone (a message in the phase)", COMMUNICATION,
+                                    "model_communication")):
+            if model in sp:
+                say(f"{what}: one repeat against the median of the others: median "
+                    f"{100 * sp[floor + '_one_vs_rest_median']:.1f}%, p90 {100 * sp[floor + '_one_vs_rest_p90']:.1f}%; "
+                    f"the prediction on the same {sp[model]['points']} phases: median {100 * sp[model]['median']:.1f}%, "
+                    f"p90 {100 * sp[model]['p90']:.1f}%")
     m = log["measure"]
     say(f"load average before and after measuring: {m['load_before']} and {m['load_after']}; steal time "
         f"{m['steal_s']} s in {m['wall_s']} s x {os.cpu_count()} CPUs (all stages in {cmp_dir / 'validate.json'})")
@@ -224,7 +222,6 @@ def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
     from ..run.measure import measured_id
     from ..run.plan import with_plan
     from .compare import run_compare
-    from .phases import by_kind, error_stats
 
     scaled = []
     for p in points:
@@ -243,7 +240,7 @@ def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
     c = run_compare(base / "pred_speed", base / "meas", out=base / "compare_speed", echo=lambda m: None,
                     allow_partial=len(scaled) < len(points))
     med, p90 = error_stats(c.points["rel_err"])
-    kinds = by_kind(c.phases) if len(c.phases) else {}
+    kinds = by_kind(c.phases)
     phases = "".join(f"; {kind} phases {100 * m:.1f}% / {100 * q:.1f}%" for kind, (_, m, q) in kinds.items())
     say(f"at the measured speed: median |error| {100 * med:.1f}%, p90 {100 * p90:.1f}%{phases} "
         f"({base / 'compare_speed' / 'compare.csv'})")

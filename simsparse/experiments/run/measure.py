@@ -213,9 +213,6 @@ def point_file(out: str, i: int) -> str:
     return f"{out}.{i}"
 
 
-
-
-
 def _launch(cmd, env, P: int, timeout_s: float, collect, n_done, n_points: int) -> str | None:
     """Run one mpiexec in its own session; why it failed, or None. A launch
     fails when a rank dies (mpiexec reports it and stops the others) or when
