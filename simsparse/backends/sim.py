@@ -289,22 +289,25 @@ class Simulator(Driver):
         self.shared_cores = getattr(self.device, "shared_cores", None)
         #: with shared cores, core-seconds every posted send and receive costs its rank (see _cpu_start)
         prof = getattr(self.device, "profile", None)
-        self.msg_cpu = (getattr(prof, "message_cpu_s", None) or 0.0) if self.shared_cores else 0.0
+        #: the host's speed against calibration (DeviceProfile.slowdown): a slow host runs all its CPU work
+        #: slower, the ranks' sends, receives, waits and Python and the kernel's network stack as its kernels
+        k = float(getattr(prof, "slowdown", None) or 1.0)
+        self.msg_cpu = k * (getattr(prof, "message_cpu_s", None) or 0.0) if self.shared_cores else 0.0
         #: with shared cores, core-seconds a rank spends waking from a blocking wait (see _resume_wait)
-        self.wait_cpu = (getattr(prof, "wait_cpu_s", None) or 0.0) if self.shared_cores else 0.0
+        self.wait_cpu = k * (getattr(prof, "wait_cpu_s", None) or 0.0) if self.shared_cores else 0.0
         #: with shared cores: a rank blocked longer than wait_poll_after_s wakes every wait_poll_s (see _poll)
         self.wait_poll = (getattr(prof, "wait_poll_s", None) or 0.0) if self.wait_cpu else 0.0
         self.wait_poll_after = getattr(prof, "wait_poll_after_s", None) or 0.0
         #: with shared cores, core-seconds every rank spends as a run starts (see _begin)
-        self.start_cpu = (getattr(prof, "start_cpu_s", None) or 0.0) if self.shared_cores else 0.0
+        self.start_cpu = k * (getattr(prof, "start_cpu_s", None) or 0.0) if self.shared_cores else 0.0
         #: with shared cores and a measured send/receive path, its CPU per message (compute.message_path)
         costs = getattr(prof, "message_path", None) if self.shared_cores else None
-        self.path = MessagePath(costs) if costs else None
+        self.path = MessagePath(costs, scale=k) if costs else None
         #: with shared cores, core-seconds of the program's own Python before each kernel (the real driver's steps)
-        self.program_cpu = (getattr(prof, "program_cpu_s", None) or 0.0) if self.shared_cores else 0.0
+        self.program_cpu = k * (getattr(prof, "program_cpu_s", None) or 0.0) if self.shared_cores else 0.0
         #: with shared cores on a TCP fabric: the kernel's network stack per payload byte, and its pace (see _stack)
         st = getattr(prof, "network_stack", None) if self.shared_cores else None
-        self.stack = (st.cpu_per_byte_s, st.rate_Bps) if st is not None and st.cpu_per_byte_s > 0 else None
+        self.stack = (k * st.cpu_per_byte_s, st.rate_Bps) if st is not None and st.cpu_per_byte_s > 0 else None
         #: the spread of each kernel call's time around its median, where the profile measured it (compute.noise)
         bands = getattr(prof, "kernel_noise", None)
         self.noise = KernelNoise(bands) if bands and not self.ideal else None

@@ -126,9 +126,12 @@ class DeviceProfile(BaseModel):
                                         "probe is compared with")
     speed_probe_clock: Literal["cpu", "wall"] | None = Field(None, description="the clock of speed_probe_s: the one "
                                                              "the kernels were timed with")
-    slowdown: float = Field(1.0, gt=0, description="every kernel and layer takes this multiple of its time here "
-                                                   "(simsparse validate: the host speed probe before a measured "
-                                                   "point over speed_probe_s; 1: the host as calibrated)")
+    slowdown: float = Field(1.0, gt=0, description="every kernel and layer, and with shared_cores every "
+                                                   "core-second the ranks and the network stack spend (message, "
+                                                   "path, wait, start, program and stack CPU), takes this multiple "
+                                                   "of its time here (simsparse validate: the host speed probe "
+                                                   "before a measured point over speed_probe_s; 1: the host as "
+                                                   "calibrated)")
     source: str | None = None
 
     @model_validator(mode="after")

@@ -77,21 +77,23 @@ def wire_format(payload, nbytes: int, split: bool = True) -> str:
 
 
 class MessagePath:
-    """The measured :class:`PathCost` (or its dict) per format; a format that was never
-    measured (no large dense message where the transport sends everything
-    copied, as the testbed does) costs like ``dense``."""
+    """The measured :class:`PathCost` (or its dict) per format, times ``scale`` (the host's slowdown
+    against calibration); a format that was never measured (no large dense message where the transport
+    sends everything copied, as the testbed does) costs like ``dense``."""
 
     __slots__ = ("send", "recv", "split")
 
-    def __init__(self, costs: dict):
+    def __init__(self, costs: dict, scale: float = 1.0):
         if not costs:
             raise ValueError("message_path needs at least one wire format")
         costs = {f: c if isinstance(c, PathCost) else PathCost.model_validate(c) for f, c in costs.items()}
         fallback = costs.get("dense") or next(iter(costs.values()))
         each = {f: costs.get(f) or fallback for f in FORMATS}
         #: per format and side: (launch, per byte, factors per band as a log table)
-        self.send = {f: (c.send_s, c.send_per_byte_s, log_table(c.send_scale)) for f, c in each.items()}
-        self.recv = {f: (c.recv_s, c.recv_per_byte_s, log_table(c.recv_scale)) for f, c in each.items()}
+        self.send = {f: (scale * c.send_s, scale * c.send_per_byte_s, log_table(c.send_scale))
+                     for f, c in each.items()}
+        self.recv = {f: (scale * c.recv_s, scale * c.recv_per_byte_s, log_table(c.recv_scale))
+                     for f, c in each.items()}
         self.split = "split" in costs
 
     def send_s(self, payload, nbytes: int) -> float:

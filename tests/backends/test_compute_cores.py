@@ -265,6 +265,11 @@ def test_the_cpu_a_rank_is_charged_is_reported_per_iteration():
     assert max(st.finish_s) == pytest.approx(P * cpu / 2, rel=0.02)
     plain = stats()
     assert "cpu_s" not in _collective_breakdown(plain.finish_s, plain.busy)
+    # a host running at 1/k of its calibrated speed (DeviceProfile.slowdown) charges k times every core-second
+    k = 1.4
+    slow = stats(shared_cores=2, message_cpu_s=c, wait_cpu_s=w, start_cpu_s=s, slowdown=k)
+    assert _collective_breakdown(slow.finish_s, slow.busy)["cpu_s"] == pytest.approx(k * cpu, rel=1e-9)
+    assert max(slow.finish_s) == pytest.approx(k * max(st.finish_s), rel=0.02)
 
 
 def test_a_rank_blocked_past_the_backoff_polls_and_takes_cpu_from_its_core_mate():

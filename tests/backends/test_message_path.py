@@ -152,8 +152,10 @@ def test_a_path_off_its_line_gets_factors_per_size_band():
     assert costs["split"].get("send_scale") and not costs["split"].get("recv_scale")
     mp = MessagePath(costs)
     big = Dense(np.zeros(1, np.float32))
+    slow = MessagePath(costs, scale=1.3)   # a host slower than at calibration (DeviceProfile.slowdown)
     for m, t in band_s.items():
         assert mp.send_s(big, m) == pytest.approx(t, rel=1e-6)
+        assert slow.send_s(big, m) == pytest.approx(1.3 * t, rel=1e-6)
     assert fits["split"]["send"]["residuals"]["max_rel"] < 1e-6
     with pytest.raises(pydantic.ValidationError, match="increasing"):
         PathCost(send_s=1e-5, recv_s=1e-5, send_scale=[[1000, 1.0], [100, 2.0]])

@@ -41,7 +41,7 @@ def test_a_calibration_keeps_the_median_probe_in_its_kernels_clock():
     assert "speed_probe_s" not in build_profile(synthetic_raw(), 2, "cpu", "test")["compute"]
 
 
-def test_a_slowdown_scales_every_kernel_and_layer_and_nothing_else():
+def test_a_slowdown_scales_every_kernel_and_layer_and_leaves_the_profile_as_measured():
     comp = build_profile(synthetic_raw(), 2, "cpu", "test")["compute"]
     base, slow = DeviceProfile.model_validate(comp), DeviceProfile.model_validate({**comp, "slowdown": 1.3})
     for kernel in ("add", "topk", "no_such_kernel"):   # fitted kernels and the roofline of the others
@@ -53,6 +53,7 @@ def test_a_slowdown_scales_every_kernel_and_layer_and_nothing_else():
     for bs in (8, 32):   # measured layers (batch 8) and the roofline (another batch)
         assert model_profile("resnet20_cifar10", bs, slow).t_backward == pytest.approx(
             1.3 * model_profile("resnet20_cifar10", bs, base).t_backward)
+    # the ranks' own CPU is scaled where the simulator charges it (tests/backends/test_compute_cores.py)
     assert slow.message_cpu_s == base.message_cpu_s and slow.program_cpu_s == base.program_cpu_s
 
 
