@@ -75,7 +75,9 @@ def test_validate_predicts_again_at_each_points_measured_speed(tmp_path):
         meas.add({**o.row, "point_id": measured_id(p), "host_probe_wall_s": 0.02 * k})
     said = []
     got = at_measured_speed(points, {2: {"compute": comp}}, meas, tmp_path, said.append)
-    assert got["median"] == pytest.approx(1.75) and got["min"] == 1.5 and got["max"] == 2.0 and got["points"] == 2
+    # two points of one launch: each is predicted at the median of both probes (_smoothed)
+    assert got["median"] == pytest.approx(1.75) and got["min"] == got["max"] == pytest.approx(1.75)
+    assert got["points"] == 2
     slow = ResultsStore(tmp_path / "pred_speed").rows
     by_n = {r["n"]: r["time_s"] for r in pred.rows.values()}
     assert len(slow) == 2 and all(r["time_s"] > by_n[r["n"]] for r in slow.values())
@@ -83,3 +85,18 @@ def test_validate_predicts_again_at_each_points_measured_speed(tmp_path):
     # a measurement without probes (or a profile from before them) says so and predicts nothing again
     assert at_measured_speed(points, {2: {"compute": {k: v for k, v in comp.items() if k != "speed_probe_s"}}},
                              meas, tmp_path / "b", said.append) is None
+
+
+def test_a_points_speed_is_the_median_probe_of_its_neighbours_in_its_launch():
+    """One probe is noisy: the speed a point is predicted at is the median of the probes of the
+    SPEED_WINDOW points of its launch (its P) around it, in measured order."""
+    from types import SimpleNamespace
+
+    from simsparse.experiments.analysis.validate import SPEED_WINDOW, _smoothed
+
+    assert SPEED_WINDOW == 5
+    pts = [SimpleNamespace(P=4, i=i) for i in range(6)] + [SimpleNamespace(P=8, i=i) for i in range(2)]
+    ks = [1.0, 1.4, 1.0, 1.1, 1.0, 2.0] + [3.0, 5.0]
+    got = _smoothed(list(zip(pts, ks)))
+    assert [p for p, _ in got] == pts
+    assert [k for _, k in got] == pytest.approx([1.0, 1.05, 1.0, 1.1, 1.05, 1.1, 4.0, 4.0])

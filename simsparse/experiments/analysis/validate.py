@@ -212,10 +212,29 @@ def _measure_into(store, todo, groups, spec, device: str, timeout_s: float) -> N
     store.combine_traces(True)
 
 
+#: the host's speed at a point: the median probe of this many consecutive points of its launch
+SPEED_WINDOW = 5
+
+
+def _smoothed(probed: list) -> list:
+    """(point, slowdown) in measured order, each slowdown replaced by the median over the
+    :data:`SPEED_WINDOW` points of the same P (one launch) centred on it. One probe is about 20 ms
+    of kernels: on the tree at P = 8 consecutive points' probes jumped between 0.92 and 1.45 while
+    the points around them ran at one speed, so a single probe adds its own noise to a short
+    point's prediction; the host's drift, which the scaling is for, spans minutes."""
+    out, half = [], SPEED_WINDOW // 2
+    for P in dict.fromkeys(p.P for p, _ in probed):
+        run = [(p, k) for p, k in probed if p.P == P]
+        ks = np.array([k for _, k in run])
+        out += [(p, float(np.median(ks[max(0, i - half):i + half + 1]))) for i, (p, _) in enumerate(run)]
+    return out
+
+
 def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
-    """Every point predicted again with its device work scaled by the host's speed just before its
-    measured run (``DeviceProfile.slowdown``: the row's speed probe over the profile's,
-    :mod:`simsparse.compute.speed_probe`) into ``pred_speed``, compared into ``compare_speed``.
+    """Every point predicted again with its CPU work scaled by the host's speed when it was measured
+    (``DeviceProfile.slowdown``: the rows' speed probes over the profile's,
+    :mod:`simsparse.compute.speed_probe`, as the median over its neighbours, :func:`_smoothed`) into
+    ``pred_speed``, compared into ``compare_speed``.
     The prediction as calibrated stays the headline; this one says how much of the error the host's
     state at measurement explains. Returns the slowdowns' median, min and max (None without probes)."""
     from ...compute.speed_probe import slowdown
@@ -223,12 +242,13 @@ def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
     from ..run.plan import with_plan
     from .compare import run_compare
 
-    scaled = []
+    probed = []
     for p in points:
         row = meas.rows.get(measured_id(with_plan(p)))
         k = slowdown(row, profiles[p.P]["compute"]) if row else None
         if k is not None:
-            scaled.append(replace(p, compute={**p.compute, "slowdown": k}))
+            probed.append((p, k))
+    scaled = [replace(p, compute={**p.compute, "slowdown": k}) for p, k in _smoothed(probed)]
     if not scaled:
         say("no speed probe in the measurement or the profile (made before the probe): no prediction at the "
             "measured speed")
