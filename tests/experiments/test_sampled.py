@@ -72,6 +72,30 @@ def test_o_of_k():
     assert s.values.nbytes + s.indices.nbytes < 1e6
 
 
+def test_the_coin_flips_and_signs_are_exact_in_distribution():
+    """The kept positions (geometric gaps from exponentials): their count is
+    Binomial(m, p) and they fall uniformly over 0 .. m-1; the signs are fair
+    and the tail probabilities uniform on [lo, top); a tiny p keeps nothing
+    without overflowing the gaps."""
+    from simsparse.sampling import _bernoulli, _tail_and_sign
+
+    rng = np.random.default_rng(7)
+    m, p = 5000, 0.013
+    draws = [_bernoulli(rng, m, p) for _ in range(600)]
+    counts = np.array([len(d) for d in draws])
+    assert abs(counts.mean() - m * p) < 4 * np.sqrt(m * p * (1 - p) / len(counts))
+    assert 0.8 < counts.var() / (m * p * (1 - p)) < 1.25
+    pos = np.concatenate(draws)
+    assert all(np.all(np.diff(d) > 0) for d in draws) and pos.min() >= 0 and pos.max() < m
+    assert stats.chisquare(np.bincount(pos * 20 // m, minlength=20)).pvalue > 1e-3
+    assert len(_bernoulli(rng, 10**6, 1e-300)) == 0
+    tau, up = _tail_and_sign(rng, 40000, 0.25, 0.5)
+    assert abs(up.mean() - 0.5) < 4 * 0.5 / np.sqrt(len(up))
+    assert tau.min() >= 0.25 and tau.max() < 0.5
+    assert stats.kstest(tau[up], stats.uniform(0.25, 0.25).cdf).pvalue > 1e-3
+    assert stats.kstest(tau[~up], stats.uniform(0.25, 0.25).cdf).pvalue > 1e-3
+
+
 def test_a_threshold_below_the_floor_is_refused():
     s = sampled_gradient(Workload(n=5000, density=0.01), 0, 0)
     with pytest.raises(BelowFloor, match="below the sampled floor.*values: full"):
