@@ -254,8 +254,9 @@ def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
             "measured speed")
         return None
     ks = np.array([p.compute["slowdown"] for p in scaled])
-    say(f"the host ran the speed probe {np.median(ks):.3f}x its calibrated time before the median point "
-        f"(min {ks.min():.3f}, max {ks.max():.3f}): predicting {len(scaled)} points again at that speed")
+    say(f"the host ran the speed probe {np.median(ks):.3f}x its calibrated time at the median point "
+        f"(min {ks.min():.3f}, max {ks.max():.3f}; each point's the median of the {SPEED_WINDOW} probes of its "
+        f"launch around it): predicting {len(scaled)} points again at that speed")
     _predict_into(ResultsStore(base / "pred_speed", fresh=True), scaled)
     c = run_compare(base / "pred_speed", base / "meas", out=base / "compare_speed", echo=lambda m: None,
                     allow_partial=len(scaled) < len(points))
