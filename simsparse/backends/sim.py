@@ -287,24 +287,28 @@ class Simulator(Driver):
         self.ideal = isinstance(self.device, IdealDevice)
         #: ranks that share a host's cores (compute.cores): device work is processor-shared
         self.shared_cores = getattr(self.device, "shared_cores", None)
-        #: with shared cores, core-seconds every posted send and receive costs its rank (see _cpu_start)
         prof = getattr(self.device, "profile", None)
         #: the host's speed against calibration (DeviceProfile.slowdown): a slow host runs all its CPU work
         #: slower, the ranks' sends, receives, waits and Python and the kernel's network stack as its kernels
         k = float(getattr(prof, "slowdown", None) or 1.0)
-        self.msg_cpu = k * (getattr(prof, "message_cpu_s", None) or 0.0) if self.shared_cores else 0.0
+
+        def charged(name: str) -> float:   # a profile's core-seconds at this host's speed, with shared cores
+            return k * (getattr(prof, name, None) or 0.0) if self.shared_cores else 0.0
+
+        #: with shared cores, core-seconds every posted send and receive costs its rank (see _cpu_start)
+        self.msg_cpu = charged("message_cpu_s")
         #: with shared cores, core-seconds a rank spends waking from a blocking wait (see _resume_wait)
-        self.wait_cpu = k * (getattr(prof, "wait_cpu_s", None) or 0.0) if self.shared_cores else 0.0
+        self.wait_cpu = charged("wait_cpu_s")
         #: with shared cores: a rank blocked longer than wait_poll_after_s wakes every wait_poll_s (see _poll)
         self.wait_poll = (getattr(prof, "wait_poll_s", None) or 0.0) if self.wait_cpu else 0.0
         self.wait_poll_after = getattr(prof, "wait_poll_after_s", None) or 0.0
         #: with shared cores, core-seconds every rank spends as a run starts (see _begin)
-        self.start_cpu = k * (getattr(prof, "start_cpu_s", None) or 0.0) if self.shared_cores else 0.0
+        self.start_cpu = charged("start_cpu_s")
         #: with shared cores and a measured send/receive path, its CPU per message (compute.message_path)
         costs = getattr(prof, "message_path", None) if self.shared_cores else None
         self.path = MessagePath(costs, scale=k) if costs else None
         #: with shared cores, core-seconds of the program's own Python before each kernel (the real driver's steps)
-        self.program_cpu = k * (getattr(prof, "program_cpu_s", None) or 0.0) if self.shared_cores else 0.0
+        self.program_cpu = charged("program_cpu_s")
         #: with shared cores on a TCP fabric: the kernel's network stack per payload byte, and its pace (see _stack)
         st = getattr(prof, "network_stack", None) if self.shared_cores else None
         self.stack = (k * st.cpu_per_byte_s, st.rate_Bps) if st is not None and st.cpu_per_byte_s > 0 else None

@@ -134,8 +134,9 @@ def phase_summary(phases: pd.DataFrame, crowd: int = 8) -> tuple[pd.DataFrame, d
             continue
         m, q = error_stats(g["rel_err"])
         rows.append({"phase": phase, "kind": g["kind"].iloc[0] if "kind" in g else "", "points": len(g),
-                     "predicted": g["pred_s"].median(), "measured": g["meas_s"].median(), "median": g["rel_err"].median(), "min": g["rel_err"].min(),
-                     "max": g["rel_err"].max(), "median |err|": m, "p90 |err|": q})
+                     "predicted": g["pred_s"].median(), "measured": g["meas_s"].median(),
+                     "median": g["rel_err"].median(), "min": g["rel_err"].min(), "max": g["rel_err"].max(),
+                     "median |err|": m, "p90 |err|": q})
     s = pd.DataFrame(rows).sort_values(["measured", "phase"], ascending=[False, True]).reset_index(drop=True)
     return s, {p: int(kids[p]) for p in sorted(crowded)}
 
