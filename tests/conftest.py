@@ -8,3 +8,13 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, deadline=None)
 settings.register_profile("explore", max_examples=300, deadline=None)
 settings.load_profile("explore" if os.environ.get("HYPOTHESIS_EXPLORE") else "ci")
+
+
+def pytest_collection_finish(session):
+    """Everything alive once the tests are collected (modules, test items) lives for the whole
+    session: freeze it, so that the full collections some points ask for (experiments/run/
+    simulate.py) traverse only what the tests allocate. Without this, each one walked the whole
+    suite's heap: 8 of the papers smoke test's 40 s."""
+    import gc
+    gc.collect()
+    gc.freeze()
