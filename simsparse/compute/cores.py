@@ -28,8 +28,13 @@ has no work queued: it slept in a wait) takes the core at once from the
 rank that has run longest, which goes to the front of the queue: EEVDF
 places a task that slept ahead of those that ran, and on the testbed a
 rank woke behind a busy one in 46 us at the median
-(docs/validation.md, third session). Ranks that start at one instant
-queue in order. Otherwise the queue is first come, first served.
+(docs/validation.md, third session). But EEVDF's ``RUN_TO_PARITY``
+protects a task it has just picked for one base slice (:func:`protection`):
+a woken rank does not preempt a rank that took its core less than that
+ago; it runs next, when that rank blocks or its slice ends. Without it, a
+rank that woke to post a burst of sends lost its core to each rank woken
+after it (docs/validation.md, twenty-second session). Ranks that start at
+one instant queue in order. Otherwise the queue is first come, first served.
 
 *Binding* (:func:`core_pools`). Unbound, the ranks share one pool of C
 cores. Bound ``block`` (as the testbed's launcher binds them, and as MPI
@@ -44,6 +49,15 @@ from typing import Callable
 
 #: jobs whose remaining work is this close to zero have finished (rounding)
 EPS_S = 1e-15
+#: Linux's ``sysctl_sched_base_slice`` before scaling (kernel/sched/fair.c, 0.75 ms since 6.6)
+BASE_SLICE_S = 0.75e-3
+
+
+def protection(cores: float) -> float:
+    """How long EEVDF protects a task it just picked from wake-up preemption
+    (``RUN_TO_PARITY``): the base slice, scaled by ``1 + ilog2(min(CPUs, 8))``
+    (the default ``SCHED_TUNABLESCALING_LOG``): 1.5 ms on 2 CPUs."""
+    return BASE_SLICE_S * (1 + int(max(1, min(int(cores), 8))).bit_length() - 1)
 
 
 class SharedCores:
@@ -103,12 +117,13 @@ class SlicedCores:
     (a rank) and ``done(arg)`` is called when it ends. A rank's jobs run
     one at a time, in issue order, on the core it has."""
 
-    def __init__(self, env, cores: float, slice_s: float):
+    def __init__(self, env, cores: float, slice_s: float, protect_s: float = 0.0):
         if not (cores >= 1 and cores == int(cores)):
             raise ValueError(f"cores = {cores}: time slices need a whole number of cores")
         if not slice_s > 0:
             raise ValueError(f"core_slice_s = {slice_s}: must be > 0")
         self.env, self.C, self.q = env, int(cores), float(slice_s)
+        self.protect = min(float(protect_s), self.q)   # a rank runs this long on its core before a waker preempts it
         self.queue: deque = deque()   # jobs waiting for a core: [remaining core-seconds, done, arg, owner]
         self.queued: dict = {}        # owner -> its jobs in the queue
         self.taken = 0                # cores a rank has (running, or held while it may go on)
@@ -130,6 +145,8 @@ class SlicedCores:
             self._take(job)
         elif not self.queued.get(owner) and self._preempt():
             self._take(job)           # a rank that slept runs at once
+        elif not self.queued.get(owner) and self._protected():
+            self._enqueue([job], first=True)   # it slept, but the cores' ranks are protected: it runs next
         else:
             self._enqueue([job])
 
@@ -154,15 +171,23 @@ class SlicedCores:
         """A woken rank takes the core of the rank that has run longest since
         before now (EEVDF places a task that slept ahead of those that ran):
         that one's work goes to the front of the queue. False if every
-        running rank began at this instant (ranks that start together)."""
+        running rank began at this instant (ranks that start together) or
+        took its core less than :attr:`protect` ago."""
         now = self.env.now
-        old = [(since, o) for o, (_, since, _, _) in self.running.items() if since < now]
+        old = [(since, o) for o, (_, since, left, _) in self.running.items()
+               if since < now and self.q - left + (now - since) >= self.protect]
         if not old:
             return False
         _, owner = min(old, key=lambda x: x[0])
         job, _ = self._stop(owner)
         self._enqueue([job, *self.own.pop(owner)], first=True)
         return True
+
+    def _protected(self) -> bool:
+        """Whether a rank runs that took its core before now but less than :attr:`protect` ago
+        (ranks that all started at this instant queue in order instead)."""
+        now = self.env.now
+        return any(since < now for _, since, _, _ in self.running.values()) if self.protect > 0 else False
 
     def _stop(self, owner):
         """Take ``owner``'s job off its core, its run so far counted: (job, the rest of its slice)."""
@@ -231,7 +256,7 @@ def core_pools(env, cores: float, P: int, binding: str = "none", slice_s: float 
     ``block`` and time slices need a whole number of cores
     (:class:`~simsparse.compute.devices.DeviceProfile` checks it)."""
     def pool(c):
-        return SlicedCores(env, c, slice_s) if slice_s else SharedCores(env, c)
+        return SlicedCores(env, c, slice_s, protection(cores)) if slice_s else SharedCores(env, c)
 
     if binding == "none":
         return [pool(cores)] * P

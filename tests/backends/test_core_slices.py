@@ -83,6 +83,45 @@ def test_a_rank_that_blocks_gives_its_core_to_the_next_and_takes_it_back_when_it
     assert ends == pytest.approx({"a2": 1.6e-3, "b": 2e-3})
 
 
+@pytest.mark.parametrize("wake_s, a2_end, b_end", [
+    (1.2e-3, 1.8e-3, 1.5e-3),    # b took the core 0.2 ms ago: protected, a runs when b is done
+    (3.0e-3, 3.3e-3, 3.6e-3),    # b has run 2 ms, past its protection: a preempts it
+])
+def test_a_rank_that_just_took_its_core_is_protected_from_a_waking_one(wake_s, a2_end, b_end):
+    """EEVDF's RUN_TO_PARITY: a woken rank preempts only a rank that has run
+    at least the protection since it took its core; else it runs next."""
+    env = HeapEngine()
+    pool = SlicedCores(env, 1, 4e-3, protect_s=1.5e-3)
+    ends = {}
+
+    def a_next(_):
+        env.at(wake_s - 1e-3, lambda _: pool.run(3e-4, lambda _: ends.__setitem__("a2", env.now), None, "a"))
+
+    pool.run(1e-3, a_next, None, "a")
+    pool.run(b_end - 1e-3 - (3e-4 if wake_s > 2.5e-3 else 0.0),
+             lambda _: ends.__setitem__("b", env.now), None, "b")
+    env.run()
+    assert ends == pytest.approx({"a2": a2_end, "b": b_end})
+
+
+def test_ranks_that_start_together_still_queue_in_order_under_protection():
+    env = HeapEngine()
+    pool = SlicedCores(env, 1, 4e-3, protect_s=1.5e-3)
+    ends = {}
+    for r in range(4):
+        pool.run(2e-4, lambda r: ends.__setitem__(r, env.now), r, r)
+    env.run()
+    assert [ends[r] for r in range(4)] == pytest.approx([2e-4, 4e-4, 6e-4, 8e-4])
+
+
+def test_the_protection_is_the_kernels_base_slice_scaled_by_cpus():
+    from simsparse.compute.cores import protection
+    assert [protection(c) for c in (1, 2, 4, 8, 64)] == pytest.approx([0.75e-3, 1.5e-3, 2.25e-3, 3e-3, 3e-3])
+    env = HeapEngine()
+    assert core_pools(env, 2, 8, "block", 4e-3)[0].protect == pytest.approx(1.5e-3)
+    assert core_pools(env, 2, 8, "block", 1e-3)[0].protect == pytest.approx(1e-3)   # never past the slice
+
+
 def test_a_woken_rank_preempts_the_one_that_has_run_longest():
     """Two cores: x since 0, y since 0.5 ms; z wakes at 1 ms and takes x's
     core; x goes on when the first core is free (z's, at 2 ms)."""
