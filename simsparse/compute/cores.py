@@ -143,10 +143,8 @@ class SlicedCores:
         elif self.taken < self.C:
             self.taken += 1
             self._take(job)
-        elif not self.queued.get(owner) and self._preempt():
-            self._take(job)           # a rank that slept runs at once
-        elif not self.queued.get(owner) and self._protected():
-            self._enqueue([job], first=True)   # it slept, but the cores' ranks are protected: it runs next
+        elif not self.queued.get(owner):
+            self._wake(job)           # a rank that slept
         else:
             self._enqueue([job])
 
@@ -167,27 +165,24 @@ class SlicedCores:
         else:
             self.queue.extend(jobs)
 
-    def _preempt(self) -> bool:
+    def _wake(self, job) -> None:
         """A woken rank takes the core of the rank that has run longest since
         before now (EEVDF places a task that slept ahead of those that ran):
-        that one's work goes to the front of the queue. False if every
-        running rank began at this instant (ranks that start together) or
-        took its core less than :attr:`protect` ago."""
+        that one's work goes to the front of the queue. Where every such rank
+        took its core less than :attr:`protect` ago, the woken rank runs next
+        instead; ranks that all began at this instant (they start together)
+        queue in order."""
         now = self.env.now
-        old = [(since, o) for o, (_, since, left, _) in self.running.items()
-               if since < now and self.q - left + (now - since) >= self.protect]
-        if not old:
-            return False
-        _, owner = min(old, key=lambda x: x[0])
-        job, _ = self._stop(owner)
-        self._enqueue([job, *self.own.pop(owner)], first=True)
-        return True
-
-    def _protected(self) -> bool:
-        """Whether a rank runs that took its core before now but less than :attr:`protect` ago
-        (ranks that all started at this instant queue in order instead)."""
-        now = self.env.now
-        return any(since < now for _, since, _, _ in self.running.values()) if self.protect > 0 else False
+        ran = [(since, o, self.q - left + (now - since))
+               for o, (_, since, left, _) in self.running.items() if since < now]
+        old = [(since, o) for since, o, run_s in ran if run_s >= self.protect]
+        if old:
+            _, owner = min(old, key=lambda x: x[0])
+            stopped, _ = self._stop(owner)
+            self._enqueue([stopped, *self.own.pop(owner)], first=True)
+            self._take(job)
+        else:
+            self._enqueue([job], first=bool(ran))   # protected ranks run: it runs next
 
     def _stop(self, owner):
         """Take ``owner``'s job off its core, its run so far counted: (job, the rest of its slice)."""

@@ -83,11 +83,11 @@ def test_a_rank_that_blocks_gives_its_core_to_the_next_and_takes_it_back_when_it
     assert ends == pytest.approx({"a2": 1.6e-3, "b": 2e-3})
 
 
-@pytest.mark.parametrize("wake_s, a2_end, b_end", [
-    (1.2e-3, 1.8e-3, 1.5e-3),    # b took the core 0.2 ms ago: protected, a runs when b is done
-    (3.0e-3, 3.3e-3, 3.6e-3),    # b has run 2 ms, past its protection: a preempts it
+@pytest.mark.parametrize("wake_s, b_work, a2_end, b_end", [
+    (1.2e-3, 5e-4, 1.8e-3, 1.5e-3),     # b took the core 0.2 ms ago: protected, a runs when b is done
+    (3.0e-3, 2.3e-3, 3.3e-3, 3.6e-3),   # b has run 2 ms, past its protection: a preempts it
 ])
-def test_a_rank_that_just_took_its_core_is_protected_from_a_waking_one(wake_s, a2_end, b_end):
+def test_a_rank_that_just_took_its_core_is_protected_from_a_waking_one(wake_s, b_work, a2_end, b_end):
     """EEVDF's RUN_TO_PARITY: a woken rank preempts only a rank that has run
     at least the protection since it took its core; else it runs next."""
     env = HeapEngine()
@@ -98,8 +98,7 @@ def test_a_rank_that_just_took_its_core_is_protected_from_a_waking_one(wake_s, a
         env.at(wake_s - 1e-3, lambda _: pool.run(3e-4, lambda _: ends.__setitem__("a2", env.now), None, "a"))
 
     pool.run(1e-3, a_next, None, "a")
-    pool.run(b_end - 1e-3 - (3e-4 if wake_s > 2.5e-3 else 0.0),
-             lambda _: ends.__setitem__("b", env.now), None, "b")
+    pool.run(b_work, lambda _: ends.__setitem__("b", env.now), None, "b")
     env.run()
     assert ends == pytest.approx({"a2": a2_end, "b": b_end})
 
