@@ -169,18 +169,20 @@ def _stream_resparsify_torch(s, eps):
 # -- sum ----------------------------------------------------------------------------
 
 def _add_work(out, a, b, lo, hi, disjoint=False, inplace=False):
+    """The work of :func:`stream_add`, and which of its paths ran (each costs
+    differently per element: a dense add against a sorted merge)."""
     size = hi - lo
     da, db = isinstance(a, DenseRange), isinstance(b, DenseRange)
     if not da and not db:
         if isinstance(out, DenseRange):   # switched to dense: zero the range, scatter both
-            return Work(size + a.nnz + b.nnz, out.nbytes + _sbytes(a) + _sbytes(b))
-        return Work(a.nnz + b.nnz, _sbytes(a) + _sbytes(b) + out.nbytes)
+            return Work(size + a.nnz + b.nnz, out.nbytes + _sbytes(a) + _sbytes(b), path="densify")
+        return Work(a.nnz + b.nnz, _sbytes(a) + _sbytes(b) + out.nbytes, path="concat" if disjoint else "merge")
     if da and db:
-        return Work(size, 3 * out.nbytes)
+        return Work(size, 3 * out.nbytes, path="dense")
     sparse = b if da else a
     if inplace:                           # scatter the sparse one into the dense buffer
-        return Work(sparse.nnz, _sbytes(sparse) + 2 * sparse.nnz * _isz(out.values))
-    return Work(size + sparse.nnz, 2 * out.nbytes + _sbytes(sparse))
+        return Work(sparse.nnz, _sbytes(sparse) + 2 * sparse.nnz * _isz(out.values), path="scatter")
+    return Work(size + sparse.nnz, 2 * out.nbytes + _sbytes(sparse), path="copy_scatter")
 
 
 def _first_is_lower(a: COO, b: COO) -> bool:

@@ -476,7 +476,7 @@ class Simulator(Driver):
         if self.ideal:
             return 0.0
         if self.byte_scale != 1.0:
-            w = Work(w.elems * self.byte_scale, w.bytes * self.byte_scale)
+            w = Work(w.elems * self.byte_scale, w.bytes * self.byte_scale, w.parts, w.path)
         return self.device.cost(name, w)
 
     def wire_bytes(self, payload: Payload) -> int:

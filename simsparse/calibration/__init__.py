@@ -305,22 +305,35 @@ def steady_calls(calls) -> tuple[list, int]:
 
 
 def _kernels(calls) -> tuple[dict, dict]:
+    """Per kernel, the fit of its calls' median time per (elements, parts)
+    (:func:`.fit.fit_kernel`), and what it was fitted from. A call is
+    ``(name, elems, bytes, seconds[, faults[, parts]][, rank])``: the rank is
+    appended by :func:`.worker.every_rank` after the probe's fields. A call
+    of one path of a kernel (``"name/path"``) counts for the path and for the
+    kernel (the fallback for a path the calibration never took)."""
     kept, _ = steady_calls(calls)
-    left_out = Counter(c[0] for c in calls) - Counter(c[0] for c in kept)
+    def names(cs):
+        return Counter(k for c in cs for k in {c[0], c[0].split("/")[0]})
+
+    left_out = names(calls) - names(kept)
     by, ranks = defaultdict(lambda: defaultdict(list)), defaultdict(set)
     for name, elems, _nbytes, dt, *more in kept:
-        by[name][elems].append(dt)
-        ranks[name].add(more[1] if len(more) > 1 else 0)   # (faults, rank): every rank's calls since 2026-11-27
+        parts = more[1] if len(more) > 2 else 1.0
+        for key in {name, name.split("/")[0]}:
+            by[key][(elems, parts)].append(dt)
+            ranks[key].add(more[-1] if len(more) > 1 else 0)   # every rank's calls since 2026-11-27
     kernels, fits = {}, {}
     for name, pts in sorted(by.items()):
-        elems = sorted(pts)
-        times = [float(np.median(pts[e])) for e in elems]
-        if len(elems) < 2 or min(times) <= 0:
+        keys = sorted(pts)
+        times = [float(np.median(pts[k])) for k in keys]
+        if len(keys) < 2 or min(times) <= 0:
             continue
-        f = fit.fit_kernel(elems, times)
-        kernels[name] = {k: f[k] for k in ("launch_s", "per_elem_s", "complexity", "size_scale") if k in f}
-        fits[name] = {**f, "sizes": len(elems), "calls": sum(len(v) for v in pts.values()),
-                      "ranks": len(ranks[name]), "calls_left_out_for_faults": left_out[name]}
+        f = fit.fit_kernel([e for e, _ in keys], times, [p for _, p in keys])
+        kernels[name] = {k: f[k] for k in ("launch_s", "per_elem_s", "per_part_s", "complexity", "size_scale")
+                         if k in f}
+        fits[name] = {**f, "sizes": len(keys), "calls": sum(len(v) for v in pts.values()),
+                      "ranks": len(ranks[name]), "calls_left_out_for_faults": left_out[name],
+                      "medians": [[float(e), float(p), t] for (e, p), t in zip(keys, times)]}
     return kernels, fits
 
 

@@ -79,18 +79,28 @@ def fit_step(sizes, resid) -> dict:
             "median_abs_dev_s": best[0] / len(m)}
 
 
-def fit_kernel(elems, times) -> dict:
-    """t = launch + per_elem * u with u = d (complexity n) or d log2 d (nlogn),
-    whichever describes the timings better; then the line's miss by size
-    (:func:`size_scale`)."""
+def fit_kernel(elems, times, parts=None) -> dict:
+    """t = launch + per_part * (parts - 1) + per_elem * u with u = d
+    (complexity n) or d log2 d (nlogn), whichever describes the timings
+    better; then the line's miss by size (:func:`size_scale`). ``parts``
+    (default 1 per timing) is how many inputs each call looped over
+    (:class:`~simsparse.compute.kernels.Work`): the per-part term is fitted
+    only where the timings have more than one part count, else it is 0."""
     d, t = np.maximum(np.asarray(elems, float), 1.0), np.asarray(times, float)
+    extra = np.ones_like(d) if parts is None else np.asarray(parts, float) - 1.0
+    by_part = parts is not None and len(np.unique(extra)) > 1
     out = None
     for cx, u in (("n", d), ("nlogn", d * np.log2(np.maximum(d, 2.0)))):
-        launch, per = _nnls_rel(np.column_stack([np.ones_like(u), u]), t)
-        res = residuals(launch + per * u, t)
+        cols = [np.ones_like(u), extra, u] if by_part else [np.ones_like(u), u]
+        coef = _nnls_rel(np.column_stack(cols), t)
+        launch, per, per_part = coef[0], coef[-1], (coef[1] if by_part else 0.0)
+        line = launch + per_part * extra + per * u
+        res = residuals(line, t)
         if out is None or res["median_rel"] < out["residuals"]["median_rel"] * 0.9:
             out = {"launch_s": float(launch), "per_elem_s": float(per), "complexity": cx, "residuals": res,
-                   "_line": launch + per * u}
+                   "_line": line}
+            if by_part:
+                out["per_part_s"] = float(per_part)
     line = out.pop("_line")
     scale = size_scale(d, t / line, KERNEL_SCALE_TOL)
     if scale:

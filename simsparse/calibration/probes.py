@@ -19,10 +19,12 @@ def _minflt() -> int:
 
 
 class KernelProbe:
-    """Wraps every kernel's torch implementation to record (work, seconds,
-    minor page faults): a call that faulted grew the rank's heap (its first
-    touches), which a measured iteration in steady state does not pay
-    (:mod:`simsparse.backends.rank_env`)."""
+    """Wraps every kernel's torch implementation to record (name, elements,
+    bytes, seconds, minor page faults, parts), the name with the call's path
+    (``"name/path"``, :class:`~simsparse.compute.kernels.Work`) where it
+    reports one: a call that faulted grew the
+    rank's heap (its first touches), which a measured iteration in steady
+    state does not pay (:mod:`simsparse.backends.rank_env`)."""
 
     def __init__(self, sync, now=time.perf_counter):
         from ..compute.kernels import KERNELS
@@ -46,7 +48,8 @@ class KernelProbe:
             dt = now() - t0
             faults = _minflt() - f0
             w = k.work(out, *args, **kwargs)
-            self.calls.append((k.name, float(w.elems), float(w.bytes), dt, faults))
+            name = f"{k.name}/{w.path}" if w.path else k.name
+            self.calls.append((name, float(w.elems), float(w.bytes), dt, faults, float(w.parts)))
             return out
 
         return timed

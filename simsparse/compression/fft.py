@@ -151,7 +151,8 @@ def _fft_pack_torch(spec, n, bits, m, B):
 def _unpack_work(out, payloads, n, like):
     F = n_freq(n)
     nnz = sum(p.count for p in payloads)
-    return Work(len(payloads) * F + n, sum(p.nbytes for p in payloads) + 16 * (nnz + F) + n * _isz(like))
+    return Work(len(payloads) * F + n, sum(p.nbytes for p in payloads) + 16 * (nnz + F) + n * _isz(like),
+                parts=len(payloads))
 
 
 @kernel("fft_unpack_sum", work=_unpack_work, memo=True)

@@ -5,7 +5,9 @@
   memory-bound (a roofline): ``launch_s + work.bytes / mem_bandwidth_Bps``.
   A profile may override any kernel with its own ``launch_s``, ``per_elem_s``
   and ``complexity`` (``n`` or ``nlogn``), e.g. top-k by sorting, fitted as
-  ``s * d * log2(d)`` in the OMGS-SGD code.
+  ``s * d * log2(d)`` in the OMGS-SGD code; ``per_part_s`` for each input
+  beyond the first of a kernel that loops over its inputs (``Work.parts``);
+  and each code path of a kernel on its own (``"name/path"``, ``Work.path``).
 
 Profiles are YAML files in ``simsparse/compute/profiles/`` (named by file
 stem) or any path; every number in them cites its source.
@@ -34,6 +36,8 @@ class KernelCost(BaseModel):
     launch_s: float | None = Field(None, ge=0, description="overrides the device's launch_s")
     per_elem_s: float = Field(ge=0, description="seconds per element (or per n*log2(n) unit)")
     complexity: Literal["n", "nlogn"] = "n"
+    per_part_s: float = Field(0.0, ge=0, description="seconds per input beyond the first of a kernel that loops over "
+                                                     "its inputs (Work.parts; simsparse calibrate)")
     size_scale: SizeScale | None = Field(
         None, description="[[elements, factor], ...]: the line's time times this factor, interpolated in log size and "
                           "constant beyond the ends (memory regimes one line cannot follow; simsparse calibrate)")
@@ -167,8 +171,8 @@ class ParametricDevice(Device):
         self.name = profile.name
         self.shared_cores = profile.shared_cores
 
-    def cost_array(self, kernel: str, elems, nbytes):
-        """:meth:`cost` of many calls at once (numpy arrays of elements and bytes)."""
+    def cost_array(self, kernel: str, elems, nbytes, parts=1.0):
+        """:meth:`cost` of many calls at once (numpy arrays of elements, bytes and parts)."""
         import numpy as np
 
         p = self.profile
@@ -179,19 +183,23 @@ class ParametricDevice(Device):
         n = np.maximum(elems, 1.0)
         units = n * np.log2(np.maximum(n, 2.0)) if kc.complexity == "nlogn" else elems
         t = (p.launch_s if kc.launch_s is None else kc.launch_s) + kc.per_elem_s * units
+        if kc.per_part_s:
+            t = t + kc.per_part_s * (np.asarray(parts, float) - 1.0)
         if kc.size_scale:
             xs, fs = zip(*kc.size_scale)
             t = t * np.interp(np.log(n), np.log(xs), fs)
         return t * p.slowdown
 
     def cost(self, kernel: str, work: Work) -> float:
+        """Seconds of ``work`` by ``kernel``: its path's own fit where the
+        profile has one (``"kernel/path"``), else the kernel's."""
         p = self.profile
-        kc = p.kernels.get(kernel)
+        kc = (work.path and p.kernels.get(f"{kernel}/{work.path}")) or p.kernels.get(kernel)
         if kc is None:
             return (p.launch_s + work.bytes / p.mem_bandwidth_Bps) * p.slowdown
         units = work.nlogn if kc.complexity == "nlogn" else work.elems
         launch = p.launch_s if kc.launch_s is None else kc.launch_s
-        t = (launch + kc.per_elem_s * units) * p.slowdown
+        t = (launch + kc.per_part_s * (work.parts - 1.0) + kc.per_elem_s * units) * p.slowdown
         return t * kc.scale(max(work.elems, 1.0)) if kc.size_scale else t
 
 

@@ -28,10 +28,19 @@ from .sampled import Sampled
 
 @dataclass(frozen=True)
 class Work:
-    """What a kernel call did: elements processed and bytes of memory moved."""
+    """What a kernel call did: elements processed, bytes of memory moved;
+    ``parts``: the inputs it loops over one at a time, each paying the ops'
+    launches again (FFT's unpack-and-sum of P payloads; 1 for a kernel that
+    handles its inputs in one pass); ``path``: which of its code paths ran,
+    where one kernel has several whose costs differ (SparCML's stream sum
+    adds two dense ranges, scatters a sparse one into a dense one, merges,
+    concatenates or densifies two sparse ones). A profile may cost each path
+    on its own (``"name/path"``, :meth:`~.devices.ParametricDevice.cost`)."""
 
     elems: float
     bytes: float
+    parts: float = 1.0
+    path: str = ""
 
     @property
     def nlogn(self) -> float:

@@ -75,6 +75,89 @@ def test_a_kernel_band_missed_by_more_than_five_percent_gets_its_factor():
     assert "size_scale" not in fit.fit_kernel(d, line * np.where(d > 5e6, 1.03, 1.0))
 
 
+def test_a_kernel_that_loops_over_its_inputs_gets_a_cost_per_part():
+    """FFT's unpack-and-sum decodes each of its P payloads with a dozen ops
+    (star22 at P = 8: 8 payloads of n = 3000 took 3.95x the line that single
+    payloads fix). The calibration's medians per (elements, parts) separate
+    the per-part launches from the per-element cost, and the device charges
+    them by ``Work.parts``; a kernel timed at one part count keeps no term."""
+    from simsparse.calibration import _kernels
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.compute.kernels import Work
+
+    n = np.array([3e3, 3e4, 3e5, 3e6])
+    F = n / 2 + 1
+    elems = np.concatenate([F + n, 8 * F + n])
+    parts = np.array([1.0] * 4 + [8.0] * 4)
+    t = 5e-4 + 5e-4 * (parts - 1) + 5e-8 * elems
+    f = fit.fit_kernel(elems, t, parts)
+    assert f["per_part_s"] == pytest.approx(5e-4, rel=1e-3) and f["per_elem_s"] == pytest.approx(5e-8, rel=1e-3)
+    assert f["residuals"]["max_rel"] < 1e-3 and "size_scale" not in f
+    assert "per_part_s" not in fit.fit_kernel(elems[:4], t[:4], parts[:4])   # one part count: no term
+    # the probe's calls (name, elems, bytes, seconds, faults, parts) with the rank appended
+    calls = [("unpack", e, 8 * e, s, 0, p, r) for e, s, p in zip(elems, t, parts) for r in range(2)]
+    kernels, fits = _kernels(calls)
+    assert kernels["unpack"]["per_part_s"] == pytest.approx(5e-4, rel=1e-3) and fits["unpack"]["ranks"] == 2
+    assert fits["unpack"]["medians"][0] == [elems[0], 1.0, t[0]]
+    dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e10, kernels={"unpack": kernels["unpack"]}))
+    got = [dev.cost("unpack", Work(e, 8 * e, p)) for e, p in zip(elems, parts)]
+    assert got == pytest.approx(t, rel=1e-3)
+    assert dev.cost_array("unpack", elems, 8 * elems, parts) == pytest.approx(got, rel=1e-9)
+
+
+def test_a_kernel_with_several_code_paths_is_costed_per_path():
+    """SparCML's stream sum adds two dense ranges (about 30 us for 1,250
+    floats on the star) or merges two sparse ones (one sort per call): one
+    line over both missed the dense adds 4x at P = 8 (star22). Each path is
+    recorded and fitted on its own, the kernel's fit over all of them stays
+    the fallback, and the device takes the path's fit where it has one."""
+    from simsparse.algorithms import streams
+    from simsparse.calibration import _kernels
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.compute.kernels import Work
+    from simsparse.ops import COO
+
+    n = 1000
+    d1 = streams.DenseRange(np.ones(100, np.float32), 0, n)
+    d2 = streams.DenseRange(np.ones(100, np.float32), 0, n)
+    s1 = COO(np.array([1, 5], np.int32), np.ones(2, np.float32), n)
+    s2 = COO(np.array([3, 7], np.int32), np.ones(2, np.float32), n)
+    paths = {}
+    for name, args, kw in [("dense", (d1, d2), {}), ("copy_scatter", (d1, s1), {}), ("scatter", (d1.map(np.copy), s1),
+                           {"inplace": True}), ("merge", (s1, s2), {}), ("concat", (s1, s2), {"disjoint": True}),
+                           ("densify", (s1, s2), {})]:
+        lo, hi = (0, 100) if name != "densify" else (0, 8)
+        out = streams.stream_add.numpy(*args, lo, hi, **kw)
+        paths[name] = streams.stream_add.work(out, *args, lo, hi, **kw).path
+    assert paths == {k: k for k in paths}
+    e = np.array([1e2, 1e3, 1e4, 1e5])
+    calls = [("stream_add/dense", x, 12 * x, 2e-5 + 1e-9 * x, 0, 1.0, 0) for x in e]
+    calls += [("stream_add/merge", x, 16 * x, 1e-4 + 2e-8 * x, 0, 1.0, 0) for x in e]
+    kernels, fits = _kernels(calls)
+    assert kernels["stream_add/dense"]["per_elem_s"] == pytest.approx(1e-9, rel=1e-3)
+    assert kernels["stream_add/merge"]["per_elem_s"] == pytest.approx(2e-8, rel=1e-3)
+    assert fits["stream_add"]["calls"] == 8   # the fallback sees every path
+    dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e10, kernels={
+        k: v for k, v in kernels.items() if k != "stream_add/merge"}))
+    assert dev.cost("stream_add", Work(1e4, 1.2e5, path="dense")) == pytest.approx(3e-5, rel=1e-3)
+    both = dev.cost("stream_add", Work(1e4, 1.2e5))
+    assert dev.cost("stream_add", Work(1e4, 1.2e5, path="merge")) == both != pytest.approx(3e-5, rel=1e-3)
+
+
+def test_fft_unpack_sum_reports_its_payloads_as_parts():
+    from simsparse.compression import fft
+
+    n = 3000
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    from simsparse.compression import rangequant as rq
+
+    spec = fft.fft_sparsify.numpy(x, 30)
+    payload = fft.fft_pack.numpy(spec, n, 8, *rq.rq_tune.numpy(spec.values, 8))
+    out = fft.fft_unpack_sum.numpy([payload] * 3, n, x)
+    w = fft.fft_unpack_sum.work(out, [payload] * 3, n, x)
+    assert w.parts == 3 and w.elems == 3 * fft.n_freq(n) + n
+
+
 def test_roofline_constants_are_recovered_from_layer_times():
     table = model_costs()["resnet20_cifar10"]["tensors"]
     bs, launch, rate, bw = 8, 2e-5, 3e10, 1.5e10

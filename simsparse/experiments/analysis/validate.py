@@ -120,8 +120,10 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
     spec = load_spec(testbed) if testbed else None
     machine = f"testbed-{testbed_name(spec)}" if spec is not None else "host"
     log = {"config": str(config), "testbed": testbed, "machine": machine}
-    with _stage(log, "calibrate"):   # before the config is read: it may name the profiles made here
-        profiles = ensure_profiles(spec, _rank_counts(config), quick, device, say, recalibrate)
+    Ps = _rank_counts(config)
+    _check_before_calibrating(config, spec, Ps)
+    with _stage(log, "calibrate"):
+        profiles = ensure_profiles(spec, Ps, quick, device, say, recalibrate)
     exp = load_config(config)
     base = Path(out) if out else Path("results") / f"{exp.name}_{machine}"
     log["profiles"] = {P: str(v["path"]) for P, v in profiles.items()}
@@ -279,6 +281,25 @@ def _predict_into(store, points) -> None:
         store.save_trace(o.row["point_id"], o.trace)
         store.add(o.row)
     store.combine_traces(True)
+
+
+def _check_before_calibrating(config: str, spec, Ps) -> None:
+    """Read the config before the calibration's minutes (about 12 per rank
+    count on a testbed): its error is raised now unless the config names a
+    profile that this calibration is about to write (``network:`` or
+    ``compute:`` naming one of :func:`profile_path`'s files, ``{P}`` for the
+    rank count)."""
+    from ..config.sources import read_yaml
+
+    try:
+        load_config(config)
+    except ConfigError:
+        raw = read_yaml(Path(config), "config")
+        made = {profile_path(spec, P).name for P in Ps}
+        named = {Path(v.replace("{P}", str(P))).name for k in ("network", "compute")
+                 if isinstance(v := raw.get(k), str) for P in Ps}
+        if not named & made:
+            raise
 
 
 def _rank_counts(config: str) -> list[int]:
