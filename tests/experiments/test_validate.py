@@ -63,6 +63,22 @@ def test_rank_counts_are_read_before_the_profiles_they_name_exist(tmp_path):
         _rank_counts(str(cfg))
 
 
+def test_a_config_error_is_raised_before_the_calibration_unless_it_names_the_profiles_made(tmp_path, monkeypatch):
+    """A config whose network preset does not exist failed after 23 minutes of calibration
+    (tree3, twenty-third session); now before it. A config that names the profile validate is
+    about to write still waits for it."""
+    from simsparse.experiments.analysis import validate as v
+
+    monkeypatch.chdir(tmp_path)
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text("name: v\nnetwork: topologies/none.yaml\nworkload: {n: 10}\nalgorithms: [ring]\nP: [2]\n")
+    with pytest.raises(ConfigError, match=r"v\.yaml.*network.*none\.yaml"):
+        v._check_before_calibrating(str(cfg), None, [2])
+    cfg.write_text("name: v\nnetwork: results/calibration/local-{P}r.yaml\nworkload: {n: 10}\nalgorithms: [ring]\n"
+                   "P: [2]\n")
+    v._check_before_calibrating(str(cfg), None, [2])   # the profile validate writes: checked after it
+
+
 def test_later_repeats_take_only_the_points_the_first_timed_below_the_limit(tmp_path):
     first = _store(tmp_path / "r1", {"a": 0.05, "b": 1.5, "c": 0.19})
     groups = {"a": [None], "b": [None], "c": [None], "d": [None]}     # d: not measured in the first repeat
