@@ -332,8 +332,9 @@ def _kernels(calls) -> tuple[dict, dict]:
         kernels[name] = {k: f[k] for k in ("launch_s", "per_elem_s", "per_part_s", "complexity", "size_scale")
                          if k in f}
         fits[name] = {**f, "sizes": len(keys), "calls": sum(len(v) for v in pts.values()),
-                      "ranks": len(ranks[name]), "calls_left_out_for_faults": left_out[name],
-                      "medians": [[float(e), float(p), t] for (e, p), t in zip(keys, times)]}
+                      "ranks": len(ranks[name]), "calls_left_out_for_faults": left_out[name]}
+        if "per_part_s" in f:   # what a size band's factor cannot give back: its sizes' part counts
+            fits[name]["medians"] = [[float(e), float(p), t] for (e, p), t in zip(keys, times)]
     return kernels, fits
 
 

@@ -22,9 +22,9 @@ class KernelProbe:
     """Wraps every kernel's torch implementation to record (name, elements,
     bytes, seconds, minor page faults, parts), the name with the call's path
     (``"name/path"``, :class:`~simsparse.compute.kernels.Work`) where it
-    reports one: a call that faulted grew the
-    rank's heap (its first touches), which a measured iteration in steady
-    state does not pay (:mod:`simsparse.backends.rank_env`)."""
+    reports one. A call that faulted grew the rank's heap (its first
+    touches), which a measured iteration in steady state does not pay
+    (:mod:`simsparse.backends.rank_env`)."""
 
     def __init__(self, sync, now=time.perf_counter):
         from ..compute.kernels import KERNELS

@@ -137,6 +137,7 @@ def test_a_kernel_with_several_code_paths_is_costed_per_path():
     assert kernels["stream_add/dense"]["per_elem_s"] == pytest.approx(1e-9, rel=1e-3)
     assert kernels["stream_add/merge"]["per_elem_s"] == pytest.approx(2e-8, rel=1e-3)
     assert fits["stream_add"]["calls"] == 8   # the fallback sees every path
+    assert "medians" not in fits["stream_add"]   # kept only where a per-part term was fitted
     dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e10, kernels={
         k: v for k, v in kernels.items() if k != "stream_add/merge"}))
     assert dev.cost("stream_add", Work(1e4, 1.2e5, path="dense")) == pytest.approx(3e-5, rel=1e-3)
