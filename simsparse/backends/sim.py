@@ -50,7 +50,7 @@ import gc
 import hashlib
 import inspect
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -476,7 +476,7 @@ class Simulator(Driver):
         if self.ideal:
             return 0.0
         if self.byte_scale != 1.0:
-            w = Work(w.elems * self.byte_scale, w.bytes * self.byte_scale, w.parts, w.path)
+            w = replace(w, elems=w.elems * self.byte_scale, bytes=w.bytes * self.byte_scale)
         return self.device.cost(name, w)
 
     def wire_bytes(self, payload: Payload) -> int:

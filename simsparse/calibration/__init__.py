@@ -304,6 +304,11 @@ def steady_calls(calls) -> tuple[list, int]:
     return kept, len(calls) - len(kept)
 
 
+def _fitted_as(name: str) -> set:
+    """The fits a call of ``name`` counts for: a path's call (``"kernel/path"``) also the kernel's."""
+    return {name, name.split("/")[0]}
+
+
 def _kernels(calls) -> tuple[dict, dict]:
     """Per kernel, the fit of its calls' median time per (elements, parts)
     (:func:`.fit.fit_kernel`), and what it was fitted from. A call is
@@ -312,14 +317,12 @@ def _kernels(calls) -> tuple[dict, dict]:
     of one path of a kernel (``"name/path"``) counts for the path and for the
     kernel (the fallback for a path the calibration never took)."""
     kept, _ = steady_calls(calls)
-    def names(cs):
-        return Counter(k for c in cs for k in {c[0], c[0].split("/")[0]})
-
-    left_out = names(calls) - names(kept)
+    left_out = (Counter(k for c in calls for k in _fitted_as(c[0]))
+                - Counter(k for c in kept for k in _fitted_as(c[0])))
     by, ranks = defaultdict(lambda: defaultdict(list)), defaultdict(set)
     for name, elems, _nbytes, dt, *more in kept:
         parts = more[1] if len(more) > 2 else 1.0
-        for key in {name, name.split("/")[0]}:
+        for key in _fitted_as(name):
             by[key][(elems, parts)].append(dt)
             ranks[key].add(more[-1] if len(more) > 1 else 0)   # every rank's calls since 2026-11-27
     kernels, fits = {}, {}
