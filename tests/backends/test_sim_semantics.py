@@ -251,3 +251,27 @@ def test_memo_kernels_run_once_but_charge_every_rank(monkeypatch):
     np.testing.assert_array_equal(outs[0], [1, 1, 1, 1, 0, 0, 0, 0])
     assert all(o is outs[0] for o in outs) and not outs[0].flags.writeable
     assert len({r[1] for r in st.results}) == 1 and st.results[0][1] > 2 * A  # charged, after the allgather
+
+
+def test_memo_keys_of_many_blocks_are_one_digest_of_their_contents():
+    """A tuple of P read-only blocks (a bulk allgather's result) is keyed by
+    one digest: equal contents give equal keys, one changed value another."""
+    from simsparse.backends.sim import _DIGEST_PARTS, _memo_key
+
+    def blocks(change=None):
+        out = []
+        for i in range(_DIGEST_PARTS + 4):
+            a = np.arange(5, dtype=np.float32) + i
+            if i == change:
+                a[2] += 1
+            a.setflags(write=False)
+            out.append(a)
+        return tuple(out)
+
+    digests: dict = {}
+    k1, k2, k3 = (_memo_key(("coo_concat", b), digests) for b in (blocks(), blocks(), blocks(change=7)))
+    assert k1 == k2 and hash(k1) == hash(k2) and k1 != k3
+    inner = k1[1][1]   # ("l", (name, blocks))
+    assert inner[0] == "d" and isinstance(inner[1], bytes) and len(inner[1]) == 16   # not P keys hashed per lookup
+    few = tuple(blocks()[:3])
+    assert _memo_key(few, digests)[0] == "l"   # a short tuple keeps its parts
