@@ -126,8 +126,9 @@ class BulkRun:
     def __init__(self, sim, entry: np.ndarray, order: list):
         self.sim, self.P, self.entry, self.order = sim, len(entry), entry, order
         self.waves: list = []                        # (src, dst, nbytes, pos), messages in posting order
-        self.steps: list = [[] for _ in range(self.P)]   # per rank: its waves (int) and kernels after them (seconds)
-        self.kinds: list = [bytearray() for _ in range(self.P)]   # per step: 0 a wave, 1 a kernel
+        self._chunks: list = []                      # the ranks' steps as recorded: (ranks, kind, values) arrays,
+        self._single: tuple = ([], [])               # kind 0 a wave (value: its id), 1 a kernel (seconds); single
+        self._flat = None                            # kernels since the last chunk: (ranks, seconds)
         self._dlog: list = []                        # kernels between posting a wave and waiting: (rank, wave,
         self._dsingle: tuple = ([], [], [])          # seconds) arrays per timed_all, single calls since the last
         self.open = np.full(self.P, -1)              # per rank: its last step if a wave (it waits for it), else -1
@@ -164,11 +165,9 @@ class BulkRun:
         part = np.zeros(self.P, dtype=bool)   # the ranks taking part (np.unique hashes P^2 messages)
         part[src] = True
         part[dst] = True
-        ranks = np.flatnonzero(part)
+        ranks = np.flatnonzero(part).astype(np.int32)
         self.open[ranks] = k
-        for r in ranks.tolist():
-            self.steps[r].append(k)
-            self.kinds[r].append(0)
+        self._chunk(ranks, 0, np.full(len(ranks), float(k)))
 
     def _flush_single(self) -> None:
         if self._dsingle[0]:
@@ -214,8 +213,9 @@ class BulkRun:
             ds.append(dt)
             self._during = None
         else:
-            self.steps[rank].append(float(dt))
-            self.kinds[rank].append(1)
+            self._single[0].append(rank)
+            self._single[1].append(float(dt))
+            self._flat = None
             self.open[rank] = -1
         self.kernels = True
 
@@ -228,11 +228,48 @@ class BulkRun:
                                np.asarray(dts, dtype=float)))
             self._during = None
         else:
-            for s, k, dt in zip(self.steps, self.kinds, np.asarray(dts, dtype=float).tolist()):
-                s.append(float(dt))
-                k.append(1)
+            self._chunk(np.arange(self.P, dtype=np.int32), 1, np.asarray(dts, dtype=float))
             self.open[:] = -1
         self.kernels = True
+
+    def _chunk(self, ranks, kind: int, values) -> None:
+        """Record a step for each of ``ranks`` (after the single kernels recorded before it)."""
+        self._flush_steps()
+        self._chunks.append((ranks, kind, values))
+        self._flat = None
+
+    def _flush_steps(self) -> None:
+        rs, vs = self._single
+        if rs:
+            self._chunks.append((np.array(rs, dtype=np.int32), 1, np.array(vs, dtype=float)))
+            self._single = ([], [])
+
+    def flat_steps(self):
+        """Every rank's steps in the order recorded, rank after rank, as
+        arrays: kinds (uint8: 0 a wave, 1 a kernel), values (the wave's id or
+        the kernel's seconds) and each rank's count. A wave of an alltoall
+        is a step of each of P ranks: kept as arrays, not P list appends."""
+        if self._flat is None:
+            self._flush_steps()
+            ch = self._chunks
+            if not ch:
+                return np.zeros(0, np.uint8), np.zeros(0), np.zeros(self.P, dtype=np.int64)
+            ranks = np.concatenate([c[0] for c in ch])
+            kinds = np.repeat(np.array([c[1] for c in ch], dtype=np.uint8), [len(c[0]) for c in ch])
+            vals = np.concatenate([c[2] for c in ch])
+            o = np.argsort(ranks.astype(np.int16) if self.P < 2**15 else ranks, kind="stable")
+            self._flat = (kinds[o], vals[o], np.bincount(ranks, minlength=self.P))
+        return self._flat
+
+    @property
+    def steps(self) -> list:
+        """Per rank: its steps as a list, a wave's id (int) or a kernel's seconds (float)."""
+        kinds, vals, count = self.flat_steps()
+        out, a = [], 0
+        for n in count.tolist():
+            out.append([int(v) if k == 0 else v for k, v in zip(kinds[a:a + n].tolist(), vals[a:a + n].tolist())])
+            a += n
+        return out
 
     # -- timing ------------------------------------------------------------------------
     def evaluate(self) -> None:
@@ -333,7 +370,7 @@ class BulkRun:
         before, after = [[] for _ in range(n + 1)], [[] for _ in range(n)]
         if not self.kernels:
             return before, after
-        for r, items in enumerate(self.steps):
+        for r, items in enumerate(self.steps):   # (built once here)
             pending = []
             for it in items:
                 if type(it) is int:
@@ -384,6 +421,7 @@ class BulkRun:
         posted: dict = {}
         waiting: dict = {}
         cursor = [0] * P
+        steps = self.steps
         flows: list = []   # (src, dst, start, arrival) of every message
         exact = True
         self.done = []
@@ -405,7 +443,7 @@ class BulkRun:
 
         def go(r):   # rank r goes on at the engine's time: kernels, then its next wave
             t[r] = eng.now
-            items = self.steps[r]
+            items = steps[r]
             while cursor[r] < len(items):
                 it = items[cursor[r]]
                 cursor[r] += 1

@@ -55,67 +55,84 @@ def _inline(fn):
 
 
 @_inline
-def fit(st, en, n, last, t, d):
-    """Earliest t' >= t with [t', t' + d) free (``_Port.fit``)."""
+def fit(PS, PE, p, lo, n, last, t, d):
+    """Earliest t' >= t with [t', t' + d) free (``_Port.fit``) among port p's
+    intervals lo..n-1 (row p of PS and PE: sorted, disjoint, so their ends
+    ascend too; indexed in place, as a row view costs reference counting)."""
     if t >= last:
         return t
-    i = np.searchsorted(st[:n], t, side="right") - 1
-    if i >= 0 and en[i] > t:
-        t = en[i]
-    i += 1
-    while i < n and st[i] < t + d:
-        if en[i] > t:
-            t = en[i]
+    i = lo
+    while i < n and PE[p, i] <= t:   # those over by t
+        i += 1
+    if i < n and PS[p, i] <= t:      # the one under way at t
+        t = PE[p, i]
+        i += 1
+    while i < n and PS[p, i] < t + d:
+        if PE[p, i] > t:
+            t = PE[p, i]
         i += 1
     return t
 
 
 @_inline
-def book(PS, PE, pn, plast, p, t, d, now):
-    """``_Port.book`` on port p (row p of PS and PE, its first pn[p] intervals);
-    returns the storage, doubled when the row was full."""
-    if d <= 0:
-        return PS, PE
-    n = pn[p]
-    if n == PS.shape[1]:   # grow every row
-        PS2, PE2 = np.empty((PS.shape[0], 2 * n)), np.empty((PS.shape[0], 2 * n))
-        PS2[:, :n], PE2[:, :n] = PS, PE
-        PS, PE = PS2, PE2
-    st, en = PS[p], PE[p]
-    if t >= plast[p]:
-        st[n], en[n] = t, t + d
-        plast[p] = t + d
-    else:
-        i = np.searchsorted(st[:n], t, side="right")
-        for j in range(n, i, -1):
-            st[j], en[j] = st[j - 1], en[j - 1]
-        st[i], en[i] = t, t + d
-    n += 1
-    if n > 64 and en[0] <= now:   # forget the past now and then
-        k = np.searchsorted(en[:n], now, side="right")
-        for j in range(n - k):
-            st[j], en[j] = st[j + k], en[j + k]
-        n -= k
-    pn[p] = n
+def room(PS, PE, plo, pn, ports, now):
+    """Space for one more interval in the rows of ``ports``: the intervals
+    over by ``now`` are dropped (every later fit asks from ``now`` on, so
+    none can meet them) and the row compacted; every row doubled when
+    nothing can go. Returns the storage (called only when a row is full)."""
+    for p in ports:
+        lo, n = plo[p], pn[p]
+        if n < PS.shape[1]:
+            continue
+        while lo < n and PE[p, lo] <= now:
+            lo += 1
+        if lo > 0:
+            for j in range(n - lo):
+                PS[p, j], PE[p, j] = PS[p, lo + j], PE[p, lo + j]
+            plo[p], pn[p] = 0, n - lo
+        else:
+            PS2, PE2 = np.empty((PS.shape[0], 2 * n)), np.empty((PS.shape[0], 2 * n))
+            PS2[:, :n], PE2[:, :n] = PS, PE
+            PS, PE = PS2, PE2
     return PS, PE
 
 
 @_inline
-def transfer(m, firm, now, P, msrc, mdst, mdur, PS, PE, pn, plast,
+def book(PS, PE, plo, pn, plast, p, t, d, now):
+    """``_Port.book`` on port p (row p of PS and PE holds its intervals
+    plo[p]..pn[p]-1, with room for one more): those over by ``now`` are
+    forgotten, [t, t + d) goes in after those starting at or before t."""
+    lo, n = plo[p], pn[p]
+    while lo < n and PE[p, lo] <= now:
+        lo += 1
+    if t >= plast[p]:
+        PS[p, n], PE[p, n] = t, t + d
+        plast[p] = t + d
+    else:
+        i = n
+        while i > lo and PS[p, i - 1] > t:
+            PS[p, i], PE[p, i] = PS[p, i - 1], PE[p, i - 1]
+            i -= 1
+        PS[p, i], PE[p, i] = t, t + d
+    plo[p], pn[p] = lo, n + 1
+
+
+@_inline
+def transfer(m, firm, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
              chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d, border, nbook, heap, seq):
     """``bulk_transfer``: book message m's ports, schedule its arrival;
-    returns (sequence, whether the booking order is the event path's, the port storage)."""
+    returns (sequence, whether the booking order is the event path's). Its ports have room (:func:`room`)."""
     s, q = msrc[m], P + mdst[m]
     d = mdur[m]
     ok = True
     if plast[s] <= now and plast[q] <= now:
         t1 = now
     else:
-        own = fit(PS[s], PE[s], pn[s], plast[s], now, d)
+        own = fit(PS, PE, s, plo[s], pn[s], plast[s], now, d)
         tt = now
         while True:   # alternate until both ports agree on a start
-            t1 = fit(PS[s], PE[s], pn[s], plast[s], tt, d)
-            t2 = fit(PS[q], PE[q], pn[q], plast[q], t1, d)
+            t1 = fit(PS, PE, s, plo[s], pn[s], plast[s], tt, d)
+            t2 = fit(PS, PE, q, plo[q], pn[q], plast[q], t1, d)
             if t2 == t1:
                 break
             tt = t2
@@ -124,8 +141,8 @@ def transfer(m, firm, now, P, msrc, mdst, mdur, PS, PE, pn, plast,
         elif own != now:
             ok = chain_set[s] and (chain_t[s] < now or (chain_t[s] == now and chain_firm[s] and firm))
     if d > 0:
-        PS, PE = book(PS, PE, pn, plast, s, t1, d, now)
-        PS, PE = book(PS, PE, pn, plast, q, t1, d, now)
+        book(PS, PE, plo, pn, plast, s, t1, d, now)
+        book(PS, PE, plo, pn, plast, q, t1, d, now)
         b = nbook[0]
         log_t1[b], log_d[b] = t1, d
         border[b] = m
@@ -138,8 +155,8 @@ def transfer(m, firm, now, P, msrc, mdst, mdur, PS, PE, pn, plast,
         tied_s[q] = -1
     mstart[m] = now
     seq += 1
-    heapq.heappush(heap, (now + (t1 + d - now), seq, ARRIVE, m, 0, 0))
-    return seq, ok, PS, PE
+    heapq.heappush(heap, (now + (t1 + d - now), seq, ARRIVE, m, np.int64(sitem[m]), np.int64(ritem[m])))   # its waits ride along
+    return seq, ok
 
 
 @_inline
@@ -159,7 +176,7 @@ def device_run(r, x, t, dev, busy):
 
 @_njit
 def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
-           soff, kind, dt, send_off, send_idx, recv_off, recv_idx, dur_off, dur_dt,
+           soff, kind, dt, send_off, waits, rv_off, rv_idx, dur_off, dur_dt,
            port_off, port_st, port_en, port_last, mdur, rtt, eager, window):
     nitems = len(kind)
     t = entry.copy()
@@ -169,6 +186,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
     exact_net = True
     # ports (0..P-1 send, P..2P-1 receive): row p holds port p's pn[p] busy intervals
     pn = port_off[1:] - port_off[:-1]
+    plo = np.zeros(2 * P, dtype=pn.dtype)
     cap = 2 * max(pn.max(), 32)
     PS, PE = np.empty((2 * P, cap)), np.empty((2 * P, cap))
     plast = port_last.copy()
@@ -180,7 +198,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
     chain_set = np.zeros(P, dtype=np.bool_)
     tied_t = np.full(P, -np.inf)           # per receiver: when the messages booked there last were ready
     tied_s = np.zeros(P, dtype=np.int64)   # and their sender (-1: several)
-    left = (send_off[1:] - send_off[:-1]) + (recv_off[1:] - recv_off[:-1])
+    left = waits.copy()                    # per step: its messages not arrived yet
     waiting = np.zeros(nitems, dtype=np.bool_)
     posted = np.zeros(nitems, dtype=np.bool_)
     cursor = soff[:-1].copy()
@@ -204,12 +222,14 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
         now = ev[0]
         typ, a, b, c = ev[2], ev[3], ev[4], ev[5]
         if typ == MOVE:
-            seq, ok, PS, PE = transfer(a, b == 1, now, P, msrc, mdst, mdur, PS, PE, pn, plast, chain_t,
+            if pn[msrc[a]] == PS.shape[1] or pn[P + mdst[a]] == PS.shape[1]:
+                PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[a]), P + np.int64(mdst[a])), now)
+            seq, ok = transfer(a, b == 1, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast, chain_t,
                                chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d, border, nbook, heap, seq)
             exact_net = ok and exact_net
             continue
         if typ == ARRIVE:   # the sender's wait first, then the receiver's
-            for it in (sitem[a], ritem[a]):
+            for it in (b, c):
                 left[it] -= 1
                 if left[it] == 0 and waiting[it]:
                     waiting[it] = False
@@ -257,21 +277,24 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
                     break
                 continue
             posted[j] = True
-            for x in range(recv_off[j], recv_off[j + 1]):
-                m = np.int64(recv_idx[x])
-                if mnb[m] > window and posted[sitem[m]]:   # a rendezvous send posted before moves now
+            for x in range(rv_off[j], rv_off[j + 1]):   # its receives past the window (rendezvous)
+                m = np.int64(rv_idx[x])
+                if posted[sitem[m]]:   # a rendezvous send posted before moves now
                     if rtt > 0:
                         seq += 1
                         heapq.heappush(heap, (now + rtt, seq, MOVE, m, 0, 0))
                     else:
-                        seq, ok, PS, PE = transfer(m, False, now, P, msrc, mdst, mdur, PS, PE, pn, plast,
+                        if pn[msrc[m]] == PS.shape[1] or pn[P + mdst[m]] == PS.shape[1]:
+                            PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[m]), P + np.int64(mdst[m])), now)
+                        seq, ok = transfer(m, False, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
                                            chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d,
                                            border, nbook, heap, seq)
                         exact_net = ok and exact_net
-            for x in range(send_off[j], send_off[j + 1]):
-                m = np.int64(send_idx[x])
+            for m in range(send_off[j], send_off[j + 1]):   # (messages numbered in posting order)
                 if mnb[m] <= eager or ((mnb[m] <= window or posted[ritem[m]]) and not rtt > 0):
-                    seq, ok, PS, PE = transfer(m, True, now, P, msrc, mdst, mdur, PS, PE, pn, plast,
+                    if pn[msrc[m]] == PS.shape[1] or pn[P + mdst[m]] == PS.shape[1]:
+                        PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[m]), P + np.int64(mdst[m])), now)
+                    seq, ok = transfer(m, True, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
                                        chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d,
                                        border, nbook, heap, seq)
                     exact_net = ok and exact_net
@@ -344,14 +367,13 @@ def replay_run(run) -> None:
     net = sim.network
     nw = len(run.waves)
     # each rank's steps: waves (ids) and kernels (seconds), in order
-    kind = np.concatenate([np.frombuffer(kb, dtype=np.uint8) for kb in run.kinds]).astype(np.int64)
+    kind, val, rank = run.flat_steps()
+    kind = kind.astype(np.int64)
     n_items, nm = len(kind), sum(len(w[0]) for w in run.waves)
     ix = np.int32 if max(P, nm, n_items) < 2**31 else np.int64   # message and step indices: half the memory
     msrc = np.concatenate([w[0] for w in run.waves], dtype=ix)
     mdst = np.concatenate([w[1] for w in run.waves], dtype=ix)
     mnb = np.concatenate([w[2] for w in run.waves]).astype(np.int64, copy=False)
-    val = np.concatenate([np.array(items, dtype=np.float64) for items in run.steps])
-    rank = [len(items) for items in run.steps]
     dt = np.where(kind == 1, val, 0.0)
     wave = np.where(kind == 0, val, -1).astype(np.int64)
     soff = np.zeros(P + 1, dtype=np.int64)
@@ -362,10 +384,24 @@ def replay_run(run) -> None:
     sitem, ritem = _wave_steps(run.waves, witems, wkey, P, ix)
     send_off = np.zeros(n_items + 1, dtype=np.int64)
     send_off[1:] = np.cumsum(np.bincount(sitem, minlength=n_items))
+    recv_n = np.bincount(ritem, minlength=n_items)
     recv_off = np.zeros(n_items + 1, dtype=np.int64)
-    recv_off[1:] = np.cumsum(np.bincount(ritem, minlength=n_items))
-    send_idx = _by_step(run.waves, sitem, send_off, P, ix, recv=False)
-    recv_idx = _by_step(run.waves, ritem, recv_off, P, ix, recv=True)
+    recv_off[1:] = np.cumsum(recv_n)
+    # messages numbered again in the order their senders post them: a step's sends lie side by
+    # side (the replay reads each one's arrays where it read P apart), its receives by the new ids
+    order = _by_step(run.waves, sitem, send_off, P, ix, recv=False)
+    renum = np.empty(nm, dtype=ix)
+    renum[order] = np.arange(nm, dtype=ix)
+    recv_idx = renum[_by_step(run.waves, ritem, recv_off, P, ix, recv=True)]
+    del renum
+    msrc, mdst, mnb, sitem, ritem = msrc[order], mdst[order], mnb[order], sitem[order], ritem[order]
+    del order
+    # a step waits for its sends and receives; of its receives only those past the window act when it posts
+    left = (np.diff(send_off) + recv_n).astype(ix)
+    rv_idx = recv_idx[mnb[recv_idx] > float(sim.window)]
+    rv_off = np.zeros(n_items + 1, dtype=np.int64)
+    rv_off[1:] = np.cumsum(np.bincount(ritem[rv_idx], minlength=n_items))
+    del recv_idx, recv_n
     dr, dk, dd = (np.asarray(c) for c in run.during_log)
     keep = dk >= 0 if len(dk) else np.zeros(0, dtype=bool)   # kernels after a rank's last wave are never read
     dr, dk, dd = dr[keep].astype(np.int64), dk[keep].astype(np.int64), dd[keep].astype(np.float64)
@@ -377,7 +413,7 @@ def replay_run(run) -> None:
     port_off, port_st, port_en, port_last = net.bulk_ports()
     (t, dev, busy, done, exact_dev, exact_net, mstart, border, log_t1, log_d, held) = replay(
         P, run.entry.astype(np.float64), np.asarray(run.order, dtype=np.int64), run.device.astype(np.float64),
-        msrc, mdst, mnb, sitem, ritem, item_rank, soff, kind, dt, send_off, send_idx, recv_off, recv_idx,
+        msrc, mdst, mnb, sitem, ritem, item_rank, soff, kind, dt, send_off, left, rv_off, rv_idx,
         dur_off, dur_dt, port_off, port_st, port_en, port_last, net.duration(mnb.astype(np.float64)),
         float(sim.rdv_rtt), float(sim.eager), float(sim.window))
     run.t, run.device, run.busy, run.done = t, dev, busy, done.tolist()

@@ -245,6 +245,38 @@ def test_the_compiled_replay_is_the_python_replay(monkeypatch, algorithm):
     assert calls or algorithm == "gtopk"   # the compiled replay ran (gtopk's waves never wait: no replay)
 
 
+def test_the_compiled_port_rows_fit_and_book_as_a_port():
+    """The compiled replay keeps a port's intervals in a row that forgets
+    those over by now, is compacted when full and doubled when nothing can
+    go (``room``, ``book``); every fit gives ``_Port.fit``'s answer, on
+    random bookings ahead of now that backfill each other."""
+    import simsparse.backends.replay_ab as ra
+    from simsparse.network.alphabeta import _Port
+
+    if ra.compiled() is None:
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(3)
+    port = _Port()
+    PS, PE = np.empty((1, 2)), np.empty((1, 2))   # two slots: compacted and grown again and again
+    plo, pn, plast = np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1)
+    now, grown = 0.0, 0
+    for _ in range(3000):
+        now += rng.exponential(1.0)
+        t, d = now + rng.uniform(0.0, 6.0), rng.uniform(0.1, 2.0)
+        t1 = port.fit(t, d)
+        assert ra.fit(PS, PE, 0, plo[0], pn[0], plast[0], t, d) == t1
+        if pn[0] == PS.shape[1]:
+            cap = PS.shape[1]
+            PS, PE = ra.room(PS, PE, plo, pn, (0,), now)
+            grown += PS.shape[1] > cap
+        ra.book(PS, PE, plo, pn, plast, 0, t1, d, now)
+        port.book(t1, d, now)
+        assert plast[0] == port.last
+    live = [(a, b) for a, b in zip(port.starts, port.ends) if b > now]
+    assert [tuple(x) for x in zip(PS[0, plo[0]:pn[0]], PE[0, plo[0]:pn[0]])][-len(live):] == live
+    assert grown >= 2
+
+
 def test_a_port_forgets_only_intervals_no_later_fit_can_meet():
     """``_Port.realize(now)`` drops the intervals that ended by ``now`` (lazy
     or listed) but keeps the last one: every fit from ``now`` on, and the
