@@ -24,6 +24,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import jit
 from ..size_scale import log_table
 
 
@@ -322,17 +323,57 @@ class AlphaBetaNetwork:
         src, dst, start, d = (np.concatenate(c) for c in zip(*self._pending))
         self._pending = []
         end = start + d
-        small = np.int16 if len(self._send) < 2**15 else np.int64   # a radix sort by port
         for ports, idx in ((self._send, src), (self._recv, dst)):
-            o = np.argsort(idx.astype(small), kind="stable")
-            idx, st, en = idx[o], start[o], end[o]
-            cut = np.flatnonzero(np.diff(idx)) + 1
-            down = np.diff(st) < 0   # a port's intervals booked out of start order (backfilled)
-            for a, b in zip([0, *cut.tolist()], [*cut.tolist(), len(idx)]):
-                if down[a:b - 1].any():
-                    s = a + np.argsort(st[a:b], kind="stable")
-                    st[a:b], en[a:b] = st[s], en[s]
-                ports[int(idx[a])].hold(st[a:b], en[a:b], self._earliest)
+            st, en, off = by_port(idx, start, end, len(ports))
+            for p in np.flatnonzero(np.diff(off)).tolist():
+                ports[p].hold(st[off[p]:off[p + 1]], en[off[p]:off[p + 1]], self._earliest)
+
+
+#: groupings of fewer bookings than this run in numpy (compiling takes seconds once per installation)
+BY_PORT_COMPILED_FROM = 20000
+
+
+def by_port(port, start, end, n: int):
+    """Intervals (``start``, ``end``, booked on ``port`` in booking order)
+    grouped by port, each port's sorted by start, ties in booking order:
+    (starts, ends, offsets of the n ports). Compiled (a counting sort and an
+    insertion sort of nearly sorted runs) for large commits: at P = 4096 a
+    commit of Ok-Topk's split and reduce groups 16.8 M bookings twice."""
+    if jit.enabled() and len(port) >= BY_PORT_COMPILED_FROM:
+        return _by_port_compiled(np.ascontiguousarray(port, dtype=np.int64), start, end, n)
+    o = np.argsort(port.astype(np.int16) if n < 2**15 else port, kind="stable")   # a radix sort by port
+    port, st, en = port[o], start[o], end[o]
+    off = np.zeros(n + 1, dtype=np.int64)
+    off[1:] = np.cumsum(np.bincount(port, minlength=n))
+    down = np.flatnonzero(np.diff(st) < 0)   # a port's intervals booked out of start order (backfilled)
+    for p in np.unique(port[down + 1]).tolist() if len(down) else []:
+        a, b = off[p], off[p + 1]
+        s = a + np.argsort(st[a:b], kind="stable")
+        st[a:b], en[a:b] = st[s], en[s]
+    return st, en, off
+
+
+def _by_port(port, start, end, n):
+    off = np.zeros(n + 1, dtype=np.int64)
+    for p in port:
+        off[p + 1] += 1
+    for p in range(n):
+        off[p + 1] += off[p]
+    fill = off[:-1].copy()
+    st, en = np.empty(len(port)), np.empty(len(port))
+    for i in range(len(port)):
+        p = port[i]
+        j = fill[p]
+        fill[p] = j + 1
+        a, e = start[i], end[i]
+        while j > off[p] and st[j - 1] > a:   # after those starting at or before it: stable
+            st[j], en[j] = st[j - 1], en[j - 1]
+            j -= 1
+        st[j], en[j] = a, e
+    return st, en, off
+
+
+_by_port_compiled = jit.numba.njit(cache=True)(_by_port) if jit.numba is not None else None
 
 
 def _copy_port(p: _Port) -> _Port:

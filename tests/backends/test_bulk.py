@@ -277,6 +277,30 @@ def test_the_compiled_port_rows_fit_and_book_as_a_port():
     assert grown >= 2
 
 
+def test_a_commit_groups_bookings_by_port_alike_compiled_and_in_numpy(monkeypatch):
+    """``by_port``: each port's intervals sorted by start, ties in booking
+    order; the compiled grouping (large commits) equals numpy's, and both
+    equal a stable sort by (port, start)."""
+    from simsparse import jit
+    from simsparse.network import alphabeta as ab
+
+    rng = np.random.default_rng(5)
+    n, m = 40, 30000
+    port = rng.integers(0, n, m)
+    start = np.round(np.sort(rng.uniform(0, 50, m)) + rng.normal(0, 1, m) * (rng.random(m) < 0.3), 1)  # ties, backfills
+    end = start + rng.uniform(0.1, 1, m)
+    o = np.lexsort((np.arange(m), start, port))
+    want = (start[o], end[o], np.concatenate(([0], np.cumsum(np.bincount(port, minlength=n)))))
+    got = []
+    for flag in ("0", "1"):
+        monkeypatch.setenv("SIMSPARSE_NUMBA", flag)
+        got.append(ab.by_port(port, start, end, n))
+    if not jit.enabled():
+        pytest.skip("numba is not installed")
+    for g in got:
+        assert all(np.array_equal(x, y) for x, y in zip(g, want))
+
+
 def test_a_port_forgets_only_intervals_no_later_fit_can_meet():
     """``_Port.realize(now)`` drops the intervals that ended by ``now`` (lazy
     or listed) but keeps the last one: every fit from ``now`` on, and the
