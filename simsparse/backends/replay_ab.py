@@ -175,10 +175,10 @@ def device_run(r, x, t, dev, busy):
 
 
 @_njit
-def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
-           soff, kind, dt, send_off, waits, rv_off, rv_idx, dur_off, dur_dt,
+def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
+           soff, items, dt, waits, rv_idx, dur_dt,
            port_off, port_st, port_en, port_last, mdur, rtt, eager, window):
-    nitems = len(kind)
+    nitems = len(items)
     t = entry.copy()
     dev = device.copy()
     busy = np.zeros(P)
@@ -198,9 +198,13 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
     chain_set = np.zeros(P, dtype=np.bool_)
     tied_t = np.full(P, -np.inf)           # per receiver: when the messages booked there last were ready
     tied_s = np.zeros(P, dtype=np.int64)   # and their sender (-1: several)
-    left = waits.copy()                    # per step: its messages not arrived yet
-    waiting = np.zeros(nitems, dtype=np.bool_)
-    posted = np.zeros(nitems, dtype=np.bool_)
+    # a step's fields side by side, one row each (one cache line, where separate arrays
+    # were a miss each: the replay visits steps in an order no layout follows)
+    kind, send_lo, send_hi, rv_lo, rv_hi = items[:, 0], items[:, 1], items[:, 2], items[:, 3], items[:, 4]
+    dur_lo, dur_hi = items[:, 5], items[:, 6]
+    state = np.zeros((nitems, 4), dtype=items.dtype)
+    state[:, 0], state[:, 3] = waits, items[:, 7]
+    left, waiting, posted, item_rank = state[:, 0], state[:, 1], state[:, 2], state[:, 3]   # left: not arrived yet
     cursor = soff[:-1].copy()
     nm = len(msrc)
     mstart = np.zeros(nm)
@@ -232,9 +236,9 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
             for it in (b, c):
                 left[it] -= 1
                 if left[it] == 0 and waiting[it]:
-                    waiting[it] = False
+                    waiting[it] = 0
                     seq += 1
-                    heapq.heappush(heap, (now, seq, GO, item_rank[it], 0, 0))
+                    heapq.heappush(heap, (now, seq, GO, np.int64(item_rank[it]), 0, 0))
             continue
         r = a
         it, di = -1, 0
@@ -245,8 +249,8 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
         while True:
             if it >= 0:   # settle: the kernels between posting and waiting, then the wait
                 blocked = False
-                while di < dur_off[it + 1] - dur_off[it]:
-                    x = dur_dt[dur_off[it] + di]
+                while di < dur_hi[it] - dur_lo[it]:
+                    x = dur_dt[dur_lo[it] + di]
                     di += 1
                     if device_run(r, x, t, dev, busy):
                         exact_dev = False
@@ -258,7 +262,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
                 if blocked:
                     break
                 if left[it]:
-                    waiting[it] = True
+                    waiting[it] = 1
                     break
                 it = -1
                 t[r] = now
@@ -276,8 +280,8 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
                     heapq.heappush(heap, (now + (dev[r] - now), seq, GO, r, 0, 0))
                     break
                 continue
-            posted[j] = True
-            for x in range(rv_off[j], rv_off[j + 1]):   # its receives past the window (rendezvous)
+            posted[j] = 1
+            for x in range(rv_lo[j], rv_hi[j]):   # its receives past the window (rendezvous)
                 m = np.int64(rv_idx[x])
                 if posted[sitem[m]]:   # a rendezvous send posted before moves now
                     if rtt > 0:
@@ -290,7 +294,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem, item_rank,
                                            chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d,
                                            border, nbook, heap, seq)
                         exact_net = ok and exact_net
-            for m in range(send_off[j], send_off[j + 1]):   # (messages numbered in posting order)
+            for m in range(np.int64(send_lo[j]), np.int64(send_hi[j])):   # (messages numbered in posting order)
                 if mnb[m] <= eager or ((mnb[m] <= window or posted[ritem[m]]) and not rtt > 0):
                     if pn[msrc[m]] == PS.shape[1] or pn[P + mdst[m]] == PS.shape[1]:
                         PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[m]), P + np.int64(mdst[m])), now)
@@ -438,6 +442,11 @@ def replay_run(run) -> None:
     dur_off = np.zeros(n_items + 1, dtype=np.int64)
     dur_off[1:] = np.cumsum(np.bincount(at, minlength=n_items))
     dur_dt = dd[o]
+    items = np.empty((n_items, 8), dtype=ix if dur_off[-1] < 2**31 else np.int64)   # a step's fields in a row
+    items[:, 0], items[:, 7] = kind, item_rank
+    for c, off in ((1, send_off), (3, rv_off), (5, dur_off)):
+        items[:, c], items[:, c + 1] = off[:-1], off[1:]
+    del send_off, rv_off, dur_off
     port_off, port_st, port_en, port_last = net.bulk_ports()
     rows = np.concatenate((rorder, P + rorder))   # the ports by label: send ports, then receive ports
     n_port = np.diff(port_off)
@@ -445,8 +454,7 @@ def replay_run(run) -> None:
     port_off = np.concatenate(([0], np.cumsum(n_port[rows])))
     (t, dev, busy, done, exact_dev, exact_net, mstart, border, log_t1, log_d, held) = replay(
         P, run.entry[rorder].astype(np.float64), np.arange(P, dtype=np.int64), run.device[rorder].astype(np.float64),
-        msrc, mdst, mnb, sitem, ritem, item_rank, soff, kind, dt, send_off, left, rv_off, rv_idx,
-        dur_off, dur_dt, port_off, port_st, port_en, port_last[rows], net.duration(mnb.astype(np.float64)),
+        msrc, mdst, mnb, sitem, ritem, soff, items, dt, left, rv_idx, dur_dt, port_off, port_st, port_en, port_last[rows], net.duration(mnb.astype(np.float64)),
         float(sim.rdv_rtt), float(sim.eager), float(sim.window))
     run.t, run.device, run.busy = (_unlabel(x, rorder) for x in (t, dev, busy))
     run.done = rorder[done].tolist()
