@@ -446,7 +446,8 @@ def replay_run(run) -> None:
     items[:, 0], items[:, 7] = kind, item_rank
     for c, off in ((1, send_off), (3, rv_off), (5, dur_off)):
         items[:, c], items[:, c + 1] = off[:-1], off[1:]
-    del send_off, rv_off, dur_off
+    del send_off, rv_off, dur_off, kind, val, wave, item_rank, witems, wkey, at, o, dr, dk, dd
+    mdur = net.duration(mnb.astype(np.float64))
     port_off, port_st, port_en, port_last = net.bulk_ports()
     rows = np.concatenate((rorder, P + rorder))   # the ports by label: send ports, then receive ports
     n_port = np.diff(port_off)
@@ -454,11 +455,12 @@ def replay_run(run) -> None:
     port_off = np.concatenate(([0], np.cumsum(n_port[rows])))
     (t, dev, busy, done, exact_dev, exact_net, mstart, border, log_t1, log_d, held) = replay(
         P, run.entry[rorder].astype(np.float64), np.arange(P, dtype=np.int64), run.device[rorder].astype(np.float64),
-        msrc, mdst, mnb, sitem, ritem, soff, items, dt, left, rv_idx, dur_dt, port_off, port_st, port_en, port_last[rows], net.duration(mnb.astype(np.float64)),
-        float(sim.rdv_rtt), float(sim.eager), float(sim.window))
+        msrc, mdst, mnb, sitem, ritem, soff, items, dt, left, rv_idx, dur_dt, port_off, port_st, port_en, port_last[rows],
+        mdur, float(sim.rdv_rtt), float(sim.eager), float(sim.window))
     run.t, run.device, run.busy = (_unlabel(x, rorder) for x in (t, dev, busy))
     run.done = rorder[done].tolist()
-    msrc, mdst = rorder[msrc], rorder[mdst]
+    rank_of = rorder.astype(ix)
+    msrc, mdst = rank_of[msrc], rank_of[mdst]
     held = _unlabel(held, rows)
     free = net.bulk_took(msrc, mdst, mstart, (msrc[border], mdst[border], log_t1, log_d), held)
     run.exact = run.exact and exact_dev and exact_net and free
