@@ -126,9 +126,11 @@ class BulkRun:
     def __init__(self, sim, entry: np.ndarray, order: list):
         self.sim, self.P, self.entry, self.order = sim, len(entry), entry, order
         self.waves: list = []                        # (src, dst, nbytes, pos), messages in posting order
-        self._chunks: list = []                      # the ranks' steps as recorded: (ranks, kind, values) arrays,
-        self._single: tuple = ([], [])               # kind 0 a wave (value: its id), 1 a kernel (seconds); single
-        self._flat = None                            # kernels since the last chunk: (ranks, seconds)
+        # the ranks' steps as recorded: chunks of (ranks, kind, values) arrays, kind 0 a wave (value:
+        # its id) or 1 a kernel (seconds); single kernels since the last chunk as (ranks, seconds) lists
+        self._chunks: list = []
+        self._single: tuple = ([], [])
+        self._flat = None                            # flat_steps, once asked for
         self._dlog: list = []                        # kernels between posting a wave and waiting: (rank, wave,
         self._dsingle: tuple = ([], [], [])          # seconds) arrays per timed_all, single calls since the last
         self.open = np.full(self.P, -1)              # per rank: its last step if a wave (it waits for it), else -1

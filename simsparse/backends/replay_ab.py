@@ -79,7 +79,7 @@ def room(PS, PE, plo, pn, ports, now):
     """Space for one more interval in the rows of ``ports``: the intervals
     over by ``now`` are dropped (every later fit asks from ``now`` on, so
     none can meet them) and the row compacted; every row doubled when
-    nothing can go. Returns the storage (called only when a row is full)."""
+    nothing can go. Returns the storage (a new one only when it grew)."""
     for p in ports:
         lo, n = plo[p], pn[p]
         if n < PS.shape[1]:
@@ -155,7 +155,8 @@ def transfer(m, firm, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, p
         tied_s[q] = -1
     mstart[m] = now
     seq += 1
-    heapq.heappush(heap, (now + (t1 + d - now), seq, ARRIVE, m, np.int64(sitem[m]), np.int64(ritem[m])))   # its waits ride along
+    # its sender's and receiver's steps ride along with its arrival
+    heapq.heappush(heap, (now + (t1 + d - now), seq, ARRIVE, m, np.int64(sitem[m]), np.int64(ritem[m])))
     return seq, ok
 
 
@@ -226,8 +227,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
         now = ev[0]
         typ, a, b, c = ev[2], ev[3], ev[4], ev[5]
         if typ == MOVE:
-            if pn[msrc[a]] == PS.shape[1] or pn[P + mdst[a]] == PS.shape[1]:
-                PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[a]), P + np.int64(mdst[a])), now)
+            PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[a]), P + np.int64(mdst[a])), now)
             seq, ok = transfer(a, b == 1, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast, chain_t,
                                chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d, border, nbook, heap, seq)
             exact_net = ok and exact_net
@@ -288,16 +288,14 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
                         seq += 1
                         heapq.heappush(heap, (now + rtt, seq, MOVE, m, 0, 0))
                     else:
-                        if pn[msrc[m]] == PS.shape[1] or pn[P + mdst[m]] == PS.shape[1]:
-                            PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[m]), P + np.int64(mdst[m])), now)
+                        PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[m]), P + np.int64(mdst[m])), now)
                         seq, ok = transfer(m, False, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
                                            chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d,
                                            border, nbook, heap, seq)
                         exact_net = ok and exact_net
             for m in range(np.int64(send_lo[j]), np.int64(send_hi[j])):   # (messages numbered in posting order)
                 if mnb[m] <= eager or ((mnb[m] <= window or posted[ritem[m]]) and not rtt > 0):
-                    if pn[msrc[m]] == PS.shape[1] or pn[P + mdst[m]] == PS.shape[1]:
-                        PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[m]), P + np.int64(mdst[m])), now)
+                    PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[m]), P + np.int64(mdst[m])), now)
                     seq, ok = transfer(m, True, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
                                        chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d,
                                        border, nbook, heap, seq)
