@@ -131,6 +131,7 @@ class BulkRun:
         self._chunks: list = []
         self._single: tuple = ([], [])
         self._flat = None                            # flat_steps, once asked for
+        self._steps = (None, None)                   # (the flat_steps it came from, steps)
         self._dlog: list = []                        # kernels between posting a wave and waiting: (rank, wave,
         self._dsingle: tuple = ([], [], [])          # seconds) arrays per timed_all, single calls since the last
         self.open = np.full(self.P, -1)              # per rank: its last step if a wave (it waits for it), else -1
@@ -265,13 +266,17 @@ class BulkRun:
 
     @property
     def steps(self) -> list:
-        """Per rank: its steps as a list, a wave's id (int) or a kernel's seconds (float)."""
-        kinds, vals, count = self.flat_steps()
-        out, a = [], 0
-        for n in count.tolist():
-            out.append([int(v) if k == 0 else v for k, v in zip(kinds[a:a + n].tolist(), vals[a:a + n].tolist())])
-            a += n
-        return out
+        """Per rank: its steps as a list, a wave's id (int) or a kernel's seconds (float);
+        built once per recording (the wave path and then the Python replay may both read it)."""
+        flat = self.flat_steps()
+        if self._steps[0] is not flat:
+            kinds, vals, count = flat
+            out, a = [], 0
+            for n in count.tolist():
+                out.append([int(v) if k == 0 else v for k, v in zip(kinds[a:a + n].tolist(), vals[a:a + n].tolist())])
+                a += n
+            self._steps = (flat, out)
+        return self._steps[1]
 
     # -- timing ------------------------------------------------------------------------
     def evaluate(self) -> None:
@@ -372,7 +377,7 @@ class BulkRun:
         before, after = [[] for _ in range(n + 1)], [[] for _ in range(n)]
         if not self.kernels:
             return before, after
-        for r, items in enumerate(self.steps):   # (built once here)
+        for r, items in enumerate(self.steps):
             pending = []
             for it in items:
                 if type(it) is int:

@@ -75,6 +75,11 @@ def _digest(a: np.ndarray) -> bytes:
     return hashlib.blake2b(memoryview(np.ascontiguousarray(a)).cast("B"), digest_size=16).digest()
 
 
+#: a remembered key of more parts than this is kept as a digest of its text: a bulk allgather's
+#: tuple of P blocks made every memo lookup hash P keys (0.6 ms each at P = 4096)
+_DIGEST_PARTS = 16
+
+
 def _memo_key(obj, digests: dict):
     """Hashable content key of kernel arguments, or None when not memoisable.
     Arrays are keyed by a digest of their bytes; read-only arrays (shared
@@ -117,11 +122,6 @@ def _key(obj, digests: dict):
             key = ("d", hashlib.blake2b(repr(key).encode(), digest_size=16).digest())
         digests[id(obj)] = (obj, key)
     return key, fixed
-
-
-#: a remembered key of more parts than this is kept as a digest of its text: a bulk allgather's
-#: tuple of P blocks made every memo lookup hash P keys (0.6 ms each at P = 4096)
-_DIGEST_PARTS = 16
 
 
 def _scaled_nbytes(p: Payload, s: float) -> int:
