@@ -316,26 +316,36 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
     return t, dev, busy, done[:ndone], exact_dev, exact_net, mstart, border[:nb], log_t1[:nb], log_d[:nb], held
 
 
-def _wave_steps(waves, witems, wkey, P: int, ix):
-    """Each message's wave step at its sender and at its receiver (``witems``:
-    the wave steps, ``wkey``: rank * waves + wave of each, ascending), wave
-    by wave from a table of every rank's step in that wave (by binary search
-    where the table would outgrow the messages): gathers within a wave, not
-    a search over all steps for each of P^2 messages."""
-    nw, nm = len(waves), sum(len(w[0]) for w in waves)
+class _StepOf:
+    """Rank r's step in wave k, for arrays of (r, k) (``witems``: the wave
+    steps, ``wkey``: rank * waves + wave of each, ascending): a gather from a
+    (waves x P) table, or a binary search where the table would outgrow the
+    ``m`` lookups to come (a table lookup is a fraction of a search's cache
+    misses: at P = 4096 the searches of the kernels during waves took 9 s)."""
+
+    def __init__(self, witems, wkey, nw: int, P: int, ix, m: int):
+        self.witems, self.wkey, self.nw, self.table = witems, wkey, nw, None
+        if nw * P <= 4 * m + 4096:
+            self.table = np.full((nw, P), -1, dtype=ix)
+            self.table[wkey % nw, wkey // nw] = witems
+
+    def __call__(self, ranks, k):
+        """The steps of ``ranks`` in wave ``k`` (an int, or an array as long as ``ranks``)."""
+        if self.table is not None:
+            return self.table[k, ranks]
+        return self.witems[np.searchsorted(self.wkey, ranks * np.int64(self.nw) + k)]
+
+
+def _wave_steps(waves, step_of: _StepOf, ix):
+    """Each message's wave step at its sender and at its receiver, wave by
+    wave: gathers within a wave, not a search over all steps for each of
+    P^2 messages."""
+    nm = sum(len(w[0]) for w in waves)
     sitem, ritem = np.empty(nm, dtype=ix), np.empty(nm, dtype=ix)
-    table = nw * P <= 4 * nm + 4096
-    if table:
-        step_of = np.full((nw, P), -1, dtype=ix)
-        step_of[wkey % nw, wkey // nw] = witems
     a = 0
     for k, (src, dst, _, _) in enumerate(waves):
         b = a + len(src)
-        if table:
-            sitem[a:b], ritem[a:b] = step_of[k][src], step_of[k][dst]
-        else:
-            sitem[a:b] = witems[np.searchsorted(wkey, src * np.int64(nw) + k)]
-            ritem[a:b] = witems[np.searchsorted(wkey, dst * np.int64(nw) + k)]
+        sitem[a:b], ritem[a:b] = step_of(src, k), step_of(dst, k)
         a = b
     return sitem, ritem
 
@@ -411,7 +421,9 @@ def replay_run(run) -> None:
     item_rank = np.repeat(np.arange(P, dtype=np.int64), rank)
     witems = np.flatnonzero(kind == 0)
     wkey = item_rank[witems] * nw + wave[witems]   # (ascending: a rank's steps, rank after rank)
-    sitem, ritem = _wave_steps(waves, witems, wkey, P, ix)
+    dr, dk, dd = (np.asarray(c) for c in run.during_log)
+    step_of = _StepOf(witems, wkey, nw, P, ix, nm + len(dr))
+    sitem, ritem = _wave_steps(waves, step_of, ix)
     send_off = np.zeros(n_items + 1, dtype=np.int64)
     send_off[1:] = np.cumsum(np.bincount(sitem, minlength=n_items))
     recv_n = np.bincount(ritem, minlength=n_items)
@@ -432,10 +444,9 @@ def replay_run(run) -> None:
     rv_off = np.zeros(n_items + 1, dtype=np.int64)
     rv_off[1:] = np.cumsum(np.bincount(ritem[rv_idx], minlength=n_items))
     del recv_idx, recv_n
-    dr, dk, dd = (np.asarray(c) for c in run.during_log)
     keep = dk >= 0 if len(dk) else np.zeros(0, dtype=bool)   # kernels after a rank's last wave are never read
     dr, dk, dd = lab[dr[keep]], dk[keep].astype(np.int64), dd[keep].astype(np.float64)
-    at = witems[np.searchsorted(wkey, dr * nw + dk)]   # each one's wave step
+    at = step_of(dr, dk).astype(np.int64)   # each one's wave step
     o = np.argsort(at, kind="stable")                  # grouped by step, in the order they were recorded
     dur_off = np.zeros(n_items + 1, dtype=np.int64)
     dur_off[1:] = np.cumsum(np.bincount(at, minlength=n_items))
@@ -444,7 +455,7 @@ def replay_run(run) -> None:
     items[:, 0], items[:, 7] = kind, item_rank
     for c, off in ((1, send_off), (3, rv_off), (5, dur_off)):
         items[:, c], items[:, c + 1] = off[:-1], off[1:]
-    del send_off, rv_off, dur_off, kind, val, wave, item_rank, witems, wkey, at, o, dr, dk, dd
+    del send_off, rv_off, dur_off, kind, val, wave, item_rank, witems, wkey, at, o, dr, dk, dd, step_of
     mdur = net.duration(mnb.astype(np.float64))
     port_off, port_st, port_en, port_last = net.bulk_ports()
     rows = np.concatenate((rorder, P + rorder))   # the ports by label: send ports, then receive ports

@@ -106,3 +106,27 @@ def test_torch_matches_numpy(name):
 
     for r, g in zip(flat(ref), flat(got if not hasattr(got, "numpy") else got.numpy())):
         np.testing.assert_allclose(np.asarray(r, dtype=np.float64), np.asarray(g, dtype=np.float64), rtol=1e-5)
+
+
+def test_intersect_compiled_merge_agrees_with_the_binary_search():
+    """The compiled merge and the numpy path (``SIMSPARSE_NUMBA=0``) give the
+    same sorted intersection, on random sorted unique indices of both widths."""
+    from simsparse.compute import sparse_kernels as sk
+
+    if sk._merge_compiled is None:
+        pytest.skip("numba disabled")
+    rng = np.random.default_rng(11)
+    for trial in range(200):
+        n = int(rng.integers(1, 5000))
+        a = np.unique(rng.integers(0, n, int(rng.integers(0, 300)))).astype(np.int32)
+        b = np.unique(rng.integers(0, n, int(rng.integers(0, 300)))).astype(np.int64 if trial % 3 == 0 else np.int32)
+        want = np.intersect1d(a, b).astype(np.int32)
+        got = K("intersect")(a, b)
+        compiled, sk._merge_compiled = sk._merge_compiled, None
+        try:
+            pure = K("intersect")(a, b)
+        finally:
+            sk._merge_compiled = compiled
+        assert got.dtype == a.dtype and pure.dtype == a.dtype
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(pure, want)
