@@ -34,34 +34,59 @@ _F = (1.0, 5.99832206555887937690e-1, 1.36929880922735805310e-1, 1.4875361290850
 COEFFICIENTS = np.array([_A, _B, _C, _D, _E, _F])
 
 
-def _as241(p, out, K):
-    """out[i] = Phi^-1(p[i]) for p in (0, 1) (AS 241); K the coefficient rows."""
-    for i in range(p.shape[0]):
-        q = p[i] - 0.5
-        if abs(q) <= 0.425:
-            r = 0.180625 - q * q
-            num, den = K[0, 7], K[1, 7]
-            for j in range(6, -1, -1):
-                num = num * r + K[0, j]
-                den = den * r + K[1, j]
-            out[i] = q * num / den
-            continue
-        r = np.sqrt(-np.log(p[i] if q < 0 else 1.0 - p[i]))
-        a = 2
-        if r <= 5.0:
-            r -= 1.6
-        else:
-            r -= 5.0
-            a = 4
-        num, den = K[a, 7], K[a + 1, 7]
+def _phi_inv(p, K):
+    """Phi^-1(p) for one p in (0, 1) (AS 241); K the coefficient rows."""
+    q = p - 0.5
+    if abs(q) <= 0.425:
+        r = 0.180625 - q * q
+        num, den = K[0, 7], K[1, 7]
         for j in range(6, -1, -1):
-            num = num * r + K[a, j]
-            den = den * r + K[a + 1, j]
-        out[i] = -num / den if q < 0 else num / den
+            num = num * r + K[0, j]
+            den = den * r + K[1, j]
+        return q * num / den
+    r = np.sqrt(-np.log(p if q < 0 else 1.0 - p))
+    a = 2
+    if r <= 5.0:
+        r -= 1.6
+    else:
+        r -= 5.0
+        a = 4
+    num, den = K[a, 7], K[a + 1, 7]
+    for j in range(6, -1, -1):
+        num = num * r + K[a, j]
+        den = den * r + K[a + 1, j]
+    return -num / den if q < 0 else num / den
+
+
+_PHI_INV = njit(_phi_inv, inline="always")
+
+
+def _as241(p, out, K):
+    """out[i] = Phi^-1(p[i]) for p in (0, 1)."""
+    for i in range(p.shape[0]):
+        out[i] = _PHI_INV(p[i], K)
+    return out
+
+
+def _tail_values(r, lo, top, scale, K, out):
+    """A class of a sampled normal gradient's drawn entries, from one uniform
+    r[i] on [0, 1) each (:func:`simsparse.sampling._tail_and_sign`): u = 2 r,
+    positive iff u >= 1, tail probability tau = lo + (top - lo)(u - [u >= 1])
+    (at least 1e-300), value +-scale * -Phi^-1(tau / 2), stored in ``out``'s
+    dtype: the numpy path's operations in its order, fused in one loop."""
+    for i in range(r.shape[0]):
+        u = 2.0 * r[i]
+        up = u >= 1.0
+        tau = lo + (top - lo) * (u - (1.0 if up else 0.0))
+        if tau < 1e-300:
+            tau = 1e-300
+        mag = -_PHI_INV(0.5 * tau, K) * scale
+        out[i] = (1.0 if up else -1.0) * mag
     return out
 
 
 _KERNEL = njit(_as241)
+_TAIL = njit(_tail_values)
 
 
 def ndtri(p: np.ndarray) -> np.ndarray:
@@ -70,3 +95,10 @@ def ndtri(p: np.ndarray) -> np.ndarray:
     if _KERNEL is None:
         return special.ndtri(p)
     return _KERNEL(p, np.empty_like(p), COEFFICIENTS)
+
+
+def tail_values(r: np.ndarray, lo: float, top: float, scale: float, dtype) -> np.ndarray | None:
+    """:func:`_tail_values` compiled into a new array of ``dtype``, or None without numba."""
+    if _TAIL is None:
+        return None
+    return _TAIL(r, float(lo), float(top), float(scale), COEFFICIENTS, np.empty(len(r), dtype=dtype))

@@ -89,7 +89,7 @@ def test_the_coin_flips_and_signs_are_exact_in_distribution():
     assert all(np.all(np.diff(d) > 0) for d in draws) and pos.min() >= 0 and pos.max() < m
     assert stats.chisquare(np.bincount(pos * 20 // m, minlength=20)).pvalue > 1e-3
     assert len(_bernoulli(rng, 10**6, 1e-300)) == 0
-    tau, up = _tail_and_sign(rng, 40000, 0.25, 0.5)
+    tau, up = _tail_and_sign(rng.random(40000), 0.25, 0.5)
     assert abs(up.mean() - 0.5) < 4 * 0.5 / np.sqrt(len(up))
     assert tau.min() >= 0.25 and tau.max() < 0.5
     assert stats.kstest(tau[up], stats.uniform(0.25, 0.25).cdf).pvalue > 1e-3
@@ -161,3 +161,29 @@ def test_each_algorithm_draws_its_own_margin(monkeypatch, algorithm, margin):
     p = make_point(algorithm, 4, n=200000, density=0.01, seed=1, iterations=1, warmup=0)
     assert simulate_point(dataclasses.replace(p, values="sampled")).row["values"] == "sampled"
     assert drawn and all(m == margin and 0.9 * margin < per_k < 1.1 * margin for m, per_k in drawn)
+
+
+def test_the_fused_draws_equal_the_numpy_path_bit_for_bit():
+    """The compiled walk of the coin flips' gaps and the fused tail values
+    give the numpy path's positions and values exactly (the same operations
+    in the same order; both read the compiled normal quantile)."""
+    from simsparse import quantile, sampling
+
+    if sampling._WALK is None or quantile._TAIL is None:
+        pytest.skip("numba disabled")
+    rng = np.random.default_rng(5)
+    for m, p in [(5000, 0.013), (10**6, 0.02), (10**6, 1e-300), (300, 0.9)]:
+        seed = int(rng.integers(2**31))
+        got = sampling._bernoulli(np.random.default_rng(seed), m, p)
+        walk, sampling._WALK = sampling._WALK, None
+        try:
+            want = sampling._bernoulli(np.random.default_rng(seed), m, p)
+        finally:
+            sampling._WALK = walk
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    r = np.concatenate([rng.random(20000), [0.0, 0.5, 0.9999999999]])
+    for lo, top, scale, dtype in [(0.0, 0.02, 1.0, np.float32), (0.01, 1.0, 3.5, np.float64), (0.0, 1e-310, 2.0, np.float32)]:
+        got = quantile.tail_values(r, lo, top, scale, dtype)
+        tau, up = sampling._tail_and_sign(r, lo, top)
+        want = (np.where(up, 1.0, -1.0) * (-quantile.ndtri(0.5 * np.maximum(tau, 1e-300)) * scale)).astype(dtype)
+        assert got.dtype == want.dtype and np.array_equal(got, want)
