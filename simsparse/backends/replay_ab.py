@@ -221,7 +221,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
     state = np.zeros((nitems, 4), dtype=items.dtype)
     state[:, 0], state[:, 3] = waits, items[:, 7]
     left, waiting, posted, item_rank = state[:, 0], state[:, 1], state[:, 2], state[:, 3]   # left: 0 once all arrived
-    unbooked = waits.astype(np.int64)      # per step: its messages not booked yet,
+    unbooked = waits.copy()                # per step: its messages not booked yet,
     last_t = np.full(nitems, -np.inf)      # and the latest arrival of those booked,
     last_s = np.zeros(nitems, dtype=np.int64)   # with 2 x its sequence + its side
     cursor = soff[:-1].copy()
