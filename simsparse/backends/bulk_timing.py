@@ -163,10 +163,16 @@ class BulkTiming:
         self._reset()
         from ..network.alphabeta import AlphaBetaNetwork
         from .replay_ab import compiled, replay_run
+        from .waves_ab import waves_run
 
-        if type(self.sim.network) is AlphaBetaNetwork and compiled(sum(len(w[0]) for w in self.waves)) is not None:
-            replay_run(self)
-            return
+        if type(self.sim.network) is AlphaBetaNetwork:
+            nm = sum(len(w[0]) for w in self.waves)
+            if nm >= self.sim.approx_from:
+                waves_run(self)
+                return
+            if compiled(nm) is not None:
+                replay_run(self)
+                return
         P, t, sim = self.P, self.t, self.sim
         eng = HeapEngine()
         net = sim.network.bulk_scratch(eng, P)

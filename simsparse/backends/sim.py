@@ -63,6 +63,7 @@ from ..engine import make_engine
 from ..network.model import NetworkModel
 from ..ops import Bundle, ContextBase, Dense, Handle, Payload, TraceRecord
 from .bulk import _freeze, gather
+from .waves_ab import APPROX_FROM
 from .driver import BLOCKED, Driver, IterationStats, post
 
 
@@ -287,6 +288,9 @@ class Simulator(Driver):
         super().__init__()
         #: evaluate helper collectives in bulk where they and the network can (.bulk)
         self.bulk = bulk
+        #: a bulk collective of at least this many messages that waits for ports is timed wave after
+        #: wave (approximate, :mod:`.waves_ab`) instead of replayed in event order (exact)
+        self.approx_from = APPROX_FROM
         #: "lean" (a heap of calls) or "simpy" (the reference): the same times (simsparse.engine)
         self.engine = engine
         self.network = network

@@ -201,6 +201,7 @@ class AlphaBetaNetwork:
         """Forget what this evaluation timed so far."""
         self._bS, self._bR = self._S0.copy(), self._R0.copy()
         self._pending = []   # (src, dst, start, duration) the arrays booked
+        self._rows = []      # (offsets, starts, ends) per port that a wave-after-wave evaluation booked
 
     def bulk_wave(self, ready, src, dst, nbytes, pos, firm):
         """Arrivals of messages ready at ``ready`` (arrays) if every port is
@@ -289,18 +290,36 @@ class AlphaBetaNetwork:
         free = bool(((self._S0[src] <= start) | (self._S0s[src] < start)).all() and
                     ((self._R0[dst] <= start) | (self._R0s[dst] < start)).all())
         if log is not None and len(log[0]):
-            s, q, t1, d = log
-            self._pending.append((s, q, t1, d))
-            P = len(self._send)
-            if held is None:
-                held = np.full(2 * P, -np.inf)
-                np.maximum.at(held, s, t1 + d)
-                np.maximum.at(held, P + q, t1 + d)
-            for ports, h in ((self._send, held[:P]), (self._recv, held[P:])):
-                for p in np.flatnonzero(h > -np.inf).tolist():
-                    if h[p] > ports[p].bulk:
-                        ports[p].bulk = float(h[p])
+            self.bulk_booked(log, held)
         return free
+
+    def bulk_booked(self, log, held=None) -> None:
+        """Take an evaluation's bookings, (src, dst, start, duration) in
+        booking order, for :meth:`bulk_commit`; ``held``: each port's last
+        end among them, if the caller has it."""
+        s, q, t1, d = log
+        self._pending.append((s, q, t1, d))
+        P = len(self._send)
+        if held is None:
+            held = np.full(2 * P, -np.inf)
+            np.maximum.at(held, s, t1 + d)
+            np.maximum.at(held, P + q, t1 + d)
+        self._held(held)
+
+    def bulk_rows(self, off, st, en, held) -> None:
+        """Take an evaluation's bookings as each port's intervals (send ports,
+        then receive ports: offsets, and starts and ends sorted by start
+        within a port), for :meth:`bulk_commit`; ``held``: each port's last end."""
+        self._rows.append((off, st, en))
+        self._held(held)
+
+    def _held(self, held) -> None:
+        """Each port is held by the evaluation until ``held`` (its last end there; -inf: unused)."""
+        P = len(self._send)
+        for ports, h in ((self._send, held[:P]), (self._recv, held[P:])):
+            for p in np.flatnonzero(h > -np.inf).tolist():
+                if h[p] > ports[p].bulk:
+                    ports[p].bulk = float(h[p])
 
     def bulk_ports(self):
         """Every port's busy intervals as arrays (send ports, then receive
@@ -318,6 +337,11 @@ class AlphaBetaNetwork:
         """Hold what the evaluation timed in the ports (:meth:`_Port.hold`):
         later messages find the ports as in the event simulation (or count
         in ``bulk_touched``)."""
+        ports = self._send + self._recv
+        for off, st, en in self._rows:
+            for p in np.flatnonzero(np.diff(off)).tolist():
+                ports[p].hold(st[off[p]:off[p + 1]], en[off[p]:off[p + 1]], self._earliest)
+        self._rows = []
         if not self._pending:
             return
         src, dst, start, d = (np.concatenate(c) for c in zip(*self._pending))

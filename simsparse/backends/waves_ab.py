@@ -1,0 +1,231 @@
+"""Approximate bulk timing on the alpha-beta network: wave after wave.
+
+The exact replay (:mod:`.replay_ab`) orders every message by the time it
+becomes ready, through one heap: about 1.25 us a message compiled, plus its
+layout, so Ok-Topk's split and reduce at P = 4096 (16.8 M messages, three
+times a run) took most of two minutes. This evaluation times the recorded
+schedule in the order it was recorded instead:
+
+* a kernel step runs on its rank's FIFO device as :meth:`BulkTiming._device`
+  runs it, for all the step's ranks at once;
+* a wave books each of its messages on its sender's and its receiver's
+  port when it is ready (eager, rendezvous and window rules of
+  :meth:`BulkTiming._ready`), in the order (ready, the rank's place among
+  the resumptions, place in its sender's wave): the earliest interval free
+  on both ports, backfilling, as ``AlphaBetaNetwork.transfer`` books it;
+* a rank runs the kernels it recorded between posting the wave and waiting
+  for it, then waits for its last message.
+
+Cost model: the network's and the device's, unchanged. What differs from
+the event path is only the order in which two messages that compete for
+one port are booked: here every message of wave k is booked before any of
+wave k + 1, where the event path books by ready time, so a rank that runs a
+wave ahead of a slow peer may find the peer's port taken by an earlier
+wave's message that the event path would have booked after its own. The
+result is marked approximate (``bulk~``); `tests/backends/test_waves_ab.py`
+measures the error against the exact replay on a grid, and
+``docs/performance.md`` states it. The simulator takes this path only for
+collectives of at least :data:`APPROX_FROM` messages (``Simulator.approx_from``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import jit
+
+#: a collective of at least this many messages that cannot be timed exactly as arrays is timed
+#: wave after wave (approximate) rather than replayed in event order (exact): the replay
+#: of Ok-Topk's split and reduce at P = 1024 (1 M messages) takes about 2 s
+APPROX_FROM = 1 << 20
+
+
+def _book_wave(order, src, dst, ready, dur, P, PX, plo, pn, plast, floor, arrmax, held):
+    """Book the wave's messages in ``order`` on ports src (send) and P + dst
+    (receive): the earliest t >= ready with both free for dur, backfilling.
+    Port p's intervals are row p of PX, (start, end) pairs side by side (one
+    cache line where two arrays were two), from plo[p] to pn[p] - 1, sorted
+    and disjoint; those over by ``floor`` (no later message is ready before
+    it) are forgotten. Sets arrmax (per rank: its last arrival in the wave)
+    and held (per port: its last end). Returns the storage (a new array when
+    it grew)."""
+    for m in order:
+        s, q = np.int64(src[m]), P + np.int64(dst[m])
+        d = dur[m]
+        tt = ready[m]
+        while True:   # as transfer: the sender's fit, the receiver's from there, until they agree
+            u, first = tt, tt
+            for p in (s, q):
+                if u < plast[p]:   # (``_Port.fit`` on row p)
+                    i, n = plo[p], pn[p]
+                    while i < n and PX[p, i, 1] <= u:
+                        i += 1
+                    if i < n and PX[p, i, 0] <= u:
+                        u = PX[p, i, 1]
+                        i += 1
+                    while i < n and PX[p, i, 0] < u + d:
+                        if PX[p, i, 1] > u:
+                            u = PX[p, i, 1]
+                        i += 1
+                if p == s:
+                    first = u
+            if u == first:
+                break
+            tt = u
+        t = first
+        end = t + d
+        if d > 0:
+            for p in (s, q):
+                lo, n = plo[p], pn[p]
+                while lo < n and PX[p, lo, 1] <= floor:   # over for good
+                    lo += 1
+                if n == PX.shape[1]:   # full: compact the row, or double every row
+                    if lo > 0:
+                        for j in range(n - lo):
+                            PX[p, j, 0], PX[p, j, 1] = PX[p, lo + j, 0], PX[p, lo + j, 1]
+                        n, lo = n - lo, 0
+                    else:
+                        PX2 = np.empty((PX.shape[0], 2 * n, 2))
+                        PX2[:, :n] = PX
+                        PX = PX2
+                i = n
+                while i > lo and PX[p, i - 1, 0] > t:   # after those starting at or before t
+                    PX[p, i, 0], PX[p, i, 1] = PX[p, i - 1, 0], PX[p, i - 1, 1]
+                    i -= 1
+                PX[p, i, 0], PX[p, i, 1] = t, end
+                if end > plast[p]:
+                    plast[p] = end
+                plo[p], pn[p] = lo, n + 1
+                if end > held[p]:
+                    held[p] = end
+        for r in (np.int64(src[m]), np.int64(dst[m])):
+            if end > arrmax[r]:
+                arrmax[r] = end
+    return PX
+
+
+_book_wave_compiled = jit.njit(_book_wave)
+
+
+def booker():
+    """The compiled booking loop, or its Python twin (no numba, ``SIMSPARSE_NUMBA=0``)."""
+    return _book_wave_compiled if jit.enabled() and _book_wave_compiled is not None else _book_wave
+
+
+class _Ports:
+    """The network's port intervals as rows of two arrays (send ports 0..P-1,
+    receive ports P..2P-1), as :func:`_book_wave` reads them."""
+
+    def __init__(self, net, P: int):
+        off, st, en, last = net.bulk_ports()
+        n = np.diff(off)
+        cap = 2 * max(int(n.max()) if len(n) else 0, 16)
+        self.PX = np.empty((2 * P, cap, 2))
+        for p in np.flatnonzero(n).tolist():
+            self.PX[p, :n[p], 0], self.PX[p, :n[p], 1] = st[off[p]:off[p + 1]], en[off[p]:off[p + 1]]
+        self.plo, self.pn, self.plast = np.zeros(2 * P, dtype=np.int64), n.astype(np.int64), last.copy()
+        self.held = np.full(2 * P, -np.inf)
+
+    def rows(self, floor: float):
+        """Each port's intervals that end after ``floor``: offsets, starts, ends."""
+        PS, PE = self.PX[:, :, 0], self.PX[:, :, 1]
+        j = np.arange(PS.shape[1])
+        keep = (j >= self.plo[:, None]) & (j < self.pn[:, None]) & (PE > floor)
+        off = np.zeros(len(self.plo) + 1, dtype=np.int64)
+        off[1:] = np.cumsum(keep.sum(axis=1))
+        return off, PS[keep], PE[keep]
+
+
+def _grouped(ranks, values, P: int):
+    """(ranks, values) split into rounds in which no rank repeats, in order
+    (a rank's second entry in the round after its first)."""
+    if len(ranks) <= 1 or np.bincount(ranks, minlength=P).max() <= 1:
+        return [(ranks, values)]
+    occ = np.zeros(len(ranks), dtype=np.int64)
+    seen: dict = {}
+    for i, r in enumerate(ranks.tolist()):
+        occ[i] = seen.get(r, 0)
+        seen[r] = occ[i] + 1
+    return [(ranks[occ == j], values[occ == j]) for j in range(int(occ.max()) + 1)]
+
+
+def _booking_order(src, pos, ready, post, rkey, ascending: bool):
+    """The wave's messages by (ready, the sender's place among the
+    resumptions, place in its sender's wave). Where every message is ready
+    when its sender posts and ``pos`` ascends along the wave (as every
+    wave's layout has it), that is the senders by (post, place), each one's
+    messages in their order: a sort of P ranks and a counting sort of the
+    messages instead of a sort of all of them."""
+    if not ascending or not np.array_equal(ready, post[src]):
+        return np.lexsort((pos, rkey[src], ready))
+    P = len(post)
+    place = np.empty(P, dtype=np.int16 if P < 2**15 else np.int64)
+    place[np.lexsort((rkey, post))] = np.arange(P)
+    return np.argsort(place[src], kind="stable")   # (a radix sort for int16)
+
+
+def waves_run(run) -> None:
+    """Time ``run`` (a :class:`~simsparse.backends.bulk.BulkRun` on an
+    alpha-beta network, after ``bulk_restart``) wave after wave: sets its
+    exits, device times, busy seconds and order of returns, and hands the
+    network each port's bookings that a later message may meet; ``exact``
+    is False."""
+    run._reset()
+    sim, P = run.sim, run.P
+    net = sim.network
+    t, dev, busy = run.t, run.device, run.busy
+    book = booker()
+    ports = _Ports(net, P)
+    run._flush_steps()
+    chunks = run._chunks
+    dr, dk, dd = (np.asarray(c) for c in run.during_log)
+    o = np.argsort(dk, kind="stable")
+    dr, dk, dd = dr[o], dk[o], dd[o]
+    dcut = np.searchsorted(dk, np.arange(len(run.waves) + 1))
+    left = np.zeros(P, dtype=np.int64)   # per rank: its steps still to run (the floor of later readiness)
+    for ranks, _, _ in chunks:
+        left += np.bincount(ranks, minlength=P)
+    rkey = np.empty(P)
+    rkey[np.asarray(run.order, dtype=np.int64)] = np.arange(P)
+    clock = P
+    for ranks, kind, values in chunks:
+        if kind == 1:
+            for rs, dts in _grouped(ranks, values, P):
+                _device_all(t, dev, busy, rs, dts)
+            left -= np.bincount(ranks, minlength=P)
+            continue
+        k = int(values[0])
+        src, dst, nb, pos = run.waves[k]
+        post = t.copy()
+        ready, _ = run._ready(src, dst, nb, post[src], post[dst])
+        dur = np.asarray(net.duration(nb.astype(np.float64)), dtype=np.float64)
+        order = _booking_order(src, pos, ready, post, rkey, bool((pos[1:] >= pos[:-1]).all()))
+        left[ranks] -= 1
+        going = left > 0
+        floor = min(float(t[going].min()) if going.any() else np.inf, float(ready.min()))
+        arrmax = np.full(P, -np.inf)
+        ports.PX = book(order, src, dst, ready, dur, P, ports.PX, ports.plo, ports.pn, ports.plast, floor,
+                        arrmax, ports.held)
+        lo, hi = dcut[k], dcut[k + 1]
+        if hi > lo:   # the kernels between posting and waiting
+            for rs, dts in _grouped(dr[lo:hi], dd[lo:hi], P):
+                _device_all(t, dev, busy, rs, dts)
+        t[ranks] = np.maximum(t[ranks], arrmax[ranks])
+        rkey[ranks] = clock + np.lexsort((rkey[ranks], t[ranks])).argsort()
+        clock += len(ranks)
+    run.done = np.lexsort((rkey, t)).tolist()
+    run.exact = False
+    # what a later message may meet: no message is ready before the earliest exit, the engine's
+    # time or a post to a collective still gathering (the bookings over by then are dropped:
+    # at P = 4096 the split and reduce books 16.8 M, nearly all over when its first rank exits)
+    pending = [g.t[g.order].min() for g in sim.gathering.values() if g.order]
+    net.bulk_rows(*ports.rows(min([float(t.min()), sim.env.now, *pending])), ports.held)
+def _device_all(t, dev, busy, ranks, dts) -> None:
+    """:meth:`BulkTiming._device` for one kernel on each of ``ranks`` (no rank twice)."""
+    now = t[ranks]
+    start = np.maximum(dev[ranks], now)
+    end = start + dts
+    busy[ranks] += np.where(dts > 0, dts, 0.0)
+    adv = end > now
+    r = ranks[adv]
+    dev[r] = end[adv]
+    t[r] = now[adv] + (end[adv] - now[adv])
