@@ -108,7 +108,8 @@ class Algorithm:
         self.params = params if params is not None else self.Params()
         self.residual = None      # error-feedback accumulator remainder
         self.contributed = None   # set by sparse run(): input indices that reached the result
-        self.last_input = None    # what run() was given in the last iteration
+        self.last_input = None    # what run() was given in the last iteration (if keep_input)
+        self.keep_input = True    # keep it: the loop's check reads it
         self.iteration_no = 0     # iterations completed by this instance
 
     @property
@@ -120,16 +121,23 @@ class Algorithm:
         return self.setup.k
 
     def iteration(self, ctx, grad):
-        """What backends call once per iteration: error feedback around run()."""
+        """What backends call once per iteration: error feedback around run().
+        Without error feedback or ``keep_input`` this frame lets go of the
+        gradient, so that run() may drop it once it has selected."""
         x = grad
+        del grad
         ef = getattr(self.params, "error_feedback", False)
         if ef and self.residual is not None:
             with ctx.phase("error_feedback"):
-                x = yield ctx.compute("add", grad, self.residual)
-        self.last_input = x
+                x = yield ctx.compute("add", x, self.residual)
+        self.last_input = x if self.keep_input else None
         self.contributed = None
-        result = yield from self.run(ctx, x)
-        if ef:
+        if not ef:
+            run = self.run(ctx, x)
+            del x
+            result = yield from run
+        else:
+            result = yield from self.run(ctx, x)
             with ctx.phase("error_feedback"):
                 self.residual = yield from self.residual_after(ctx, x)
         self.iteration_no += 1

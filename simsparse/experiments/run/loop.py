@@ -51,6 +51,10 @@ class AlgorithmJob:
         """Drop the last iteration's input, which only its check reads."""
         self.alg.last_input = None
 
+    def keep_inputs(self, on: bool) -> None:
+        """Whether the algorithm keeps each iteration's input for the check."""
+        self.alg.keep_input = on
+
 
 class ScheduleJob:
     """A rank's schedule instance: one training iteration per call."""
@@ -84,6 +88,10 @@ class ScheduleJob:
         """Drop every bucket's last input, which only the check reads."""
         for a in self.sched.algs:
             a.last_input = None
+
+    def keep_inputs(self, on: bool) -> None:
+        for a in self.sched.algs:
+            a.keep_input = on
 
 
 def make_job(point: Point, rank: int):
@@ -175,6 +183,8 @@ def run_point(point: Point, backend: ExperimentBackend, keep_results: bool = Fal
     pid = point.point_id(backend.name)
     records, trace_rows = [], []
     checking = point.check and backend.values == "full"
+    for job in jobs.values():
+        job.keep_inputs(checking)
     correct, worst = (True if checking else None), 0.0
     results = None
     gather = backend.gather

@@ -74,9 +74,11 @@ class SimBackend:
                     return stats
                 declined(self.point, self.max_events)   # the budget did not count its events (P, not n, decides them)
                 self.rounds = None   # a message would wait: the same happens every iteration
-        elif self.values == "sampled":
+        elif self.values == "sampled":   # (training schedules refuse sampled values)
             margin = self.point.algorithm_cls.sampled_margin
-            grads = [sampled_gradient(self.workload, r, it, margin) for r in self.local_ranks]
+            stats = self.sim.run([_drawn(jobs[r], self.workload, r, it, margin) for r in self.local_ranks])
+            self.collectives = max(self.collectives, stats.collectives, key=PATHS.index)
+            return stats
         else:
             grads = self.workload.grads(self.point.P, it)
         if self.model is not None:
@@ -85,6 +87,14 @@ class SimBackend:
             stats = self.sim.run([jobs[r].program(g) for r, g in zip(self.local_ranks, grads)])
         self.collectives = max(self.collectives, stats.collectives, key=PATHS.index)
         return stats
+
+
+def _drawn(job, workload, rank: int, it: int, margin: float):
+    """Rank ``rank``'s program, drawing its sampled gradient when the rank
+    starts: no list holds every rank's gradient, so each is freed once its
+    program stops reading it (Ok-Topk after its local selection; at
+    P = 4096 the ranks' sampled gradients are 0.7 GB)."""
+    return lambda ctx: job.program(sampled_gradient(workload, rank, it, margin))(ctx)
 
 
 def simulate(point: Point, trace: bool = False, keep_results: bool = False,
