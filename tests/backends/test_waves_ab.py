@@ -136,3 +136,16 @@ def test_the_port_rows_book_as_ports_do(compiled):
             assert arrmax[r] == (max(mine) if mine else -np.inf)
         floor = float(min(ready.min(), floor + 1.0))
     assert PX.shape[1] > 2   # it grew
+
+
+def test_the_booking_order_by_sender_is_a_stable_sort():
+    """The counting sort of a wave's messages by their sender's place (compiled
+    and Python) is numpy's stable argsort, on random senders and places."""
+    rng = np.random.default_rng(2)
+    for P in (1, 2, 7, 64):
+        place = rng.permutation(P).astype(np.int64)
+        src = rng.integers(0, P, 500).astype(np.int32)
+        want = np.argsort(place[src], kind="stable")
+        np.testing.assert_array_equal(wa._counting_order(src, place), want)
+        if wa._counting_order_compiled is not None:
+            np.testing.assert_array_equal(wa._counting_order_compiled(src, place), want)
