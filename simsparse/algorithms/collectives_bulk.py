@@ -35,7 +35,7 @@ def allgather_bulk(reqs, run):
     """:class:`.collectives.Allgather`: every rank gets the P blocks in rank
     order (one tuple, shared by all ranks, as read-only as received payloads)."""
     P = run.P
-    blocks = tuple(run.freeze(q.block) for q in reqs)
+    blocks = run.gathered(run.freeze(q.block) for q in reqs)
     sizes = np.array([run.size(b) for b in blocks], dtype=np.int64)
     r = np.arange(P)
     if reqs[0].algorithm == "ring":

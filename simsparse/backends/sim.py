@@ -62,7 +62,7 @@ from ..compute.noise import KernelNoise
 from ..engine import make_engine
 from ..network.model import NetworkModel
 from ..ops import Bundle, ContextBase, Dense, Handle, Payload, TraceRecord
-from .bulk import _freeze, gather
+from .bulk import Gathered, _freeze, gather
 from .waves_ab import APPROX_FROM
 from .driver import BLOCKED, Driver, IterationStats, post
 
@@ -104,6 +104,10 @@ def _key(obj, digests: dict):
         hit = digests.get(id(obj))
         if hit is not None and hit[0] is obj:
             return hit[1], True
+        if type(obj) is Gathered:   # every rank holds this very tuple of read-only blocks
+            key = ("g", id(obj))
+            digests[id(obj)] = (obj, key)   # (keeps it alive: the id stays its own)
+            return key, True
     if isinstance(obj, (list, tuple)):
         parts = [_key(o, digests) for o in obj]
         if any(k is None for k, _ in parts):

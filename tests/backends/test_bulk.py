@@ -332,3 +332,19 @@ def test_a_port_forgets_only_intervals_no_later_fit_can_meet():
         for _ in range(20):
             a, d = now + rng.random() * (t - now + 1), rng.random()
             assert trimmed.fit(a, d) == full.fit(a, d)
+
+
+def test_a_bulk_allgathers_blocks_are_memo_keyed_by_identity():
+    """Every rank gets the one tuple a bulk allgather made (``Gathered``): the
+    kernels' memo keys it by identity, without hashing its blocks, so ranks
+    share one result and a different tuple of equal blocks gets its own key."""
+    from simsparse.backends.bulk import Gathered
+    from simsparse.backends.sim import _memo_key
+
+    a = np.arange(5.0)
+    a.setflags(write=False)
+    g, h = Gathered((Dense(a),)), Gathered((Dense(a),))
+    digests = {}
+    assert _memo_key(("coo_concat", g), digests) == _memo_key(("coo_concat", g), digests)
+    assert _memo_key(("coo_concat", g), digests) != _memo_key(("coo_concat", h), digests)
+    assert not any(isinstance(k, np.ndarray) for k, _ in digests.values())   # no block was hashed
