@@ -112,8 +112,9 @@ def booker():
 
 
 class _Ports:
-    """The network's port intervals as rows of two arrays (send ports 0..P-1,
-    receive ports P..2P-1), as :func:`_book_wave` reads them."""
+    """The network's port intervals as rows of (start, end) pairs (send ports
+    0..P-1, receive ports P..2P-1), as :func:`_book_wave` reads them; ``held``:
+    each port's last end booked here."""
 
     def __init__(self, net, P: int):
         off, st, en, last = net.bulk_ports()
@@ -245,6 +246,8 @@ def waves_run(run) -> None:
     # at P = 4096 the split and reduce books 16.8 M, nearly all over when its first rank exits)
     pending = [g.t[g.order].min() for g in sim.gathering.values() if g.order]
     net.bulk_rows(*ports.rows(min([float(t.min()), sim.env.now, *pending])), ports.held)
+
+
 def _device_all(t, dev, busy, ranks, dts) -> None:
     """:meth:`BulkTiming._device` for one kernel on each of ``ranks`` (no rank twice)."""
     now = t[ranks]
