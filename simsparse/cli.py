@@ -124,14 +124,23 @@ def _signals_as_interrupts():
 
     def handler(signum, frame):
         received.append(signum)
+        progress = sys.modules.get("simsparse.experiments.run.progress")
+        if progress is not None:   # raised again between points, if this one is swallowed
+            progress.SIGNALLED.append(signum)
         raise KeyboardInterrupt
 
+    def unraisable(u, hook=sys.unraisablehook):   # a swallowed interrupt is raised again between points
+        if not (received and u.exc_type is KeyboardInterrupt):
+            hook(u)
+
     old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    old_hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield received
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
+        sys.unraisablehook = old_hook
 
 
 def _dispatch(args, received: list) -> int:
