@@ -290,10 +290,10 @@ class AlphaBetaNetwork:
         free = bool(((self._S0[src] <= start) | (self._S0s[src] < start)).all() and
                     ((self._R0[dst] <= start) | (self._R0s[dst] < start)).all())
         if log is not None and len(log[0]):
-            self.bulk_booked(log, held)
+            self._booked(log, held)
         return free
 
-    def bulk_booked(self, log, held=None) -> None:
+    def _booked(self, log, held=None) -> None:
         """Take an evaluation's bookings, (src, dst, start, duration) in
         booking order, for :meth:`bulk_commit`; ``held``: each port's last
         end among them, if the caller has it."""
