@@ -69,3 +69,23 @@ def schedule_point(schedule, algorithm, P=4, params=None, sparams=None, model="r
                  network=network or {"model": "alphabeta", "alpha_s": 5e-6, "bandwidth_Bps": 1e9},
                  iterations=iterations, warmup=warmup, schedule=schedule, schedule_params=sparams or {},
                  batch_size=batch_size, data_scale=data_scale, values=values)
+
+
+def protocol_variants(algorithm, compute):
+    """(P, variant, point) for P = 5 and 13 and four protocols: eager; rendezvous
+    with a handshake; an unexpected window with reduced data; factors per size
+    band from 64 B up (every message scaled). The compiled and Python twins
+    of the bulk timing are compared on these."""
+    import dataclasses
+
+    scaled = {"model": "alphabeta", "alpha_s": 2e-6, "bandwidth_Bps": 5e9,
+              "size_scale": [[64, 1.7], [512, 0.8], [4096, 1.3]]}
+    for P in (5, 13):
+        for variant in range(4):
+            kw = dict(eager=256, rendezvous_rtt_s=3e-6 if variant == 1 else 0.0) if variant in (1, 2) else {}
+            p = make_point(algorithm, P, n=4000, density=0.02, iterations=2, warmup=1, compute=compute, seed=P, **kw)
+            if variant == 2:
+                p = dataclasses.replace(p, network={**p.network, "unexpected_window_B": 1000}, data_scale=0.3)
+            if variant == 3:
+                p = dataclasses.replace(p, network=scaled)
+            yield P, variant, p

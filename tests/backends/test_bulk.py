@@ -17,7 +17,7 @@ from simsparse.experiments.run.runner import simulate_point
 from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.ops import COO, Dense
 
-from tests.helpers import make_point, net
+from tests.helpers import make_point, net, protocol_variants
 
 P100 = load_profile("p100").model_dump()
 #: the approximation's error on the iteration time, at most (measured: 1.3 % over 550 random cases)
@@ -228,20 +228,13 @@ def test_the_compiled_replay_is_the_python_replay(monkeypatch, algorithm):
     real = ra.replay_run
     monkeypatch.setattr(ra, "replay_run", lambda run: calls.append(1) or real(run))
     monkeypatch.setattr(ra, "COMPILE_FROM", 0)   # these replays are small
-    for P in (5, 13):
-        for variant in range(4):
-            kw = dict(eager=256, rendezvous_rtt_s=3e-6 if variant == 1 else 0.0) if variant in (1, 2) else {}
-            p = make_point(algorithm, P, n=4000, density=0.02, iterations=2, warmup=1, compute=P100, seed=P, **kw)
-            if variant == 2:
-                p = dataclasses.replace(p, network={**p.network, "unexpected_window_B": 1000}, data_scale=0.3)
-            if variant == 3:   # factors from 64 B up: every message of these points is scaled
-                p = dataclasses.replace(p, network={**SCALED, "size_scale": [[64, 1.7], [512, 0.8], [4096, 1.3]]})
-            rows = []
-            for flag in ("0", "1"):
-                monkeypatch.setenv("SIMSPARSE_NUMBA", flag)
-                r = simulate_point(p).row
-                rows.append((r["time_s"], r["collectives"], r["bytes_total"], r["msgs_total"]))
-            assert rows[0] == rows[1], (algorithm, P, variant)
+    for P, variant, p in protocol_variants(algorithm, P100):
+        rows = []
+        for flag in ("0", "1"):
+            monkeypatch.setenv("SIMSPARSE_NUMBA", flag)
+            r = simulate_point(p).row
+            rows.append((r["time_s"], r["collectives"], r["bytes_total"], r["msgs_total"]))
+        assert rows[0] == rows[1], (algorithm, P, variant)
     assert calls or algorithm == "gtopk"   # the compiled replay ran (gtopk's waves never wait: no replay)
 
 

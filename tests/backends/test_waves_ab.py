@@ -13,7 +13,7 @@ from simsparse.compute.devices import load_profile
 from simsparse.experiments.run.runner import simulate_point
 from simsparse.network.alphabeta import _Port
 
-from tests.helpers import make_point, net
+from tests.helpers import make_point, net, protocol_variants
 
 P100 = load_profile("p100").model_dump()
 
@@ -55,23 +55,14 @@ def test_the_compiled_waves_are_the_python_waves(monkeypatch, algorithm):
     calls = []
     real = wa.waves_run
     monkeypatch.setattr(wa, "waves_run", lambda run: calls.append(1) or real(run))
-    scaled = {"model": "alphabeta", "alpha_s": 2e-6, "bandwidth_Bps": 5e9,
-              "size_scale": [[64, 1.7], [512, 0.8], [4096, 1.3]]}
-    for P in (5, 13):
-        for variant in range(4):
-            kw = dict(eager=256, rendezvous_rtt_s=3e-6 if variant == 1 else 0.0) if variant in (1, 2) else {}
-            p = make_point(algorithm, P, n=4000, density=0.02, iterations=2, warmup=1, compute=P100, seed=P, **kw)
-            if variant == 2:
-                p = dataclasses.replace(p, network={**p.network, "unexpected_window_B": 1000}, data_scale=0.3)
-            if variant == 3:
-                p = dataclasses.replace(p, network=scaled)
-            rows = []
-            for flag in ("0", "1"):
-                monkeypatch.setenv("SIMSPARSE_NUMBA", flag)
-                r = _row(p, 0, monkeypatch)
-                rows.append((r["time_s"], r["collectives"], r["bytes_total"], r["msgs_total"], r["correct"]))
-            assert rows[0] == rows[1], (algorithm, P, variant)
-            assert rows[0][4] is True
+    for P, variant, p in protocol_variants(algorithm, P100):
+        rows = []
+        for flag in ("0", "1"):
+            monkeypatch.setenv("SIMSPARSE_NUMBA", flag)
+            r = _row(p, 0, monkeypatch)
+            rows.append((r["time_s"], r["collectives"], r["bytes_total"], r["msgs_total"], r["correct"]))
+        assert rows[0] == rows[1], (algorithm, P, variant)
+        assert rows[0][4] is True
     assert calls
 
 
