@@ -96,12 +96,16 @@ def _reference(msgs):
     return out
 
 
+@pytest.mark.parametrize("touch", [False, True])
 @pytest.mark.parametrize("compiled", [False, True])
-def test_the_port_rows_book_as_ports_do(compiled):
+def test_the_port_rows_book_as_ports_do(compiled, touch):
     """The booking loop's rows (start and end side by side, two slots to
     begin with: compacted and grown again and again) give every message the
     start ``_Port`` gives it, on random messages among 3 ranks that backfill
-    each other, booked in batches with the floor rising between them."""
+    each other, booked in batches with the floor rising between them; with
+    touching bookings joined (``touch``, where every message takes time:
+    durations on a grid so that they touch often) and without (some
+    messages of no duration)."""
     if compiled and wa._book_wave_compiled is None:
         pytest.skip("numba is not installed")
     book = wa._book_wave_compiled if compiled else wa._book_wave
@@ -110,15 +114,16 @@ def test_the_port_rows_book_as_ports_do(compiled):
     PX = np.empty((2 * P, 2, 2))
     plo, pn = np.zeros(2 * P, dtype=np.int64), np.zeros(2 * P, dtype=np.int64)
     plast, held = np.zeros(2 * P), np.full(2 * P, -np.inf)
-    every, floor = [], 0.0
+    every, floor, joined = [], 0.0, 0
     for batch in range(40):
         n = int(rng.integers(1, 8))
         src, dst = rng.integers(0, P, n).astype(np.int32), rng.integers(0, P, n).astype(np.int32)
         ready = floor + rng.uniform(0, 5, n)
-        dur = rng.choice([0.0, 0.5, 1.0, 2.5], n)
+        ready = np.round(ready * 4) / 4 if touch else ready
+        dur = rng.choice([0.25, 0.5, 1.0, 2.5] if touch else [0.0, 0.5, 1.0, 2.5], n)
         arrmax = np.full(P, -np.inf)
         order = np.argsort(ready, kind="stable")
-        PX = book(order, src, dst, ready, dur, P, PX, plo, pn, plast, floor, arrmax, held)
+        PX = book(order, src, dst, ready, dur, P, PX, plo, pn, plast, floor, arrmax, held, touch)
         msgs = [(int(src[m]), int(dst[m]), float(ready[m]), float(dur[m])) for m in order]
         every.extend(msgs)
         ends = _reference(every)[-n:]
@@ -126,7 +131,10 @@ def test_the_port_rows_book_as_ports_do(compiled):
             mine = [e for (s, q, _, _), e in zip(msgs, ends) if r in (s, q)]
             assert arrmax[r] == (max(mine) if mine else -np.inf)
         floor = float(min(ready.min(), floor + 1.0))
+        if touch:   # no two intervals of a row touch: they were joined
+            joined += sum(int(np.sum(PX[p, plo[p] + 1:pn[p], 0] == PX[p, plo[p]:pn[p] - 1, 1])) for p in range(2 * P))
     assert PX.shape[1] > 2   # it grew
+    assert joined == 0
 
 
 def test_the_booking_order_by_sender_is_a_stable_sort():
@@ -140,3 +148,25 @@ def test_the_booking_order_by_sender_is_a_stable_sort():
         np.testing.assert_array_equal(wa._counting_order(src, place), want)
         if wa._counting_order_compiled is not None:
             np.testing.assert_array_equal(wa._counting_order_compiled(src, place), want)
+
+
+@pytest.mark.parametrize("flag", ["0", "1"])
+def test_the_booking_order_is_the_lexsort(monkeypatch, flag):
+    """A wave's booking order (compiled radix sort and numpy's stable argsort)
+    is ``np.lexsort((pos, rkey[src], ready))``, and ``_by_time`` is
+    ``np.lexsort((key, t))``, on random waves whose ready times tie often
+    and include -0.0, 0.0, negative and infinite values."""
+    monkeypatch.setenv("SIMSPARSE_NUMBA", flag)
+    rng = np.random.default_rng(11)
+    for P, steps in ((1, 1), (2, 1), (7, 3), (64, 4)):
+        src = np.tile(np.arange(P, dtype=np.int32), steps)
+        pos = np.repeat(np.arange(steps, dtype=np.int32), P)
+        rkey = rng.permutation(3 * P)[:P].astype(np.float64)
+        for trial in range(5):
+            ready = rng.choice([-0.0, 0.0, -1.5, 2.0 ** -40, 3.25, 1e9, np.inf, -np.inf], len(src))
+            ready = np.where(rng.random(len(src)) < 0.5, ready, rng.random(len(src)) * 10)
+            want = np.lexsort((pos, rkey[src], ready))
+            np.testing.assert_array_equal(wa._booking_order(src, pos, ready, rkey, True), want)
+            np.testing.assert_array_equal(wa._booking_order(src, pos, ready, rkey, False), want)
+            t = ready[:P]
+            np.testing.assert_array_equal(wa._by_time(t, rkey), np.lexsort((rkey, t)))
