@@ -17,6 +17,7 @@ from ..compute.kernels import Work
 from ..compute.sparse_kernels import COOParts
 from ..ops import Scalars
 from .base import pof2_floor
+from .rotation_sums import reduce_in_rotation, step_sums
 
 HOST_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
@@ -169,9 +170,9 @@ def _scatter_split(reqs) -> bool:
 def _alltoall_scatter(reqs, run):
     """:func:`alltoall_bulk` of split selections, on arrays: the sizes from
     the cut positions, the reductions' seconds from their work, and the
-    reduced regions by one ``np.add.at`` over every entry in the order the
-    receivers add them (source r, r-1, ..., r-P+1 for region r), so every
-    value is the event path's to the last bit. No part object is made."""
+    reduced regions summed in the order the receivers add them (source r,
+    r-1, ..., r-P+1 for region r; :mod:`.rotation_sums`), so every value is
+    the event path's to the last bit. No part object is made."""
     P, q0 = run.P, reqs[0]
     parts = [q.blocks for q in reqs]
     C = np.stack([p.counts() for p in parts])   # C[s, d]: entries s sends to d
@@ -182,9 +183,7 @@ def _alltoall_scatter(reqs, run):
     size = run.sizes(nbytes)
     buckets = q0.buckets(P)
     starts = [b.start for b in buckets]
-    # what rank r adds at step i (from source (r - i) mod P), summed per bucket
-    nnz = np.add.reduceat(_by_step(C), starts, axis=1)
-    nb = np.add.reduceat(_by_step(nbytes), starts, axis=1)
+    nnz, nb = step_sums(C, unit, starts)   # what each rank adds per bucket
     isz = reqs[0].reduce.acc.itemsize
     # one kernel time per distinct (entries, bytes): unique on one int64 key, not on pairs (axis=1 sorts rows)
     m = int(nb.max()) + 1 if nb.size else 1
@@ -204,59 +203,7 @@ def _alltoall_scatter(reqs, run):
     if overlap and buckets:
         run.timed_all(dt[-1])
     del nbytes, size   # (P x P each, while the values are reduced: the peak of the run)
-    return _scatter_values(reqs, C)
-
-
-def _by_step(M: np.ndarray) -> np.ndarray:
-    """B[r, i] = M[(r - i) mod P, r]: what rank r gets at rotation step i."""
-    out = np.empty_like(M)
-    for r, col in enumerate(M.T):
-        out[r] = np.roll(col[::-1], r + 1)
-    return out
-
-
-def _scatter_values(reqs, C):
-    """Every region reduced by one ``np.add.at`` over all entries in the order
-    their region's owner receives them: by rotation step, then source, then
-    index (within a step no two sources reach one index, so only the order
-    across steps decides the sums). The entries are placed by a counting
-    sort, source by source: no sort keys or permutation over all P k
-    entries (at P = 4096 they were 1 GB)."""
-    P = len(reqs)
-    bounds = np.asarray(reqs[0].blocks.bounds, dtype=np.int64)
-    out = np.concatenate([q.reduce.acc for q in reqs])
-    total = int(C.sum())
-    ix = np.int32 if total < 2**31 else np.int64   # (two P x P arrays: 134 MB less at P = 4096)
-    D = np.empty(C.shape, dtype=ix)   # D[s, i] = C[s, (s + i) mod P]: what source s sends at step i
-    for s in range(P):
-        D[s] = np.roll(C[s], -s)
-    # where the block of source s at step i starts: after every earlier step, then the sources before s
-    per_step = D.sum(axis=0, dtype=np.int64)
-    start = np.cumsum(D, axis=0, dtype=ix)
-    start -= D
-    start += (np.cumsum(per_step) - per_step).astype(ix)[None, :]
-    del D
-    p0 = reqs[0].blocks.coo
-    idx = np.empty(total, dtype=p0.indices.dtype)
-    val = np.empty(total, dtype=p0.values.dtype)
-    steps = np.arange(P)
-    for s, q in enumerate(reqs):
-        p = q.blocks
-        cuts = np.asarray(p.cuts, dtype=np.int64)
-        a, b = int(cuts[0]), int(cuts[-1])
-        if a == b:
-            continue
-        # the block for owner d goes to start[s, (d - s) mod P], its entries in order
-        shift = start[s, (steps - s) % P] - cuts[:-1]
-        dest = np.repeat(shift, C[s]) + np.arange(a, b)
-        idx[dest] = p.coo.indices[a:b]
-        val[dest] = p.coo.values[a:b]
-    del start
-    np.add.at(out, idx - bounds[0] if bounds[0] else idx, val)
-    accs = [q.reduce.acc for q in reqs]
-    for r, acc in enumerate(accs):
-        acc[:] = out[bounds[r] - bounds[0]:bounds[r + 1] - bounds[0]]
-    return accs
+    return reduce_in_rotation(reqs, C)
 
 
 def _reduce(run, r, red, acc, blocks, during=False):
@@ -283,9 +230,12 @@ def allreduce_host_bulk(reqs, run):
         while mask < pof2:
             peer = real[nr ^ mask]
             run.wave(real, peer, sizes[real])
-            M[real] = fn(M[real], M[peer])
+            if rem:
+                M[real] = fn(M[real], M[peer])
+            else:   # every rank takes part: in place (M[peer] is a copy)
+                fn(M, M[peer], out=M)
             mask <<= 1
         if rem:
             run.wave(od, ev, sizes[od])
             M[ev] = M[od]
-    return [row.copy() for row in M]
+    return list(M)   # (each rank's own row: no two share memory)
