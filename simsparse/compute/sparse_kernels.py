@@ -147,7 +147,24 @@ class COOParts(Sequence):
 def coo_split(coo, bounds):
     """Split by index ranges: part i holds the entries with
     bounds[i] <= index < bounds[i+1] (global indices kept; views, no copy)."""
-    return COOParts(coo, bounds, np.searchsorted(coo.indices, np.asarray(bounds)))
+    b = np.asarray(bounds)
+    if _cuts_compiled is not None and len(b) > 64 and (b[1:] >= b[:-1]).all():
+        # one merge pass of the two sorted arrays (at P = 4096, 4097 binary searches took 0.2 ms a rank)
+        return COOParts(coo, bounds, _cuts_compiled(np.asarray(coo.indices), b, np.empty(len(b), dtype=np.int64)))
+    return COOParts(coo, bounds, np.searchsorted(coo.indices, b))
+
+
+def _cuts(a, b, out):
+    """``np.searchsorted(a, b)`` for ascending a and b, by one merge pass."""
+    i = 0
+    for j in range(b.shape[0]):
+        while i < a.shape[0] and a[i] < b[j]:
+            i += 1
+        out[j] = i
+    return out
+
+
+_cuts_compiled = njit(_cuts)
 
 
 @coo_split.torch

@@ -130,3 +130,21 @@ def test_intersect_compiled_merge_agrees_with_the_binary_search():
         assert got.dtype == a.dtype and pure.dtype == a.dtype
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(pure, want)
+
+
+def test_the_merged_cuts_are_binary_searches():
+    """coo_split's merge pass (compiled and Python) gives ``np.searchsorted``'s
+    positions, on sorted random indices and bounds with repeats, bounds
+    beyond the last index and an empty selection."""
+    from simsparse.compute import sparse_kernels as sk
+
+    rng = np.random.default_rng(4)
+    for n_idx, n_b in ((0, 70), (1, 70), (500, 65), (3000, 300)):
+        a = np.sort(rng.choice(10_000, n_idx, replace=False)).astype(np.int32)
+        b = np.sort(rng.integers(0, 10_500, n_b))
+        b[5:9] = b[5]
+        want = np.searchsorted(a, b)
+        for f in filter(None, (sk._cuts, sk._cuts_compiled)):
+            np.testing.assert_array_equal(f(a, b, np.empty(len(b), dtype=np.int64)), want)
+        parts = sk.coo_split.numpy(COO(a, np.ones(len(a), np.float32), 10_500), b)
+        np.testing.assert_array_equal(np.asarray(parts.cuts), want)
