@@ -51,12 +51,14 @@ def _njit(fn):
     return numba.njit(cache=True)(fn) if numba is not None else None
 
 
-def _inline(fn):
-    """A helper of :func:`replay`, inlined into it (a call passing two dozen arrays costs more than its body)."""
-    return numba.njit(cache=True, inline="always")(fn) if numba is not None else None
+def _helper(fn):
+    """A helper of :func:`replay`, compiled on its own (LLVM still inlines it:
+    ``inline="always"`` made numba type and lower ``transfer`` at each of its
+    call sites, 19 s of compiling in a fresh clone for the same speed)."""
+    return numba.njit(cache=True)(fn) if numba is not None else None
 
 
-@_inline
+@_helper
 def fit(PS, PE, p, lo, n, last, t, d):
     """Earliest t' >= t with [t', t' + d) free (``_Port.fit``) among port p's
     intervals lo..n-1 (row p of PS and PE: sorted, disjoint, so their ends
@@ -76,7 +78,7 @@ def fit(PS, PE, p, lo, n, last, t, d):
     return t
 
 
-@_inline
+@_helper
 def room(PS, PE, plo, pn, ports, now):
     """Space for one more interval in the rows of ``ports``: the intervals
     over by ``now`` are dropped (every later fit asks from ``now`` on, so
@@ -94,12 +96,14 @@ def room(PS, PE, plo, pn, ports, now):
             plo[p], pn[p] = 0, n - lo
         else:
             PS2, PE2 = np.empty((PS.shape[0], 2 * n)), np.empty((PS.shape[0], 2 * n))
-            PS2[:, :n], PE2[:, :n] = PS, PE
+            for q in range(PS.shape[0]):   # (loops: numba took seconds to compile each slice assignment)
+                for j in range(n):
+                    PS2[q, j], PE2[q, j] = PS[q, j], PE[q, j]
             PS, PE = PS2, PE2
     return PS, PE
 
 
-@_inline
+@_helper
 def book(PS, PE, plo, pn, plast, p, t, d, now):
     """``_Port.book`` on port p (row p of PS and PE holds its intervals
     plo[p]..pn[p]-1, with room for one more): those over by ``now`` are
@@ -119,7 +123,7 @@ def book(PS, PE, plo, pn, plast, p, t, d, now):
     plo[p], pn[p] = lo, n + 1
 
 
-@_inline
+@_helper
 def transfer(m, firm, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
              chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d, border, nbook, heap, seq,
              unbooked, last_t, last_s):
@@ -175,7 +179,7 @@ def transfer(m, firm, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, p
     return seq, ok
 
 
-@_inline
+@_helper
 def device_run(r, x, t, dev, busy):
     """``BulkRun._device`` for one kernel of x seconds; whether the device was busy."""
     nw = t[r]
@@ -208,7 +212,8 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
     plast = port_last.copy()
     for p in range(2 * P):
         a, b = port_off[p], port_off[p + 1]
-        PS[p, :b - a], PE[p, :b - a] = port_st[a:b], port_en[a:b]
+        for j in range(b - a):
+            PS[p, j], PE[p, j] = port_st[a + j], port_en[a + j]
     chain_t = np.full(P, -np.inf)
     chain_firm = np.zeros(P, dtype=np.bool_)
     chain_set = np.zeros(P, dtype=np.bool_)
@@ -219,7 +224,8 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
     kind, send_lo, send_hi, rv_lo, rv_hi = items[:, 0], items[:, 1], items[:, 2], items[:, 3], items[:, 4]
     dur_lo, dur_hi = items[:, 5], items[:, 6]
     state = np.zeros((nitems, 4), dtype=items.dtype)
-    state[:, 0], state[:, 3] = waits, items[:, 7]
+    for j in range(nitems):
+        state[j, 0], state[j, 3] = waits[j], items[j, 7]
     left, waiting, posted, item_rank = state[:, 0], state[:, 1], state[:, 2], state[:, 3]   # left: 0 once all arrived
     unbooked = waits.copy()                # per step: its messages not booked yet,
     last_t = np.full(nitems, -np.inf)      # and the latest arrival of those booked,
