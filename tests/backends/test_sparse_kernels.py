@@ -148,3 +148,20 @@ def test_the_merged_cuts_are_binary_searches():
             np.testing.assert_array_equal(f(a, b, np.empty(len(b), dtype=np.int64)), want)
         parts = sk.coo_split.numpy(COO(a, np.ones(len(a), np.float32), 10_500), b)
         np.testing.assert_array_equal(np.asarray(parts.cuts), want)
+
+
+def test_the_compiled_count_compares_as_numpy():
+    """count_above's compiled pass counts what ``np.abs(x) >= thr`` counts:
+    float32 and float64 vectors, thresholds a Python float (compared in
+    x's dtype), a numpy float64 (compared in float64), an int, at and
+    between the vector's own magnitudes, with NaN and signed zeros."""
+    from simsparse.compute import sparse_kernels as sk
+
+    rng = np.random.default_rng(9)
+    for dt in (np.float32, np.float64):
+        x = rng.standard_normal(10_000).astype(dt)
+        x[:3] = [np.nan, -0.0, 0.0]
+        mags = np.abs(x[3:])
+        for thr in (0.1, np.float64(0.1), 1, float(mags[17]), np.float64(mags[17]) * (1 + 1e-12), 0.0, -1.0,
+                    float("nan")):
+            assert sk.count_above.numpy(x, thr) == int(np.count_nonzero(np.abs(x) >= thr)), (dt, thr)
