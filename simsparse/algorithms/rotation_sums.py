@@ -84,26 +84,28 @@ def reduce_in_rotation(reqs, C: np.ndarray) -> list:
     :class:`~simsparse.compute.sparse_kernels.COOParts`; ``C[s, d]`` entries
     for region d), added in receiving order: step, then source, then
     index."""
-    if jit.enabled() and _REDUCE is not None:
-        return _reduce_compiled(reqs, C)
-    return _reduce_numpy(reqs, C)
-
-
-def _reduce_compiled(reqs, C) -> list:
-    P = len(reqs)
     bounds = np.asarray(reqs[0].blocks.bounds, dtype=np.int64)
-    out = np.concatenate([q.reduce.acc for q in reqs])
+    out = np.concatenate([q.reduce.acc for q in reqs])   # the regions side by side, from bounds[0]
+    if jit.enabled() and _REDUCE is not None:
+        _reduce_compiled(reqs, C, out, bounds[0])
+    else:
+        _reduce_numpy(reqs, C, out, bounds[0])
+    accs = [q.reduce.acc for q in reqs]
+    for r, acc in enumerate(accs):
+        acc[:] = out[bounds[r] - bounds[0]:bounds[r + 1] - bounds[0]]
+    return accs
+
+
+def _reduce_compiled(reqs, C, out, offset) -> None:
+    """The sources' entries side by side (one copy), then :func:`_reduce`."""
+    P = len(reqs)
     coos = [q.blocks.coo for q in reqs]
     base = np.zeros(P + 1, dtype=np.int64)
     base[1:] = np.cumsum([len(c.indices) for c in coos])
     idx = np.concatenate([c.indices for c in coos])
     val = np.concatenate([c.values for c in coos])
     first = base[:-1] + np.array([int(q.blocks.cuts[0]) for q in reqs], dtype=np.int64)
-    _REDUCE(out, idx, val, C, first, bounds[0])
-    accs = [q.reduce.acc for q in reqs]
-    for r, acc in enumerate(accs):
-        acc[:] = out[bounds[r] - bounds[0]:bounds[r + 1] - bounds[0]]
-    return accs
+    _REDUCE(out, idx, val, C, first, offset)
 
 
 def _reduce(out, idx, val, C, first, offset):
@@ -135,14 +137,12 @@ def _reduce(out, idx, val, C, first, offset):
             cur[s] = end
 
 
-def _reduce_numpy(reqs, C) -> list:
+def _reduce_numpy(reqs, C, out, offset) -> None:
     """The same sums by one ``np.add.at`` over all entries in receiving order
     (within a step no two sources reach one index, so only the order across
     steps decides the sums). The entries are placed by a counting sort,
     source by source: no sort keys or permutation over all P k entries."""
     P = len(reqs)
-    bounds = np.asarray(reqs[0].blocks.bounds, dtype=np.int64)
-    out = np.concatenate([q.reduce.acc for q in reqs])
     total = int(C.sum())
     ix = np.int32 if total < 2**31 else np.int64   # (two P x P arrays: 134 MB less at P = 4096)
     D = np.empty(C.shape, dtype=ix)   # D[s, i] = C[s, (s + i) mod P]: what source s sends at step i
@@ -170,11 +170,7 @@ def _reduce_numpy(reqs, C) -> list:
         idx[dest] = p.coo.indices[a:b]
         val[dest] = p.coo.values[a:b]
     del start
-    np.add.at(out, idx - bounds[0] if bounds[0] else idx, val)
-    accs = [q.reduce.acc for q in reqs]
-    for r, acc in enumerate(accs):
-        acc[:] = out[bounds[r] - bounds[0]:bounds[r + 1] - bounds[0]]
-    return accs
+    np.add.at(out, idx - offset if offset else idx, val)
 
 
 _STEP_SUMS = jit.njit(_step_sums)

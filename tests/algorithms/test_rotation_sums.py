@@ -34,7 +34,7 @@ def _copy(reqs):
 
 
 @pytest.mark.parametrize("P", [1, 2, 3, 8, 13])
-def test_the_compiled_reduction_adds_as_numpy_and_as_received(P):
+def test_the_compiled_reduction_adds_as_numpy_and_as_received(monkeypatch, P):
     """Bit for bit: the compiled loop, the numpy path and a plain loop that
     adds each block in the order its region's owner receives it."""
     if rs._REDUCE is None:
@@ -47,11 +47,13 @@ def test_the_compiled_reduction_adds_as_numpy_and_as_received(P):
             part = reqs[(r - i) % P].blocks[r]
             for x, v in zip(part.indices.tolist(), part.values):
                 q.reduce.acc[x - bounds[r]] += v
-    compiled = rs._reduce_compiled(_copy(reqs), C)
-    numpy = rs._reduce_numpy(_copy(reqs), C)
+    got = {}
+    for flag in ("1", "0"):
+        monkeypatch.setenv("SIMSPARSE_NUMBA", flag)
+        got[flag] = rs.reduce_in_rotation(_copy(reqs), C)
     for r in range(P):
-        np.testing.assert_array_equal(compiled[r], want[r].reduce.acc)
-        np.testing.assert_array_equal(numpy[r], want[r].reduce.acc)
+        np.testing.assert_array_equal(got["1"][r], want[r].reduce.acc)
+        np.testing.assert_array_equal(got["0"][r], want[r].reduce.acc)
 
 
 @pytest.mark.parametrize("flag", ["0", "1"])
