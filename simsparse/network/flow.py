@@ -29,7 +29,7 @@ by one "tick" event scheduled at the current time with a SimPy priority after
 every ordinary event of that time. A tick retires the shared flows that have
 finished, admits new ones and, if the set of flows sharing a link changed,
 turns every end time back into remaining bytes (rate x time left), solves
-max-min fairness again (:func:`maxmin_rates`, vectorised progressive filling)
+max-min fairness again (:func:`.maxmin.maxmin_rates`, progressive filling)
 and sets new end times; then it schedules the next tick at the earliest end
 or start.
 """
@@ -42,9 +42,9 @@ from typing import Callable
 import numpy as np
 
 from ..engine import NORMAL
-from . import ack_queue
 from .flow_bulk import BUSY, FlowBulk, Held
-from .maxmin import END_TOL, REL_TOL, maxmin_rates
+from .flow_solve import FlowSolve
+from .maxmin import END_TOL
 from .topology import SWITCH
 
 TICK_PRIORITY = NORMAL + 1   # after every ordinary event of the same timestamp
@@ -107,7 +107,7 @@ class _Solo:
         self.moved = False
 
 
-class FlowNetwork(FlowBulk):
+class FlowNetwork(FlowBulk, FlowSolve):
     """The flow-level model the simulator drives (``reset`` / ``transfer``).
 
     ``machine_for(P)`` builds the :class:`~.node.Machine` for P ranks and
@@ -166,6 +166,7 @@ class FlowNetwork(FlowBulk):
         self._slot = np.full(n, -1, dtype=np.intp)   # link -> its number, -1 if none yet
         self._slot_cap = np.zeros(0)                 # number -> capacity
         self._slot_port = np.zeros(0, dtype=bool)    # number -> a switch's output port
+        self._loc = np.zeros(0, dtype=np.int64)       # scratch of the compiled solve (maxmin._solve_shared)
         self._load = [0] * n                    # flows per watched link incl. those about to start (adaptive)
         self._rng = random.Random(self.seed)
         self._nic_free: dict[int, float] = {}
@@ -397,69 +398,6 @@ class FlowNetwork(FlowBulk):
         self._end = np.concatenate((self._end, now + size / rate))
         self._dones = np.concatenate((self._dones, dones))
         return bool(cnt[Rn].max() > 1.0)
-
-    def _solve(self, floor: float) -> np.ndarray:
-        """Max-min rates of the shared flows. Those alone on all their links get
-        their bottleneck without solving. When flows have only left, the
-        slowest of them at rate ``floor``, a flow slower than that keeps its
-        rate (it crosses no link the leavers' rates could free: a link on
-        which it is bottlenecked is saturated below ``floor``), so only the
-        others are solved, on what the slow ones leave of each link."""
-        self.solves += 1
-        rt, rid = self._routes, self._rid
-        R = rt.R[rid]
-        rate = rt.bneck[rid]
-        shared = self._cnt[R].max(axis=1) > 1.0
-        if floor > 0.0 and self.ack_eff >= 1.0:   # a leaver may empty a queue: all rates may change
-            kept = shared & (self._rate < floor * (1.0 - REL_TOL))
-            rate[kept] = self._rate[kept]
-            shared &= ~kept
-        else:
-            kept = None
-        if not shared.any():
-            return rate
-        L = self._numbered(R)
-        cap = self._slot_cap
-        if kept is not None and kept.any():
-            used = np.bincount(L[kept].ravel(), weights=np.repeat(rate[kept], R.shape[1]), minlength=len(cap))
-            cap = np.maximum(cap - used, 0.0)
-        rate[shared] = maxmin_rates(L[shared], cap)
-        if self.ack_eff < 1.0:
-            sh = np.flatnonzero(shared)
-            back_ids = self._reverse(rid[sh])   # first: it may grow the route table (a new array)
-            back = self._slot[rt.R[back_ids]]
-            less = ack_queue.derated(L[sh], rate[sh], cap, self._slot_port, back, self.ack_eff)
-            if less is not None:
-                rate[sh] = maxmin_rates(L[sh], less)
-        return rate
-
-    def _reverse(self, rids: np.ndarray) -> np.ndarray:
-        """The default routes back from each route's destination to its source."""
-        rt = self._routes
-        out = np.empty(len(rids), dtype=np.intp)
-        for i, r in enumerate(rids.tolist()):
-            b = rt.rev.get(r)
-            if b is None:
-                es, ed = rt.ends[r]
-                b = rt.pair.get(ed * self._n_ep + es)
-                if b is None:
-                    b = self._default_route(ed, es)
-                rt.rev[r] = b
-            out[i] = b
-        return out
-
-    def _numbered(self, R: np.ndarray) -> np.ndarray:
-        """``R`` (link ids) in the solver's dense link numbering, numbering
-        the links seen for the first time in increasing id order."""
-        L = self._slot[R]
-        if (L < 0).any():
-            new = np.unique(R[L < 0])
-            n0 = len(self._slot_cap)
-            self._slot[new] = np.arange(n0, n0 + len(new))
-            self._slot_cap = np.concatenate((self._slot_cap, self._cap[new]))
-            self._slot_port = np.concatenate((self._slot_port, self._port[new]))
-            L = self._slot[R]
-        return L
 
     def _retire(self, fin: np.ndarray, now: float) -> float:
         """Drop finished shared flows and call their ``done`` after latency +

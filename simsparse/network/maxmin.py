@@ -127,6 +127,86 @@ def _solve(R, cap, tol):
 _SOLVE = njit(_solve)
 
 
+def _classify(Rt, bneck, rid, cnt, old, floor, slot, tol):
+    """The first half of ``FlowNetwork._solve`` as loops: every flow's rate
+    at its route's bottleneck (``bneck``), unless it shares a link (a
+    ``cnt`` above 1): then its old rate where it is slower than ``floor``
+    (it keeps it, state 2), else to solve (state 1). Returns the rates, the
+    states, the flows to solve, those kept and whether any flow crosses a
+    link not yet numbered (``slot`` -1)."""
+    F, H = rid.shape[0], Rt.shape[1]
+    rate = np.empty(F)
+    state = np.zeros(F, dtype=np.int8)
+    nsh = nkept = 0
+    unnumbered = False
+    for f in range(F):
+        r = rid[f]
+        rate[f] = bneck[r]
+        for h in range(H):
+            x = Rt[r, h]
+            if slot[x] < 0:
+                unnumbered = True
+            if cnt[x] > 1.0:
+                state[f] = 1
+        if state[f] == 1:
+            if floor > 0.0 and old[f] < floor * (1.0 - tol):
+                rate[f] = old[f]
+                state[f] = 2
+                nkept += 1
+            else:
+                nsh += 1
+    return rate, state, nsh, nkept, unnumbered
+
+
+def _solve_shared(Rt, rid, state, rate, slot, slot_cap, loc, nsh, nkept, tol):
+    """The second half: max-min rates of the flows in state 1 (written into
+    ``rate``) on the links' capacities (``slot_cap`` by ``slot`` number)
+    less what the kept flows (state 2) take. The solve sees only the links
+    those flows cross, numbered as they first appear (``loc``: scratch, -1
+    everywhere, and so again on return); a link's arithmetic is the numpy
+    path's, in the same order, so the rates are its to the last bit."""
+    H = Rt.shape[1]
+    L = np.empty((nsh, H), dtype=np.int64)
+    ids = np.empty(nsh * H, dtype=np.int64)
+    n = j = 0
+    for f in range(rid.shape[0]):
+        if state[f] == 1:
+            for h in range(H):
+                x = slot[Rt[rid[f], h]]
+                if loc[x] < 0:
+                    loc[x] = n
+                    ids[n] = x
+                    n += 1
+                L[j, h] = loc[x]
+            j += 1
+    cap = np.empty(n)
+    for i in range(n):
+        cap[i] = slot_cap[ids[i]]
+    if nkept:
+        used = np.zeros(n)
+        for f in range(rid.shape[0]):
+            if state[f] == 2:
+                for h in range(H):
+                    i = loc[slot[Rt[rid[f], h]]]
+                    if i >= 0:
+                        used[i] += rate[f]
+        for i in range(n):
+            c = cap[i] - used[i]
+            cap[i] = c if c > 0.0 else 0.0
+    for i in range(n):
+        loc[ids[i]] = -1
+    got = _SOLVE(L, cap, tol)
+    j = 0
+    for f in range(rid.shape[0]):
+        if state[f] == 1:
+            rate[f] = got[j]
+            j += 1
+
+
+_CLASSIFY = njit(_classify)
+_SOLVE_SHARED = njit(_solve_shared) if _SOLVE is not None else None
+
+
 def maxmin_rates(routes: np.ndarray, cap: np.ndarray) -> np.ndarray:
     """:func:`maxmin_rates_numpy`, compiled when numba is there (module docstring)."""
     if _SOLVE is None or len(routes) == 0:

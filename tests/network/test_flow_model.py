@@ -94,6 +94,43 @@ def test_the_numpy_path_is_selectable_and_simulates_the_same(tmp_path):
     assert rows[0][0] is True and rows[1][0] is False and rows[0][1:] == rows[1][1:]
 
 
+@pytest.mark.parametrize("algorithm,preset,P", [("oktopk", "piz_daint_aries", 16), ("oktopk", "piz_daint_aries", 13),
+                                                 ("oktopk", "ethernet_1g", 12), ("oktopk", "ib_fdr_fattree", 16)])
+def test_the_compiled_tick_solve_gives_the_numpy_rates_at_every_solve(monkeypatch, algorithm, preset, P):
+    """Every solve of a run with shared flows, compiled and in numpy on the
+    same state: the same rates to the last bit, with flows kept below the
+    leavers' floor and links numbered mid-run among them."""
+    import dataclasses
+
+    from simsparse.experiments.run.runner import simulate_point
+    from simsparse.network import maxmin
+    from simsparse.network.flow_solve import FlowSolve
+    from tests.helpers import make_point, net
+
+    assert maxmin._SOLVE_SHARED is not None
+    seen = {"solves": 0, "kept": 0, "numbered": 0}
+    compiled = FlowSolve._solve_compiled
+
+    def both(self, floor):
+        slots = len(self._slot_cap)
+        expect = FlowSolve._solve_numpy(self, floor)   # numbers any new link first: the compiled path then finds none
+        numbered = len(self._slot_cap) > slots
+        self._slot_cap = self._slot_cap[:slots]        # undo it, so the compiled path numbers them itself
+        self._slot_port = self._slot_port[:slots]
+        self._slot[self._slot >= slots] = -1
+        got = compiled(self, floor)
+        assert np.array_equal(got, expect)
+        seen["solves"] += 1
+        seen["numbered"] += numbered
+        seen["kept"] += bool(floor > 0 and (self._rate < floor * (1 - maxmin.REL_TOL)).any())
+        return got
+
+    monkeypatch.setattr(FlowSolve, "_solve_compiled", both)
+    p = dataclasses.replace(make_point(algorithm, P, n=40000, density=0.01), network=net(preset))
+    simulate_point(p)
+    assert seen["solves"] > 50 and seen["kept"] > 0 and seen["numbered"] > 0
+
+
 @settings(max_examples=150, deadline=None)
 @given(instances())
 def test_maxmin_is_feasible_and_every_flow_has_a_bottleneck(inst):
