@@ -42,13 +42,14 @@ Helper collectives are expanded into their messages, or with ``bulk`` (the
 default) evaluated for all ranks at once where they have a bulk schedule and
 the network a bulk path (:mod:`.bulk`), unless the run is traced (a trace
 holds every message); which path ran is in ``IterationStats.collectives``.
+
+The pieces: messages and waits in :mod:`.sim_messages`, the shared cores'
+CPU work in :mod:`.sim_cpu`, memoised kernels in :mod:`.memo`; this module
+holds the ranks, their contexts and the request handlers.
 """
 from __future__ import annotations
 
-import functools
 import gc
-import hashlib
-import inspect
 from collections import deque
 from dataclasses import dataclass, replace
 
@@ -61,135 +62,13 @@ from ..compute.message_path import MessagePath
 from ..compute.noise import KernelNoise
 from ..engine import make_engine
 from ..network.model import NetworkModel
-from ..ops import Bundle, ContextBase, Dense, Handle, Payload, TraceRecord
-from .bulk import Gathered, _freeze, gather
+from ..ops import ContextBase, Dense, Handle, Payload, TraceRecord
+from .bulk import _freeze, gather
 from .waves_ab import APPROX_FROM
 from .driver import BLOCKED, Driver, IterationStats, post
-
-
-@functools.lru_cache(maxsize=None)
-def _signature(fn):
-    return inspect.signature(fn)
-
-
-def _digest(a: np.ndarray) -> bytes:
-    return hashlib.blake2b(memoryview(np.ascontiguousarray(a)).cast("B"), digest_size=16).digest()
-
-
-#: a remembered key of more parts than this is kept as a digest of its text: a bulk allgather's
-#: tuple of P blocks made every memo lookup hash P keys (0.6 ms each at P = 4096)
-_DIGEST_PARTS = 16
-
-
-def _memo_key(obj, digests: dict):
-    """Hashable content key of kernel arguments, or None when not memoisable.
-    Arrays are keyed by a digest of their bytes; read-only arrays (shared
-    received data, which the simulator never writes) are hashed once and
-    remembered by identity in ``digests``, and so are the keys of payloads
-    and tuples made only of read-only data (a bulk allgather gives every
-    rank one such tuple)."""
-    return _key(obj, digests)[0]
-
-
-def _key(obj, digests: dict):
-    """(key, whether it can be remembered by the object's identity)."""
-    if isinstance(obj, np.ndarray):
-        if obj.flags.writeable:
-            return ("a", _digest(obj), obj.dtype.str, obj.shape), False
-        hit = digests.get(id(obj))
-        if hit is None or hit[0] is not obj:
-            hit = digests[id(obj)] = (obj, ("a", _digest(obj), obj.dtype.str, obj.shape))  # keeps obj alive
-        return hit[1], True
-    if isinstance(obj, (tuple, Payload)):
-        hit = digests.get(id(obj))
-        if hit is not None and hit[0] is obj:
-            return hit[1], True
-        if type(obj) is Gathered:   # every rank holds this very tuple of read-only blocks
-            key = ("g", id(obj))
-            digests[id(obj)] = (obj, key)   # (keeps it alive: the id stays its own)
-            return key, True
-    if isinstance(obj, (list, tuple)):
-        parts = [_key(o, digests) for o in obj]
-        if any(k is None for k, _ in parts):
-            return None, False
-        key, fixed = ("l", tuple(k for k, _ in parts)), all(f for _, f in parts) and isinstance(obj, tuple)
-    elif isinstance(obj, Payload):
-        parts = [_key(a, digests) for a in obj.arrays()]
-        if any(k is None for k, _ in parts):
-            return None, False
-        key, fixed = ("p", type(obj).__name__, tuple(k for k, _ in parts), repr(obj.meta())), all(f for _, f in parts)
-    elif isinstance(obj, (int, float, str, bool, type(None), np.generic)):
-        return ("s", obj), True
-    else:
-        return None, False
-    if fixed:
-        if len(parts) > _DIGEST_PARTS:   # one digest, hashed once, instead of a tuple of P keys hashed per lookup
-            key = ("d", hashlib.blake2b(repr(key).encode(), digest_size=16).digest())
-        digests[id(obj)] = (obj, key)
-    return key, fixed
-
-
-def _scaled_nbytes(p: Payload, s: float) -> int:
-    """Wire size of a payload carried at reduced size: data scaled by s,
-    host metadata (Scalars) as is."""
-    if isinstance(p, Bundle):
-        return sum(_scaled_nbytes(q, s) for q in p.parts)
-    return p.nbytes if p.HOST else int(round(p.nbytes * s))
-
-
-#: a rank blocked this long stops polling (Simulator._poll): a deadlocked run's event queue still empties
-POLL_MAX_S = 3600.0
-
-
-#: the kernel's network stack is charged in pieces of at least this many payload bytes, at most STACK_PIECES
-STACK_PIECE_B, STACK_PIECES = 1 << 16, 64
-
-
-def _polled(_) -> None:
-    """A poll's CPU is done: the rank goes on waiting."""
-
-
-class _Wait:
-    """A program blocked until ``need`` more of ``handles`` complete (all of
-    them for a waitall, one for a waitany)."""
-
-    __slots__ = ("prog", "handles", "need", "any")
-
-    def __init__(self, prog, handles, need, any_):
-        self.prog, self.handles, self.need, self.any = prog, handles, need, any_
-
-
-class _Message(Handle):
-    """A message from posting to arrival; it is also the send's handle (one
-    object per message) and, called, its arrival (the network model's
-    ``done``: no closure per message). ``peer`` is the destination, ``wtag``
-    the tag on the wire (scoped)."""
-
-    __slots__ = ("sim", "src", "wtag", "payload", "recv", "started", "arrived")
-
-    def __init__(self, sim, src, dst, tag, wtag, payload, nbytes, post_s, phase, lane):
-        self.kind, self.peer, self.tag, self.nbytes = "send", dst, tag, nbytes
-        self.done, self.value, self._waiters = False, None, None
-        self.post_s, self.phase, self.lane = post_s, phase, lane
-        self.sim, self.src, self.wtag, self.payload = sim, src, wtag, payload
-        self.recv = None
-        self.started = False
-        self.arrived = False
-
-    def __call__(self) -> None:
-        self.arrived = True
-        sim, h = self.sim, self.recv
-        if sim.trace_on or sim.on_cpu or sim.path is not None:
-            sim._complete(self, None, self.nbytes, self.src)
-            if h is not None:
-                sim._arrived(h, self.payload, self.nbytes, self.peer)
-            return
-        self.done = True   # _complete without the trace (every message passes here)
-        sim._notify(self)
-        if h is not None:
-            h.done = True
-            h.value = self.payload
-            sim._notify(h)
+from .memo import memo_call
+from .sim_cpu import HostCPU
+from .sim_messages import Messages, _Message, _scaled_nbytes, _Wait
 
 
 @dataclass(frozen=True)
@@ -283,7 +162,7 @@ class SimContext(ContextBase):
         return self.sim.spawn(self, program, stream, lane)
 
 
-class Simulator(Driver):
+class Simulator(Messages, HostCPU, Driver):
     """Runs one iteration of P rank programs on a network and device model."""
 
     def __init__(self, network: NetworkModel, device: Device | None = None, eager_threshold_B: int = 65536,
@@ -460,7 +339,7 @@ class Simulator(Driver):
 
     def on_compute(self, prog, req):
         k = KERNELS.get(req.kernel) or get_kernel(req.kernel)
-        value = self._memo_call(k, req.args, req.kwargs) if k.memo else k.numpy(*req.args, **req.kwargs)
+        value = memo_call(self.memo, self.digests, k, req.args, req.kwargs) if k.memo else k.numpy(*req.args, **req.kwargs)
         if self.ideal:
             if not self.trace_on and prog.ctx.r.device_free <= self.env.now:
                 return value   # no time, nothing queued before it, nothing to record
@@ -476,7 +355,7 @@ class Simulator(Driver):
     def run_kernel(self, name: str, args: tuple, kwargs: dict):
         """A kernel's value and the device seconds it costs (``on_compute``'s work)."""
         k = KERNELS.get(name) or get_kernel(name)
-        value = self._memo_call(k, args, kwargs) if k.memo else k.numpy(*args, **kwargs)
+        value = memo_call(self.memo, self.digests, k, args, kwargs) if k.memo else k.numpy(*args, **kwargs)
         return value, self.kernel_seconds(k, value, args, kwargs)
 
     def kernel_seconds(self, k, value, args, kwargs) -> float:
@@ -552,19 +431,10 @@ class Simulator(Driver):
     def _resume(self, prog_value) -> None:
         self.step(*prog_value)
 
-    def _transfer(self, msg: _Message) -> None:
-        self.network.transfer(msg.src, msg.peer, msg.nbytes, msg)
-
     def _model(self, what) -> TrainingModel:
         if self.model is None:
             raise RuntimeError(f"ctx.{what}() needs a model: this run simulates a bare collective")
         return self.model
-
-    def on_core(self, rank: int, work: float, done, arg) -> None:
-        """``work`` core-seconds of ``rank`` on its shared cores, then ``done(arg)``;
-        counted in the rank's ``busy["cpu"]`` (the row's ``cpu_s``)."""
-        self.ranks[rank].busy["cpu"] += work
-        self.cores[rank].run(work, done, arg, rank)
 
     def _device(self, prog, dt, value, op, category, covered=()):
         """Occupy the rank's device for dt after everything issued before
@@ -584,321 +454,3 @@ class Simulator(Driver):
             self.env.at(end - now, self._resume, (prog, value))
             return BLOCKED
         return value
-
-    def _on_cores(self, prog, dt, value, op, category, covered, pre: float = 0.0):
-        """Device work on shared cores: the rank's work runs in issue order,
-        each piece as a job of :class:`~simsparse.compute.cores.SharedCores`
-        (its end depends on what the other ranks run meanwhile); the program
-        resumes when its piece has run. ``pre`` core-seconds of the program's
-        own Python run first, outside the piece's record and its busy time
-        (as the real backend's trace times only the kernel)."""
-        rs = prog.ctx.r
-        rs.busy[category] += dt
-        rs.device_free = float("inf")   # until the queue has run: nothing may start before it
-        rs.core_q.append((prog, dt, value, op, covered, pre))
-        if len(rs.core_q) == 1:
-            self._core_next(rs)
-        return BLOCKED
-
-    def _core_next(self, rs) -> None:
-        pre = rs.core_q[0][5]
-        if pre:
-            self.on_core(rs.rank, pre, self._core_piece, rs)
-        else:
-            self._core_piece(rs)
-
-    def _core_piece(self, rs) -> None:
-        self.on_core(rs.rank, rs.core_q[0][1], self._core_done, (rs, self.env.now))
-
-    def _core_done(self, rs_start) -> None:
-        rs, start = rs_start
-        prog, dt, value, op, covered, _ = rs.core_q.popleft()
-        now = self.env.now
-        for p in covered:
-            rs.ready_at[p] = now
-        if self.trace_on:
-            ctx = prog.ctx
-            self.trace.append(TraceRecord(rs.rank, ctx._phase, op, -1, 0, start, now, ctx.lane))
-        if rs.core_q:
-            self._core_next(rs)
-        else:
-            rs.device_free = now
-            if rs.unseen:   # back in its driver's loop, whose progress sees what completed meanwhile
-                self._seen(rs, now)
-        self.env.at(0.0, self._resume, (prog, value))
-
-    def _memo_call(self, k, args, kwargs):
-        # by name, and with ``like`` (which only lends its dtype) replaced by that dtype
-        bound = _signature(k.numpy).bind(*args, **kwargs).arguments
-        named = tuple((n, ("like", v.dtype.str) if n == "like" else v) for n, v in bound.items())
-        key = _memo_key((k.name, named), self.digests)
-        if key is None:
-            return k.numpy(*args, **kwargs)
-        out = self.memo.get(key)
-        if out is None:
-            out = k.numpy(*args, **kwargs)
-            if isinstance(out, np.ndarray):
-                out.setflags(write=False)
-            elif isinstance(out, Payload):
-                out = out.map(_freeze)
-            self.memo[key] = out
-        return out
-
-    # A handle's waiters: None, the one _Wait (the common case: no list), or
-    # a list of them in the order they began to wait.
-
-    @staticmethod
-    def _wait(w: _Wait) -> None:
-        for h in w.handles:
-            if not h.done:
-                ws = h._waiters
-                if ws is None:
-                    h._waiters = w
-                elif type(ws) is list:
-                    ws.append(w)
-                else:
-                    h._waiters = [ws, w]
-
-    def _notify(self, h: Handle) -> None:
-        """``h`` completed: a wait it completes resumes its program through a
-        zero-delay call (never from inside the network model's callbacks)."""
-        ws = h._waiters
-        if ws is None:
-            return
-        h._waiters = None
-        for w in (ws if type(ws) is list else (ws,)):
-            w.need -= 1
-            if not w.need:
-                if self._notice:
-                    self.ranks[w.prog.ctx.rank].waking += 1
-                self.env.soon(self._resume_wait, w)
-
-    def _resume_wait(self, w: _Wait) -> None:
-        """A blocked wait is complete. With shared cores its rank first wakes:
-        ``wait_cpu`` core-seconds on its cores (the real driver's poll or
-        sleep returns and runs MPI's progress), once however many requests
-        the wait completes (simsparse.calibration.network.request_cpu)."""
-        if self.wait_poll:
-            self.blocked[w.prog.ctx.rank] -= 1
-        if self.wait_cpu:
-            self.on_core(w.prog.ctx.rank, self.wait_cpu, self._woke, w)
-        else:
-            self._woke(w)
-
-    def _block(self, rank: int) -> None:
-        """A program of ``rank`` blocks in a wait: the rank's first poll, if it is not polling already."""
-        self.blocked[rank] += 1
-        if self.blocked[rank] == 1:
-            self.poll_gen[rank] += 1
-            self.env.at(self.wait_poll_after, self._poll, (rank, self.poll_gen[rank], self.env.now))
-
-    def _poll(self, arg) -> None:
-        """A blocked rank's periodic wake-up: ``wait_cpu`` core-seconds on its cores, then the next in
-        ``wait_poll`` seconds while it stays blocked. The real backend's wait on a testbed
-        (:class:`~simsparse.backends.wire.SocketSleep`) yields for 300 us, then sleeps in ``select`` with a
-        timeout that doubles from 50 us to 2 ms; a send's progress (room in its socket's buffer) wakes
-        nothing, so a rank waiting on a transfer wakes every 2 ms, and each wake-up runs MPI's progress. On
-        the star a rank streaming 4 MiB messages spent 8.6 % of a core at 100 Mb/s and 9.5 % at 200 Mb/s
-        sending, 5.7 and 6.5 % receiving: CPU per second of waiting, not per byte (docs/validation.md,
-        sixteenth session). With 4 ranks per core that takes up to a third of the core from a rank's
-        kernels. (A rank blocked for :data:`POLL_MAX_S` stops polling: a run that deadlocks still ends.)"""
-        rank, gen, since = arg
-        if self.blocked[rank] and self.poll_gen[rank] == gen and self.env.now - since < POLL_MAX_S:
-            self.on_core(rank, self.wait_cpu, _polled, None)
-            self.env.at(self.wait_poll, self._poll, arg)
-
-    def _woke(self, w: _Wait) -> None:
-        if self._notice:
-            rs = self.ranks[w.prog.ctx.rank]
-            rs.waking -= 1
-            self._seen(rs, self.env.now)
-        hs = w.handles
-        if w.any:
-            i = next(i for i, h in enumerate(hs) if h.done)
-            self.step(w.prog, (i, hs[i].value))
-        else:
-            self.step(w.prog, [h.value for h in hs])
-
-    # -- point-to-point -----------------------------------------------------
-    # What is posted and not yet matched waits in ``pending`` under its
-    # (src, dst, tag), only while there is something: memory follows the
-    # messages in flight, not the pairs that ever communicated (P^2 in an
-    # all-to-all). A key holds only sends or only receives (a send and a
-    # receive of one key match at once): one item as itself (the common
-    # case), more in a deque in posting order. A receive is a plain Handle.
-
-    def _post_send(self, msg: _Message, late: bool = False):
-        if late:
-            msg.post_s = self.env.now
-        key = (msg.src, msg.peer, msg.wtag)
-        pending = self.pending
-        q = pending.get(key)
-        if q is None:
-            pending[key] = msg
-        elif type(q) is Handle:          # one receive was waiting
-            del pending[key]
-            msg.recv = q
-            return self._start(msg)
-        elif type(q) is _Message:
-            pending[key] = deque((q, msg))
-        elif type(q[0]) is Handle:       # several receives were waiting
-            msg.recv = q.popleft()
-            if len(q) == 1:
-                pending[key] = q[0]
-            return self._start(msg)
-        else:
-            q.append(msg)
-        if msg.nbytes <= self.window:   # eager, or buffered by the receiver's transport: it moves now
-            self._start(msg)
-
-    def _post_recv(self, src, dst, tag, h, late: bool = False):
-        if late:
-            h.post_s = self.env.now
-        key = (src, dst, tag)
-        pending = self.pending
-        q = pending.get(key)
-        if q is None:
-            pending[key] = h
-            return
-        if type(q) is _Message:          # one send was waiting
-            msg = q
-            del pending[key]
-        elif type(q) is Handle:
-            pending[key] = deque((q, h))
-            return
-        elif type(q[0]) is Handle:
-            q.append(h)
-            return
-        else:
-            msg = q.popleft()
-            if len(q) == 1:
-                pending[key] = q[0]
-        msg.recv = h
-        if msg.arrived:
-            self._arrived(h, msg.payload, msg.nbytes, dst)
-        elif not msg.started:
-            self._start(msg)
-
-    def _start(self, msg: _Message):
-        msg.started = True
-        delay = 0.0
-        if self.rdv_rtt > 0 and msg.nbytes > self.eager:   # rendezvous start-up (RTS/CTS) first
-            delay = self.rdv_rtt
-            self.env.at(self.rdv_rtt, self._transfer, msg)
-        else:
-            self.network.transfer(msg.src, msg.peer, msg.nbytes, msg)
-        if self.stack is not None and msg.nbytes > 0:
-            self._stack(msg.src, msg.nbytes, delay)
-
-    def _stack(self, rank: int, nbytes: int, delay: float) -> None:
-        """The kernel's TCP/IP work for a message of ``nbytes`` (``DeviceProfile.network_stack``): on a TCP
-        fabric the host's kernel segments, forwards and acknowledges every frame in softirq context, on the
-        cores the ranks run on and outside any rank's process. It is charged on the sender's cores (a veth
-        pair and a bridge carry a frame to its receiver in the sending core's softirq), in pieces of at
-        least :data:`STACK_PIECE_B` spread as the bytes move at the stack's measured pace, each a job of its
-        own that takes a core at once (an interrupt does not wait for a time slice). Not in the rank's
-        ``cpu_s``: no rank's CPU clock counts it."""
-        per_b, rate = self.stack
-        n = max(1, min(STACK_PIECES, -(-nbytes // STACK_PIECE_B)))
-        piece = nbytes / n
-        for i in range(n):
-            self.env.at(delay + (i + 0.5) * piece / rate, self._stack_piece, (rank, piece * per_b))
-
-    def _stack_piece(self, arg) -> None:
-        """One piece of a sender's stack work: a job of its own, or added to the one running (a core's
-        softirq work runs one piece after another, never as several tasks at once)."""
-        rank, work = arg
-        if rank in self.stack_backlog:
-            self.stack_backlog[rank] += work
-        else:
-            self._stack_run(rank, work)
-
-    def _stack_run(self, rank: int, work: float) -> None:
-        self.stack_backlog[rank] = 0.0
-        self.cores[rank].run(work, self._stack_done, rank, ("stack", rank))
-
-    def _stack_done(self, rank: int) -> None:
-        more = self.stack_backlog.pop(rank)
-        if more > 0.0:
-            self._stack_run(rank, more)
-
-    def _begin(self, arg) -> None:
-        """A rank's program starts once its share of ``start_cpu`` is done: the
-        real ranks leave the iteration's common start together, each from a
-        sleep and with cold caches, and their first requests cost that much
-        more than the steady ``msg_cpu`` (a 3-step exchange of 1 KiB at P = 8
-        on 2 cores took 0.9 to 1.9 ms a step, a 30-step one 0.7 to 1.0 ms)."""
-        self.start(*arg)
-
-    def _cpu_start(self, h: Handle, rank: int) -> None:
-        """A posted request costs its rank ``msg_cpu`` core-seconds, shared
-        with the other ranks' work (:class:`~simsparse.compute.cores.SharedCores`),
-        beside the transfer: the request completes when both are done. The
-        real backend's driver, MPI's progress and the kernel's TCP for each
-        message, and the waiting loops that poll for them, run on the host's
-        cores: an exchange of 1 KiB on the testbed took 104 us at P = 2 and
-        415 us at P = 4 on 2 cores (CPU-bound: 4 ranks x 2 requests x 104 us
-        / 2 cores), while 8 KiB took 695 us, its wire time: the CPU work
-        overlaps the wire's. Through shared memory at P = 2 an exchange costs
-        two requests of CPU, twice a ping-pong's half round trip."""
-        self.on_cpu[h] = None
-        self.on_core(rank, self.msg_cpu, self._cpu_end, h)
-
-    def _post(self, ctx, msg: _Message) -> None:
-        """Post a send of ``ctx``'s program now (behind its stream, if any);
-        with shared cores its progress costs CPU from now on (``_cpu_start``)."""
-        if self.msg_cpu:
-            self._cpu_start(msg, ctx.rank)
-        if ctx.program.stream is None:
-            self._post_send(msg)
-        else:
-            post(ctx, lambda: self._post_send(msg, late=True))
-
-    def _packed(self, arg) -> None:
-        """A send's payload is serialised: it is posted now."""
-        ctx, msg = arg
-        msg.post_s = self.env.now
-        self._post(ctx, msg)
-
-    def _arrived(self, h: Handle, value, nbytes, owner) -> None:
-        """A receive's message is here: with a measured receive path its rank
-        matches and unpacks it first (compute.message_path), then it completes."""
-        if self.path is None:
-            self._complete(h, value, nbytes, owner)
-        else:
-            self.on_core(owner, self.path.recv_s(value, nbytes), self._unpacked, (h, value, nbytes, owner))
-
-    def _unpacked(self, arg) -> None:
-        self._complete(*arg)
-
-    def _cpu_end(self, h: Handle) -> None:
-        done = self.on_cpu.pop(h)
-        if done is not None:
-            self._complete(h, *done)
-
-    def _complete(self, h: Handle, value, nbytes, owner):
-        if self.on_cpu and h in self.on_cpu:   # transferred; its CPU work has not run yet
-            self.on_cpu[h] = (value, nbytes, owner)
-            return
-        h.done = True
-        h.value = value
-        self._notify(h)   # (may start the owner's wake-up)
-        if self.trace_on:
-            rs = self.ranks[owner]
-            if self._notice and (rs.core_q or rs.waking):
-                rs.unseen.append((h, nbytes, self.env.now))
-            else:
-                self.trace.append(TraceRecord(owner, h.phase, h.kind, h.peer, nbytes, h.post_s, self.env.now, h.lane))
-
-    def _seen(self, rs: _Rank, now) -> None:
-        """Record the messages of ``rs`` that completed while its driver was busy, ending ``now`` (None:
-        when they completed). The real backend's trace ends a message where its driver's progress learns
-        of the completion (:meth:`~simsparse.backends.mpi.MPIDriver._message_done`); its one thread runs
-        that progress only between program steps, never during a kernel, and a rank whose wait completed
-        must first get a core back to run it (``wait_cpu``). With shared cores the model knows both, so
-        its records end there too: a rank that posts two 8 KB sends on the star and waits for them while
-        the other rank of its core computes saw them done 0.85 to 1.0 ms after posting (the wire: 0.2 ms)."""
-        for h, nbytes, t in rs.unseen:
-            self.trace.append(TraceRecord(rs.rank, h.phase, h.kind, h.peer, nbytes, h.post_s,
-                                          t if now is None else now, h.lane))
-        rs.unseen.clear()

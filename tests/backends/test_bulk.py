@@ -332,7 +332,7 @@ def test_a_bulk_allgathers_blocks_are_memo_keyed_by_identity():
     kernels' memo keys it by identity, without hashing its blocks, so ranks
     share one result and a different tuple of equal blocks gets its own key."""
     from simsparse.backends.bulk import Gathered
-    from simsparse.backends.sim import _memo_key
+    from simsparse.backends.memo import _memo_key
 
     a = np.arange(5.0)
     a.setflags(write=False)
