@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def main():
     from simsparse.algorithms import ALGORITHMS
-    from simsparse.backends import replay_ab
+    from simsparse.backends import replay_ab, replay_arrays
     from simsparse.compute.devices import load_profile
     from simsparse.experiments.run.runner import simulate_point
     from tests.helpers import make_point
@@ -37,13 +37,13 @@ def main():
     if replay_ab.compiled() is None:
         sys.exit("numba is not installed (or SIMSPARSE_NUMBA=0): nothing to compare")
     calls = [0]
-    real = replay_ab.replay_run
+    real = replay_arrays.replay_run
 
     def counted(run):
         calls[0] += 1
         return real(run)
 
-    replay_ab.replay_run = counted
+    replay_arrays.replay_run = counted
     replay_ab.COMPILE_FROM = 0   # the grid's replays are small
     p100 = load_profile("p100").model_dump()
     wall = {"0": 0.0, "1": 0.0}

@@ -162,7 +162,8 @@ class BulkTiming:
         network a large replay runs compiled (:mod:`.replay_ab`)."""
         self._reset()
         from ..network.alphabeta import AlphaBetaNetwork
-        from .replay_ab import compiled, replay_run
+        from .replay_ab import compiled
+        from .replay_arrays import replay_run
         from .waves_ab import waves_run
 
         if type(self.sim.network) is AlphaBetaNetwork:

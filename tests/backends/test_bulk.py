@@ -221,12 +221,13 @@ def test_the_compiled_replay_is_the_python_replay(monkeypatch, algorithm):
     with a handshake, and an unexpected window with reduced data; P100
     kernels between posting and waiting; a network with factors per size band."""
     import simsparse.backends.replay_ab as ra
+    import simsparse.backends.replay_arrays as rr
 
     if ra.compiled() is None:
         pytest.skip("numba is not installed")
     calls = []
-    real = ra.replay_run
-    monkeypatch.setattr(ra, "replay_run", lambda run: calls.append(1) or real(run))
+    real = rr.replay_run
+    monkeypatch.setattr(rr, "replay_run", lambda run: calls.append(1) or real(run))
     monkeypatch.setattr(ra, "COMPILE_FROM", 0)   # these replays are small
     for P, variant, p in protocol_variants(algorithm, P100):
         rows = []
