@@ -24,7 +24,9 @@ collectives in bulk where the network allows, ``values`` as the row says);
 ``events`` is ``collectives: events`` with full values, the reference. The
 ``err`` column is the relative difference of their simulated times (the
 fast one is exact where its ``coll`` is ``bulk`` and ``values`` is not
-``sampled``; sampled values differ in distribution only). Each point runs
+``sampled``; sampled values differ in distribution only). ``--path waves``
+runs ``collectives: waves`` (on flow-level networks, adaptive routing
+included, the collectives timed wave after wave: approximate). Each point runs
 in a fresh process that writes the case as a YAML config, loads it with the
 config loader and simulates every point with ``simulate_point``. Peak RSS is
 the process's own (``ru_maxrss``). A point is killed at ``--cap`` seconds; a
@@ -76,6 +78,8 @@ def config(case: str, P: int, path: str) -> dict:
     cfg = {**cfg, "P": P}
     if path == "events":
         cfg.update(collectives="events", values="full")
+    elif path == "waves":   # flow-level collectives wave after wave (approximate)
+        cfg.update(collectives="waves")
     return cfg
 
 
@@ -139,7 +143,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--P", type=int, nargs="+", help="the P ladder (default: 64, 256, 1024, 4096 up to the row's target)")
-    ap.add_argument("--path", default="both", choices=["fast", "events", "both"])
+    ap.add_argument("--path", default="both", choices=["fast", "events", "waves", "both"])
     ap.add_argument("--cap", type=float, default=600.0, help="seconds a point may run (default 600)")
     ap.add_argument("--max-rss-gb", type=float, default=round(mem_total_gb() / 2, 1),
                     help="skip a point whose predicted peak RSS passes this (default: half the memory)")

@@ -9,7 +9,9 @@ waves and kernels the schedule recorded, the first way that applies:
 * by replaying the messages on a scratch copy of the network with a
   private engine, in the event simulation's order of events
   (:meth:`~BulkTiming._replay`): compiled on the alpha-beta network
-  (:mod:`.replay_ab`), in Python elsewhere and as the reference.
+  (:mod:`.replay_ab`), in Python elsewhere and as the reference;
+* with ``collectives: waves`` on a flow-level network, instead of the
+  replay: wave after wave, approximately (:mod:`.waves_flow`).
 
 Cost model: what ``transfer`` gives each message on the network (alpha-beta
 ports or max-min flows) and what the simulator's FIFO device gives each
@@ -21,6 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..engine import HeapEngine
+from ..network.flow_bulk import FlowBulk
+from .waves_flow import flow_waves_run
 
 
 class BulkTiming:
@@ -43,6 +47,9 @@ class BulkTiming:
         if self._waves():
             return
         net.bulk_restart()
+        if sim.waves and isinstance(net, FlowBulk):
+            flow_waves_run(self)
+            return
         self._replay()
 
     def _reset(self) -> None:

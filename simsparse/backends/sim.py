@@ -61,6 +61,7 @@ from ..compute.kernels import KERNELS, Work, get_kernel
 from ..compute.message_path import MessagePath
 from ..compute.noise import KernelNoise
 from ..engine import make_engine
+from ..network.flow_bulk import FlowBulk
 from ..network.model import NetworkModel
 from ..ops import ContextBase, Dense, Handle, Payload, TraceRecord
 from .bulk import _freeze, gather
@@ -167,13 +168,16 @@ class Simulator(Messages, HostCPU, Driver):
 
     def __init__(self, network: NetworkModel, device: Device | None = None, eager_threshold_B: int = 65536,
                  rendezvous_rtt_s: float = 0.0, trace: bool = False, byte_scale: float = 1.0, engine: str = "lean",
-                 bulk: bool = True, unexpected_window_B: int | None = None):
+                 bulk: bool = True, unexpected_window_B: int | None = None, waves: bool = False):
         super().__init__()
         #: evaluate helper collectives in bulk where they and the network can (.bulk)
         self.bulk = bulk
         #: a bulk collective of at least this many messages that waits for ports is timed wave after
         #: wave (approximate, :mod:`.waves_ab`) instead of replayed in event order (exact)
         self.approx_from = APPROX_FROM
+        #: on a flow-level network, time every bulk collective the arrays cannot time exactly wave after wave
+        #: (approximate, adaptive routing included: :mod:`.waves_flow`) instead of replaying it in event order
+        self.waves = waves and bulk
         #: "lean" (a heap of calls) or "simpy" (the reference): the same times (simsparse.engine)
         self.engine = engine
         self.network = network
@@ -250,7 +254,8 @@ class Simulator(Messages, HostCPU, Driver):
         self.poll_gen = [0] * P  # per rank: which blocked spell its pending poll belongs to
         # with shared cores a kernel's end depends on the other ranks' work, with kernel noise on each rank's own
         # draws: then collectives run as messages
-        self._bulk = (self.bulk and not self.trace_on and self.network.bulk_capable() and self.cores is None
+        flow_waves = self.waves and isinstance(self.network, FlowBulk) and self.network.bulk_waves_capable()
+        self._bulk = (self.bulk and not self.trace_on and (flow_waves or self.network.bulk_capable()) and self.cores is None
                       and self.noise is None)
         self.gathering: dict = {}   # (scope, place) -> the ranks that posted that bulk collective so far
         self.bulk_runs = self.bulk_inexact = 0

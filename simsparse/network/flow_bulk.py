@@ -89,8 +89,16 @@ class FlowBulk:
         return got
 
     def bulk_wave_possible(self, src, dst, pos) -> bool:
-        """Whether flows are solo depends on when they run: always worth a try."""
-        return True
+        """Whether flows are solo depends on when they run: worth a try,
+        unless adaptive routing chooses their routes (only ``collectives:
+        waves`` times those in bulk, approximately)."""
+        return not self._adaptive
+
+    def bulk_waves_capable(self) -> bool:
+        """Whether ``collectives: waves`` may time collectives wave after wave
+        here (:mod:`simsparse.backends.waves_flow`): with adaptive routing
+        too, not with a LogGP gap, shaped links or slowed acknowledgements."""
+        return self.gap <= 0.0 and not self.burst and self.ack_eff >= 1.0
 
     def bulk_wave(self, ready, src, dst, nbytes, pos, firm):
         """Arrivals of messages posted at ``ready`` (arrays) if every flow is

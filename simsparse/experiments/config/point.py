@@ -50,7 +50,8 @@ class Point:
     stack: dict = field(default_factory=dict)
     #: "auto": the simulator evaluates helper collectives in bulk where it can
     #: (exactly, or as a recorded approximation); "events": always their
-    #: messages (not part of the id)
+    #: messages; "waves": as auto, and wave after wave on flow-level networks
+    #: (approximate, adaptive routing included; not part of the id)
     collectives: str = "auto"
     #: a training point whose algorithm is its schedule's default (the config
     #: listed none): shown in the table; the same run (not part of the id)

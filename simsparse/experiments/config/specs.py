@@ -122,10 +122,13 @@ class RunSpec(BaseModel):
         "auto", description="simulator only: auto carries sizes only for dense collectives (same times and bytes, no "
                             "check); full: values; sampled: also sizes for dense collectives, and for sparse ones only "
                             "the gradient entries above a floor near the top k, exact in distribution (no check)")
-    collectives: typing.Literal["auto", "events"] = Field(
+    collectives: typing.Literal["auto", "events", "waves"] = Field(
         "auto", description="simulator only: auto evaluates helper collectives (allgather, alltoall, host allreduce) "
                             "for all ranks at once where the network allows, exactly or as a recorded approximation "
-                            "(row column 'collectives'); events: always as their point-to-point messages")
+                            "(row column 'collectives'); events: always as their point-to-point messages; waves: as "
+                            "auto, and on flow-level networks (adaptive routing included) the collectives that cannot "
+                            "be timed exactly as arrays are timed wave after wave, one max-min solve per quarter of a "
+                            "wave's flows (approximate, 'bulk~'; benchmarks/bench_flow_waves.py)")
 
 
 class TrainingSpec(BaseModel):

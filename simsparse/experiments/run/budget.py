@@ -178,7 +178,7 @@ def rounds_may_apply(point: Point, trace: bool = False) -> bool:
     decline (a busy port or link or a shaped link)."""
     compute = point.compute or {}
     return (point.algorithm_cls.rounds is not None and point.size_only and point.engine == "lean"
-            and point.collectives == "auto" and not point.schedule and not trace
+            and point.collectives != "events" and not point.schedule and not trace
             and not compute.get("shared_cores") and not compute.get("kernel_noise"))
 
 

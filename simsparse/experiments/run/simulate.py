@@ -43,7 +43,8 @@ class SimBackend:
         self.point, self.trace = small, trace
         self.local_ranks = range(point.P)
         self.sim = Simulator(spec.build(), point.device(), **spec.protocol(), trace=trace,
-                             byte_scale=byte_scale, engine=point.engine, bulk=point.collectives == "auto")
+                             byte_scale=byte_scale, engine=point.engine, bulk=point.collectives != "events",
+                             waves=point.collectives == "waves")
         #: how the helper collectives ran, the least exact over the iterations (IterationStats.collectives)
         self.collectives = "events"
         self.workload = small.workload_obj()

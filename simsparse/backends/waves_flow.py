@@ -1,0 +1,157 @@
+"""Approximate bulk timing on the flow-level network, wave after wave
+(``collectives: waves``).
+
+The event path solves max-min fairness at every start and end of a shared
+flow: Ok-Topk of BERT on Piz Daint's adaptive Dragonfly at P = 256 is 243 k
+messages and 222 k solves an iteration, and adaptive routing (a route chosen
+by the load when a message starts) has no exact bulk path. This evaluation
+times the recorded schedule in the order it was recorded instead, as
+:mod:`.waves_ab` does on the alpha-beta network:
+
+* kernel steps run on each rank's FIFO device (:func:`.waves_ab._device_all`);
+* a wave's messages are ready by the eager, window and rendezvous rules
+  (:meth:`~.bulk_timing.BulkTiming._ready`) and routed in booking order
+  (ready, the rank's place among the resumptions, place in its sender's
+  wave): adaptive routing chooses each route by the model's own rule, seeing
+  the load of the wave's messages routed before it;
+* the wave's flows share bandwidth as the flow model shares it, in a sweep
+  over time that solves max-min fairness again only when a quarter of the
+  flows running have ended or as many more have started (:data:`BATCH`),
+  not at every start and end: a flow that starts between two solves joins
+  at the next, and the bandwidth a flow frees goes to the others there. A
+  flow's arrival is its end plus its route's latency and ``o_r``, as
+  ``transfer`` gives it.
+
+Cost model: the flow model's (bottleneck bandwidth, max-min sharing, LogGP
+overheads), approximated, which is why the row is ``bulk~``: solves are
+batched (above); flows of other waves of the collective, and traffic from
+outside it, are not seen; and adaptive routing sees only the wave's own
+load, so it may choose other routes than the event path, whose choices
+depend on every message in flight. The last is the largest error, and the
+event path itself is as sensitive to it: its time moves by up to 31 % with
+the routing seed on small bare collectives (`benchmarks/bench_flow_waves.py`
+measures both).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..network.maxmin import maxmin_rates
+from .waves_ab import _booking_order, _by_time, _device_all, _grouped
+
+#: flows that end (or start) between two solves: this share of those running (at least one)
+BATCH = 0.25
+
+
+def _routes(net, order, src, dst) -> np.ndarray:
+    """Every message's route id, chosen in ``order``; adaptive routing sees
+    the load of the wave's messages routed before (its count on each watched
+    link, as ``transfer`` keeps it), which is taken off again after."""
+    rt, ep = net._routes, net._ep
+    rid = np.empty(len(src), dtype=np.intp)
+    s_l, d_l = src.tolist(), dst.tolist()
+    if not net._adaptive:
+        for i in range(len(s_l)):
+            rid[i] = net._default_route(ep[s_l[i]], ep[d_l[i]])
+        return rid
+    m, load, rng, watch = net._m, net._load, net._rng, rt.watch
+    for i in order.tolist():
+        es, ed = ep[s_l[i]], ep[d_l[i]]
+        r = rid[i] = net.route_id(es, ed, m.select(es, ed, load, rng))
+        for x in watch[r]:
+            load[x] += 1
+    for r in rid.tolist():
+        for x in watch[r]:
+            load[x] -= 1
+    return rid
+
+
+def _ends(L, cap, start, size) -> np.ndarray:
+    """When each flow's last byte leaves (flows on link rows ``L`` from
+    ``start`` with ``size`` bytes): a sweep in time that solves the flows
+    running together again whenever a quarter of them have ended or as
+    many more have started (module docstring)."""
+    n = len(start)
+    end = np.empty(n)
+    by = np.argsort(start, kind="stable")
+    st = start[by]
+    rem = size.astype(np.float64).copy()
+    live = np.zeros(0, dtype=np.int64)
+    i = 0
+    T = st[0]
+    while i < n or len(live):
+        if not len(live):
+            T = max(T, st[i])
+        j = i
+        while j < n and st[j] <= T:
+            j += 1
+        if j > i:
+            live = np.concatenate((live, by[i:j]))
+            i = j
+        rate = maxmin_rates(L[live], cap)
+        e = T + rem[live] / rate
+        cut = max(1, int(len(live) * BATCH))
+        o = np.argsort(e, kind="stable")
+        t_end = e[o[min(cut, len(live)) - 1]]
+        t_start = st[min(i + cut, n) - 1] if i < n else np.inf
+        T2 = min(t_end, t_start)
+        fin = e <= T2
+        end[live[fin]] = e[fin]
+        keep = ~fin
+        rem[live[keep]] -= (T2 - T) * rate[keep]
+        live = live[keep]
+        T = T2
+    return end
+
+
+def _wave(net, order, src, dst, ready, nb, P: int) -> np.ndarray:
+    """Per rank: the last arrival among its messages of the wave (-inf: none)."""
+    rt = net._routes
+    rid = _routes(net, order, src, dst)
+    end = ready + net.o_s
+    f = np.flatnonzero(nb > 0)
+    if len(f):
+        end[f] = _ends(net._numbered(rt.R[rid[f]]), net._slot_cap, end[f], nb[f])
+    arrival = end + rt.lat[rid] + net.o_r
+    last = np.full(P, -np.inf)
+    np.maximum.at(last, src, arrival)
+    np.maximum.at(last, dst, arrival)
+    return last
+
+
+def flow_waves_run(run) -> None:
+    """Time ``run`` (a :class:`~simsparse.backends.bulk.BulkRun` on a
+    flow-level network) wave after wave: sets its exits, device times, busy
+    seconds and order of returns; ``exact`` is False. The network keeps no
+    trace of its flows (later messages find the links free)."""
+    run._reset()
+    sim, P = run.sim, run.P
+    net = sim.network
+    t, dev, busy = run.t, run.device, run.busy
+    run._flush_steps()
+    dr, dk, dd = (np.asarray(c) for c in run.during_log)
+    o = np.argsort(dk, kind="stable")
+    dr, dk, dd = dr[o], dk[o], dd[o]
+    dcut = np.searchsorted(dk, np.arange(len(run.waves) + 1))
+    rkey = np.empty(P)
+    rkey[np.asarray(run.order, dtype=np.int64)] = np.arange(P)
+    clock = P
+    for ranks, kind, values in run._chunks:
+        if kind == 1:
+            for rs, dts in _grouped(ranks, values, P):
+                _device_all(t, dev, busy, rs, dts)
+            continue
+        k = int(values[0])
+        src, dst, nb, pos = run.waves[k]
+        ready, _ = run._ready(src, dst, nb, t[src], t[dst])
+        order = _booking_order(src, pos, ready, rkey, bool((pos[1:] >= pos[:-1]).all()))
+        last = _wave(net, order, src, dst, ready, nb.astype(np.float64), P)
+        lo, hi = dcut[k], dcut[k + 1]
+        if hi > lo:   # the kernels between posting and waiting
+            for rs, dts in _grouped(dr[lo:hi], dd[lo:hi], P):
+                _device_all(t, dev, busy, rs, dts)
+        t[ranks] = np.maximum(t[ranks], last[ranks])
+        rkey[ranks[_by_time(t[ranks], rkey[ranks])]] = clock + np.arange(len(ranks))
+        clock += len(ranks)
+    run.done = _by_time(t, rkey).tolist()
+    run.exact = False
