@@ -4,9 +4,11 @@
 every platform, nothing to build) and ``SIMSPARSE_NUMBA`` is not ``0``; the
 pure numpy path, :func:`maxmin_rates_numpy`, gives the same rates to the
 last bit (the same operations in the same order; ``tests/network/test_flow_model.py``
-compares them) and runs otherwise. A solve on Piz Daint's Ok-Topk of BERT
-has about 85 flows; there the numpy path spends most of its time in the
-dozen numpy calls per filling round.
+compares them) and runs otherwise. The flow model's tick calls
+:func:`_classify` and :func:`_solve_shared` (compiled, through
+:mod:`.flow_solve`): a solve on Piz Daint's Ok-Topk of BERT has about 125
+flows at P = 64 and 430 at P = 256, where numpy calls over the whole link
+numbering had cost more than the filling itself.
 """
 from __future__ import annotations
 
