@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
-
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -32,15 +29,10 @@ def simulate(alg: str, P: int, approx_from: int) -> tuple[float, float]:
     """(simulated seconds, wall seconds) of the point with that threshold."""
     import bench_scale
     import simsparse.backends.sim as sim_mod
-    from simsparse.experiments.config.schema import load_config
     from simsparse.experiments.run.runner import simulate_point
 
     sim_mod.APPROX_FROM = approx_from
-    cfg = {**bench_scale.config("ab_oktopk", P, "fast"), "algorithms": [alg]}
-    with tempfile.TemporaryDirectory() as d:
-        f = Path(d) / "approx.yaml"
-        f.write_text(yaml.safe_dump(cfg))
-        (point,) = load_config(f).points
+    (point,) = bench_scale.points_of({**bench_scale.config("ab_oktopk", P, "fast"), "algorithms": [alg]})
     t0 = time.perf_counter()
     row = simulate_point(point).row
     return row["time_s"], time.perf_counter() - t0

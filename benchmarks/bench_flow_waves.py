@@ -23,26 +23,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def simulate(cfg: dict) -> tuple[float, float, str]:
     """(simulated seconds, wall seconds, the row's collectives path) of the config's one point."""
-    from simsparse.experiments.config.schema import load_config
+    import bench_scale
     from simsparse.experiments.run.runner import simulate_point
 
-    with tempfile.TemporaryDirectory() as d:
-        f = Path(d) / "waves.yaml"
-        f.write_text(yaml.safe_dump(cfg))
-        (point,) = load_config(f).points
+    (point,) = bench_scale.points_of(cfg)
     t0 = time.perf_counter()
     row = simulate_point(point).row
     return row["time_s"], time.perf_counter() - t0, row["collectives"]

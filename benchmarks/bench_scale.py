@@ -83,15 +83,21 @@ def config(case: str, P: int, path: str) -> dict:
     return cfg
 
 
-def child(case: str, P: int, path: str) -> dict:
-    """Run one point (every point of the case's config) in this process and describe it."""
+def points_of(cfg: dict) -> list:
+    """The points of a config given as a dict, through the config loader (as a YAML file)."""
     from simsparse.experiments.config.schema import load_config
-    from simsparse.experiments.run.runner import simulate_point
 
     with tempfile.TemporaryDirectory() as d:
         file = Path(d) / "scale.yaml"
-        file.write_text(yaml.safe_dump(config(case, P, path)))
-        points = load_config(file).points
+        file.write_text(yaml.safe_dump(cfg))
+        return load_config(file).points
+
+
+def child(case: str, P: int, path: str) -> dict:
+    """Run one point (every point of the case's config) in this process and describe it."""
+    from simsparse.experiments.run.runner import simulate_point
+
+    points = points_of(config(case, P, path))
     t0 = time.perf_counter()
     rows = [simulate_point(p).row for p in points]
     wall = time.perf_counter() - t0

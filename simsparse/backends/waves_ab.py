@@ -262,19 +262,18 @@ def _by_sender(src, place):
     return np.argsort(place[src], kind="stable")
 
 
-def waves_run(run) -> None:
-    """Time ``run`` (a :class:`~simsparse.backends.bulk.BulkRun` on an
-    alpha-beta network, after ``bulk_restart``) wave after wave: sets its
-    exits, device times, busy seconds and order of returns, and hands the
-    network each port's bookings that a later message may meet; ``exact``
-    is False."""
-    run._reset()
-    sim, P = run.sim, run.P
-    net = sim.network
+def drive(run, wave) -> None:
+    """Run ``run``'s recorded steps wave after wave (after ``_reset``):
+    kernel steps on each rank's FIFO device, then each wave's messages, ready
+    by :meth:`~.bulk_timing.BulkTiming._ready` and ordered for booking
+    (:func:`_booking_order`), timed by ``wave(src, dst, nbytes, ready, order,
+    floor)`` -> each rank's last arrival in the wave (-inf: none; ``floor``:
+    no later message is ready before it), then the kernels each rank ran
+    between posting and waiting. Sets the exits, device times, busy
+    seconds, the order of returns, and ``exact`` False. Shared by the
+    alpha-beta (:func:`waves_run`) and flow-level (:mod:`.waves_flow`) waves."""
+    P = run.P
     t, dev, busy = run.t, run.device, run.busy
-    book = booker()
-    ports = _Ports(net, P)
-    touch = bool(np.asarray(net.duration(np.zeros(1)))[0] > 0)   # every message takes time
     run._flush_steps()
     chunks = run._chunks
     dr, dk, dd = (np.asarray(c) for c in run.during_log)
@@ -296,28 +295,47 @@ def waves_run(run) -> None:
         k = int(values[0])
         src, dst, nb, pos = run.waves[k]
         ready, _ = run._ready(src, dst, nb, t[src], t[dst])
-        dur = np.asarray(net.duration(nb.astype(np.float64)), dtype=np.float64)
         order = _booking_order(src, pos, ready, rkey, bool((pos[1:] >= pos[:-1]).all()))
         left[ranks] -= 1
         going = left > 0
         floor = min(float(t[going].min()) if going.any() else np.inf, float(ready.min()))
-        arrmax = np.full(P, -np.inf)
-        ports.PX = book(order, src, dst, ready, dur, P, ports.PX, ports.plo, ports.pn, ports.plast, floor,
-                        arrmax, ports.held, touch)
+        last = wave(src, dst, nb, ready, order, floor)
         lo, hi = dcut[k], dcut[k + 1]
         if hi > lo:   # the kernels between posting and waiting
             for rs, dts in _grouped(dr[lo:hi], dd[lo:hi], P):
                 _device_all(t, dev, busy, rs, dts)
-        t[ranks] = np.maximum(t[ranks], arrmax[ranks])
+        t[ranks] = np.maximum(t[ranks], last[ranks])
         rkey[ranks[_by_time(t[ranks], rkey[ranks])]] = clock + np.arange(len(ranks))
         clock += len(ranks)
     run.done = _by_time(t, rkey).tolist()
     run.exact = False
+
+
+def waves_run(run) -> None:
+    """Time ``run`` (a :class:`~simsparse.backends.bulk.BulkRun` on an
+    alpha-beta network, after ``bulk_restart``) wave after wave (:func:`drive`),
+    each message booked on its ports, and hand the network each port's
+    bookings that a later message may meet."""
+    run._reset()
+    sim, P = run.sim, run.P
+    net = sim.network
+    book = booker()
+    ports = _Ports(net, P)
+    touch = bool(np.asarray(net.duration(np.zeros(1)))[0] > 0)   # every message takes time
+
+    def wave(src, dst, nb, ready, order, floor):
+        dur = np.asarray(net.duration(nb.astype(np.float64)), dtype=np.float64)
+        arrmax = np.full(P, -np.inf)
+        ports.PX = book(order, src, dst, ready, dur, P, ports.PX, ports.plo, ports.pn, ports.plast, floor,
+                        arrmax, ports.held, touch)
+        return arrmax
+
+    drive(run, wave)
     # what a later message may meet: no message is ready before the earliest exit, the engine's
     # time or a post to a collective still gathering (the bookings over by then are dropped:
     # at P = 4096 the split and reduce books 16.8 M, nearly all over when its first rank exits)
     pending = [g.t[g.order].min() for g in sim.gathering.values() if g.order]
-    net.bulk_rows(*ports.rows(min([float(t.min()), sim.env.now, *pending])), ports.held)
+    net.bulk_rows(*ports.rows(min([float(run.t.min()), sim.env.now, *pending])), ports.held)
 
 
 def _device_all(t, dev, busy, ranks, dts) -> None:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..network.maxmin import maxmin_rates
-from .waves_ab import _booking_order, _by_time, _device_all, _grouped
+from .waves_ab import drive
 
 #: flows that end (or start) between two solves: this share of those running (at least one)
 BATCH = 0.25
@@ -121,37 +121,9 @@ def _wave(net, order, src, dst, ready, nb, P: int) -> np.ndarray:
 
 def flow_waves_run(run) -> None:
     """Time ``run`` (a :class:`~simsparse.backends.bulk.BulkRun` on a
-    flow-level network) wave after wave: sets its exits, device times, busy
-    seconds and order of returns; ``exact`` is False. The network keeps no
-    trace of its flows (later messages find the links free)."""
+    flow-level network) wave after wave (:func:`.waves_ab.drive`). The
+    network keeps no trace of its flows (later messages find the links free)."""
     run._reset()
-    sim, P = run.sim, run.P
-    net = sim.network
-    t, dev, busy = run.t, run.device, run.busy
-    run._flush_steps()
-    dr, dk, dd = (np.asarray(c) for c in run.during_log)
-    o = np.argsort(dk, kind="stable")
-    dr, dk, dd = dr[o], dk[o], dd[o]
-    dcut = np.searchsorted(dk, np.arange(len(run.waves) + 1))
-    rkey = np.empty(P)
-    rkey[np.asarray(run.order, dtype=np.int64)] = np.arange(P)
-    clock = P
-    for ranks, kind, values in run._chunks:
-        if kind == 1:
-            for rs, dts in _grouped(ranks, values, P):
-                _device_all(t, dev, busy, rs, dts)
-            continue
-        k = int(values[0])
-        src, dst, nb, pos = run.waves[k]
-        ready, _ = run._ready(src, dst, nb, t[src], t[dst])
-        order = _booking_order(src, pos, ready, rkey, bool((pos[1:] >= pos[:-1]).all()))
-        last = _wave(net, order, src, dst, ready, nb.astype(np.float64), P)
-        lo, hi = dcut[k], dcut[k + 1]
-        if hi > lo:   # the kernels between posting and waiting
-            for rs, dts in _grouped(dr[lo:hi], dd[lo:hi], P):
-                _device_all(t, dev, busy, rs, dts)
-        t[ranks] = np.maximum(t[ranks], last[ranks])
-        rkey[ranks[_by_time(t[ranks], rkey[ranks])]] = clock + np.arange(len(ranks))
-        clock += len(ranks)
-    run.done = _by_time(t, rkey).tolist()
-    run.exact = False
+    net, P = run.sim.network, run.P
+    drive(run, lambda src, dst, nb, ready, order, floor: _wave(net, order, src, dst, ready,
+                                                               nb.astype(np.float64), P))
