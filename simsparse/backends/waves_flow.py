@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..network.dragonfly import Dragonfly
+from ..network.dragonfly_wave import Drawn, wave_routes
 from ..network.maxmin import maxmin_rates
 from .waves_ab import drive
 
@@ -43,27 +45,46 @@ from .waves_ab import drive
 BATCH = 0.25
 
 
-def _routes(net, order, src, dst) -> np.ndarray:
-    """Every message's route id, chosen in ``order``; adaptive routing sees
-    the load of the wave's messages routed before (its count on each watched
-    link, as ``transfer`` keeps it), which is taken off again after."""
+def _links(net, order, src, dst) -> tuple[np.ndarray, np.ndarray]:
+    """Every message's links (rows padded with the padding link) and route
+    latency. Adaptive routing chooses in ``order`` with one draw per message
+    (:class:`.dragonfly_wave.Drawn`), seeing the load of the wave's messages
+    routed before (their count on each watched link, as ``transfer`` keeps
+    it) on top of the flows the event path has in flight: compiled on
+    nodes of one GPU and one NIC of a Dragonfly
+    (:func:`.dragonfly_wave.wave_routes`, no route-table row per route),
+    else by the model's own ``select``, which the compiled pass matches."""
     rt, ep = net._routes, net._ep
-    rid = np.empty(len(src), dtype=np.intp)
     s_l, d_l = src.tolist(), dst.tolist()
     if not net._adaptive:
-        for i in range(len(s_l)):
-            rid[i] = net._default_route(ep[s_l[i]], ep[d_l[i]])
-        return rid
-    m, load, rng, watch = net._m, net._load, net._rng, rt.watch
+        rid = np.array([net._default_route(ep[s], ep[d]) for s, d in zip(s_l, d_l)], dtype=np.intp)
+        return rt.R[rid], rt.lat[rid]
+    u = np.random.default_rng(net._rng.getrandbits(64)).random(len(src))
+    m = net._m
+    if _compiled_routes(m):
+        watched = getattr(rt, "watched_arr", None)
+        if watched is None:
+            watched = rt.watched_arr = np.array(rt._watched, dtype=np.bool_)
+        ep_a = np.asarray(ep)
+        return wave_routes(m.fabric, watched, ep_a[src], ep_a[dst], order, u,
+                           np.array(net._load, dtype=np.int64), rt.dummy)
+    load, watch, drawn = net._load, rt.watch, Drawn(u)
+    rid = np.empty(len(src), dtype=np.intp)
     for i in order.tolist():
         es, ed = ep[s_l[i]], ep[d_l[i]]
-        r = rid[i] = net.route_id(es, ed, m.select(es, ed, load, rng))
+        drawn.i = i
+        r = rid[i] = net.route_id(es, ed, m.select(es, ed, load, drawn))
         for x in watch[r]:
             load[x] += 1
     for r in rid.tolist():
         for x in watch[r]:
             load[x] -= 1
-    return rid
+    return rt.R[rid], rt.lat[rid]
+
+
+def _compiled_routes(m) -> bool:
+    """Whether :func:`.dragonfly_wave.wave_routes` routes on machine m."""
+    return isinstance(m.fabric, Dragonfly) and m.G == 1 and m.nics == 1
 
 
 def _ends(L, cap, start, size) -> np.ndarray:
@@ -106,13 +127,12 @@ def _ends(L, cap, start, size) -> np.ndarray:
 
 def _wave(net, order, src, dst, ready, nb, P: int) -> np.ndarray:
     """Per rank: the last arrival among its messages of the wave (-inf: none)."""
-    rt = net._routes
-    rid = _routes(net, order, src, dst)
+    links, tail = _links(net, order, src, dst)
     end = ready + net.o_s
     f = np.flatnonzero(nb > 0)
     if len(f):
-        end[f] = _ends(net._numbered(rt.R[rid[f]]), net._slot_cap, end[f], nb[f])
-    arrival = end + rt.lat[rid] + net.o_r
+        end[f] = _ends(net._numbered(links[f]), net._slot_cap, end[f], nb[f])
+    arrival = end + tail + net.o_r
     last = np.full(P, -np.inf)
     np.maximum.at(last, src, arrival)
     np.maximum.at(last, dst, arrival)
