@@ -17,7 +17,7 @@ from ..compute.kernels import Work
 from ..compute.sparse_kernels import COOParts
 from ..ops import Scalars
 from .base import pof2_floor
-from .rotation_sums import reduce_in_rotation, step_sums
+from .rotation_sums import reduce_in_rotation, step_sums, transposed
 
 HOST_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
@@ -183,7 +183,8 @@ def _alltoall_scatter(reqs, run):
     size = run.sizes(nbytes)
     buckets = q0.buckets(P)
     starts = [b.start for b in buckets]
-    nnz, nb = step_sums(C, unit, starts)   # what each rank adds per bucket
+    CT = transposed(C)
+    nnz, nb = step_sums(C, unit, starts, CT)   # what each rank adds per bucket
     isz = reqs[0].reduce.acc.itemsize
     # one kernel time per distinct (entries, bytes): unique on one int64 key, not on pairs (axis=1 sorts rows)
     m = int(nb.max()) + 1 if nb.size else 1
@@ -203,7 +204,7 @@ def _alltoall_scatter(reqs, run):
     if overlap and buckets:
         run.timed_all(dt[-1])
     del nbytes, size   # (P x P each, while the values are reduced: the peak of the run)
-    return reduce_in_rotation(reqs, C)
+    return reduce_in_rotation(reqs, C, CT)
 
 
 def _reduce(run, r, red, acc, blocks, during=False):
