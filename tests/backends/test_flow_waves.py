@@ -66,3 +66,21 @@ def test_the_compiled_route_choice_gives_the_times_of_the_models_own(monkeypatch
     fast = _row("oktopk", 16, "piz_daint_aries", "waves")
     monkeypatch.setattr(waves_flow, "_compiled_routes", lambda m: False)
     assert _row("oktopk", 16, "piz_daint_aries", "waves")["time_s"] == fast["time_s"]
+
+
+def test_the_compiled_sweep_gives_the_numpy_sweeps_ends_to_the_bit():
+    """Random waves (flows on a few shared links, starts spread and tied):
+    the compiled sweep and its numpy twin end every flow at the same time."""
+    from simsparse.backends import waves_flow
+
+    if waves_flow._SWEEP is None:
+        pytest.skip("numba disabled")
+    rng = np.random.default_rng(4)
+    for n, links, hops in [(1, 3, 2), (40, 6, 3), (500, 40, 4), (300, 5, 1)]:
+        L = rng.integers(0, links, (n, hops))
+        L[rng.random((n, hops)) < 0.2] = links   # the padding link (capacity inf)
+        cap = np.append(rng.uniform(1.0, 5.0, links), np.inf)
+        start = np.round(rng.uniform(0, 2, n), 1)   # ties among the starts
+        size = rng.uniform(0.1, 3.0, n)
+        want = waves_flow._ends_numpy(L, cap, start, size)
+        assert np.array_equal(waves_flow._ends(L, cap, start, size), want)
