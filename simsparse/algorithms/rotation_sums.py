@@ -97,17 +97,33 @@ def reduce_in_rotation(reqs, C: np.ndarray, CT=None) -> list:
     bounds = np.asarray(reqs[0].blocks.bounds, dtype=np.int64)
     accs = [q.reduce.acc for q in reqs]
     coos = [q.blocks.coo for q in reqs]
-    if jit.enabled() and _REDUCE is not None and _same_types(accs) and _same_types([c.indices for c in coos]) \
-            and _same_types([c.values for c in coos]):
-        first = np.array([int(q.blocks.cuts[0]) for q in reqs], dtype=np.int64)
-        _REDUCE(_typed(accs), _typed([c.indices for c in coos]), _typed([c.values for c in coos]),
-                transposed(C) if CT is None else CT, first, bounds)
-        return accs
-    out = np.concatenate(accs)   # the regions side by side, from bounds[0]
-    _reduce_numpy(reqs, C, out, bounds[0])
+    first = np.array([int(q.blocks.cuts[0]) for q in reqs], dtype=np.int64)
+    if jit.enabled() and _REDUCE_FLAT is not None:
+        CT = transposed(C) if CT is None else CT
+        if int(C.sum()) >= LIST_FROM * len(reqs) ** 2 and _same_types(accs) \
+                and _same_types([c.indices for c in coos]) and _same_types([c.values for c in coos]):
+            _REDUCE_LISTS(_typed(accs), _typed([c.indices for c in coos]), _typed([c.values for c in coos]),
+                          CT, first, bounds)
+            return accs
+        out = np.concatenate(accs)   # the regions side by side, from bounds[0]
+        base = np.zeros(len(reqs), dtype=np.int64)
+        base[1:] = np.cumsum([len(c.indices) for c in coos])[:-1]
+        _REDUCE_FLAT(out, np.concatenate([c.indices for c in coos]), np.concatenate([c.values for c in coos]),
+                     CT, base + first, bounds[0])
+    else:
+        out = np.concatenate(accs)
+        _reduce_numpy(reqs, C, out, bounds[0])
     for r, acc in enumerate(accs):
         acc[:] = out[bounds[r] - bounds[0]:bounds[r + 1] - bounds[0]]
     return accs
+
+
+#: blocks of at least this many entries on average are read where they lie (:func:`_reduce_lists`),
+#: smaller ones copied side by side first (:func:`_reduce_flat`): a typed list's item costs more
+#: than copying a few entries (Ok-Topk 1M at P = 4096, 2.5 entries a block: 47 to 54 s a run with
+#: the copy, 64 to 70 s without), and copying 137 M entries (BERT at P = 1024, 130 a block) cost
+#: 3 s a call, mostly in the new memory's first touch
+LIST_FROM = 32
 
 
 def _same_types(arrays) -> bool:
@@ -122,19 +138,37 @@ def _typed(arrays):
     return out
 
 
-def _reduce(accs, idxs, vals, CT, first, bounds):
-    """accs[r][i - bounds[r]] += v for the entries (i, v) of region r,
-    region by region: region r gets the blocks of sources r, r - 1, ...,
-    r - P + 1 (mod P) in that order, the order its owner receives them (at
-    step i source s adds its block for region (s + i) mod P), so each index
-    gets its additions in receiving order. Source s's blocks lie one after
-    another in idxs[s] and vals[s] from first[s], ``CT[d, s]`` entries for
-    region d; a cursor per source walks them. The entries are read where
-    they lie: concatenated first, 137 M of them at BERT's P = 1024 took 3 s
-    a call, most of it in the new memory's first touch. A region stays in
-    cache while its P blocks are added (step by step, a step wrote into P
-    regions spread over the whole vector: 2.5x slower at P = 4096 and at
-    BERT's P = 1024)."""
+def _reduce_flat(out, idx, val, CT, first, offset):
+    """out[i - offset] += v for every entry (i, v), region by region: region r
+    gets the blocks of sources r, r - 1, ..., r - P + 1 (mod P) in that
+    order, the order its owner receives them (at step i source s adds its
+    block for region (s + i) mod P), so each index gets its additions in
+    receiving order. Source s's blocks lie one after another from first[s]
+    in ``idx`` and ``val``, ``CT[d, s]`` entries for region d; a cursor per
+    source walks them. A region stays in cache while its P blocks are added
+    (step by step, a step wrote into P regions spread over the whole vector:
+    2.4x slower at P = 4096 and 2.6x at BERT's P = 1024)."""
+    P = CT.shape[0]
+    cur = np.empty(P, dtype=np.int64)
+    for s in range(P):
+        cur[s] = first[s]
+    for r in range(P):
+        row = CT[r]
+        for i in range(P):
+            s = r - i
+            if s < 0:
+                s += P
+            c = cur[s]
+            end = c + row[s]
+            for e in range(c, end):
+                out[idx[e] - offset] += val[e]
+            cur[s] = end
+
+
+def _reduce_lists(accs, idxs, vals, CT, first, bounds):
+    """:func:`_reduce_flat` reading source s's entries in ``idxs[s]`` and
+    ``vals[s]`` (from first[s]) and adding into ``accs[r]`` (region r, from
+    bounds[r]) where they lie: no copy."""
     P = CT.shape[0]
     cur = np.empty(P, dtype=np.int64)
     for s in range(P):
@@ -193,4 +227,5 @@ def _reduce_numpy(reqs, C, out, offset) -> None:
 
 _STEP_SUMS = jit.njit(_step_sums)
 _TRANSPOSED = jit.njit(_transposed)
-_REDUCE = jit.njit(_reduce)
+_REDUCE_FLAT = jit.njit(_reduce_flat)
+_REDUCE_LISTS = jit.njit(_reduce_lists)

@@ -33,11 +33,14 @@ def _copy(reqs):
     return [SimpleNamespace(blocks=q.blocks, reduce=SimpleNamespace(acc=q.reduce.acc.copy())) for q in reqs]
 
 
+@pytest.mark.parametrize("list_from", [0, 10**9])
 @pytest.mark.parametrize("P", [1, 2, 3, 8, 13])
-def test_the_compiled_reduction_adds_as_numpy_and_as_received(monkeypatch, P):
-    """Bit for bit: the compiled loop, the numpy path and a plain loop that
-    adds each block in the order its region's owner receives it."""
-    if rs._REDUCE is None:
+def test_the_compiled_reduction_adds_as_numpy_and_as_received(monkeypatch, P, list_from):
+    """Bit for bit: the compiled loops (entries read where they lie, or
+    copied side by side first), the numpy path and a plain loop that adds
+    each block in the order its region's owner receives it."""
+    monkeypatch.setattr(rs, "LIST_FROM", list_from)
+    if rs._REDUCE_FLAT is None:
         pytest.skip("numba is not installed")
     reqs, bounds = _requests(P, seed=P)
     C = np.stack([q.blocks.counts() for q in reqs]).astype(np.int32)
