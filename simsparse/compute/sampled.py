@@ -58,8 +58,18 @@ class Sampled:
         if k > len(self.values):
             raise BelowFloor(f"top-{k} of a sampled vector that carries {len(self.values)} entries; use values: full "
                              f"for this point")
-        sel = np.sort(np.argpartition(np.abs(self.values), len(self.values) - k)[len(self.values) - k:]) \
-            if k < len(self.values) else np.arange(len(self.values))
+        if k == len(self.values) or k <= 0:
+            sel = slice(0, max(k, 0))
+            return COO(self.indices[sel].copy(), self.values[sel].copy(), self.n)
+        # the k-th magnitude, then a mask (indices come out ascending): half the time of an
+        # argpartition and a sort; among entries tied at the k-th magnitude the first ones
+        a = np.abs(self.values)
+        kth = np.partition(a, len(a) - k)[len(a) - k]
+        keep = a > kth
+        need = k - int(np.count_nonzero(keep))
+        if need:
+            keep[np.flatnonzero(a == kth)[:need]] = True
+        sel = np.flatnonzero(keep)
         return COO(self.indices[sel], self.values[sel], self.n)
 
     def count_above(self, thr: float) -> int:

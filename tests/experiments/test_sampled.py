@@ -187,3 +187,18 @@ def test_the_fused_draws_equal_the_numpy_path_bit_for_bit():
         tau, up = sampling._tail_and_sign(r, lo, top)
         want = (np.where(up, 1.0, -1.0) * (-quantile.ndtri(0.5 * np.maximum(tau, 1e-300)) * scale)).astype(dtype)
         assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_a_sampled_top_k_is_the_k_largest_magnitudes_with_the_first_of_tied_ones():
+    from simsparse.compute.sampled import Sampled
+
+    values = np.array([0.5, -3.0, 2.0, -2.0, 1.0, 2.0, -0.1], dtype=np.float32)
+    s = Sampled(100, np.arange(10, 17, dtype=np.int32), values, 0.05, None, (0.0, 1.0))
+    assert s.topk(3).indices.tolist() == [11, 12, 13]   # 3.0, then the first two of the three 2.0s
+    assert s.topk(4).indices.tolist() == [11, 12, 13, 15]
+    assert s.topk(7).indices.tolist() == list(range(10, 17)) and s.topk(0).nnz == 0
+    rng = np.random.default_rng(2)
+    v = rng.standard_normal(5000).astype(np.float32)
+    got = Sampled(10**6, np.arange(5000, dtype=np.int32) * 7, v, 0.0, None, (0.0, 1.0)).topk(700)
+    want = np.sort(np.argsort(-np.abs(v), kind="stable")[:700])
+    assert got.indices.tolist() == (want * 7).tolist() and np.array_equal(got.values, v[want])
