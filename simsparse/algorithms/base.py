@@ -97,6 +97,13 @@ class Algorithm:
     #: a sampled gradient carries about ``sampled_margin x k`` entries: every threshold
     #: the algorithm applies must stay above its floor (else a clear error)
     sampled_margin: ClassVar[float] = 4.0
+
+    @classmethod
+    def sampled_margin_for(cls, k: float) -> float:
+        """The margin a rank's sampled gradient is drawn with when it selects
+        about k entries: ``sampled_margin``, or less where the algorithm's
+        thresholds stay within a few sqrt(k) of k."""
+        return cls.sampled_margin
     #: what a rank's result holds on a sampled gradient, for the memory budget:
     #: ``k`` entries, the ``union`` of every rank's selection (up to P k), a
     #: ``dense`` sum of n elements that every rank computes from the same

@@ -144,10 +144,11 @@ def test_the_compiled_normal_quantile_is_scipys(monkeypatch):
     assert np.array_equal(quantile.ndtri(p), want)
 
 
-@pytest.mark.parametrize("algorithm,margin", [("oktopk", 2.0), ("topka", 4.0)])
+@pytest.mark.parametrize("algorithm,margin", [("oktopk", 4 / 3 + 8 / 2000 ** 0.5), ("topka", 4.0)])
 def test_each_algorithm_draws_its_own_margin(monkeypatch, algorithm, margin):
-    """Ok-Topk's thresholds stay near its k-th magnitude: it draws about 2 k
-    entries per rank, the others 4 k (``Algorithm.sampled_margin``)."""
+    """Ok-Topk's thresholds stay near its k-th magnitude: it draws 4/3 k
+    entries per rank plus eight standard deviations (at most 2 k), the others
+    4 k (``Algorithm.sampled_margin_for``)."""
     import simsparse.experiments.run.simulate as simulate
 
     drawn, real = [], simulate.sampled_gradient
@@ -202,3 +203,18 @@ def test_a_sampled_top_k_is_the_k_largest_magnitudes_with_the_first_of_tied_ones
     got = Sampled(10**6, np.arange(5000, dtype=np.int32) * 7, v, 0.0, None, (0.0, 1.0)).topk(700)
     want = np.sort(np.argsort(-np.abs(v), kind="stable")[:700])
     assert got.indices.tolist() == (want * 7).tolist() and np.array_equal(got.values, v[want])
+
+
+def test_ok_topk_draws_less_at_large_k_and_its_reused_thresholds_stay_above_the_floor():
+    """The margin falls with k (2 k up to k = 144, 1.41 k at 10 k); ten
+    iterations of Ok-Topk at k = 10 k, reusing its thresholds between exact
+    ones, never reach below the floor (which would be a clear error)."""
+    from simsparse.algorithms import ALGORITHMS
+
+    cls = ALGORITHMS["oktopk"]
+    assert cls.sampled_margin_for(80) == 2.0 and cls.sampled_margin_for(144) == 2.0
+    assert cls.sampled_margin_for(10_000) == pytest.approx(4 / 3 + 0.08)
+    p = make_point("oktopk", 4, n=10**6, density=0.01, seed=3, iterations=10, warmup=0,
+                   params={"tau": 5, "tau_prime": 5})
+    row = simulate_point(dataclasses.replace(p, values="sampled")).row
+    assert row["values"] == "sampled" and row["time_s"] > 0

@@ -132,7 +132,7 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
         # each rank's entries above the floor (about margin x k of them: value and int32 index),
         # its selections and the messages made of them (12 k)
         k = max(1.0, point.workload["density"] * n)
-        carried = point.P * k * (w + 4) * (point.algorithm_cls.sampled_margin + 12) + sampled_results_B(point, n, k, w)
+        carried = point.P * k * (w + 4) * (point.algorithm_cls.sampled_margin_for(k) + 12) + sampled_results_B(point, n, k, w)
     elif not (sim and point.size_only):
         T = iterations_run(point)
         per = 2 * w + (2 * w if T > 1 else 0) + (8 + w if point.check else 0)

@@ -76,7 +76,7 @@ class SimBackend:
                 declined(self.point, self.max_events)   # the budget did not count its events (P, not n, decides them)
                 self.rounds = None   # a message would wait: the same happens every iteration
         elif self.values == "sampled":   # (training schedules refuse sampled values)
-            margin = self.point.algorithm_cls.sampled_margin
+            margin = self.point.algorithm_cls.sampled_margin_for(self.workload.k)
             stats = self.sim.run([_drawn(jobs[r], self.workload, r, it, margin) for r in self.local_ranks])
             self.collectives = max(self.collectives, stats.collectives, key=PATHS.index)
             return stats
