@@ -183,8 +183,7 @@ def _alltoall_scatter(reqs, run):
     size = run.sizes(nbytes)
     buckets = q0.buckets(P)
     starts = [b.start for b in buckets]
-    CT = transposed(C)
-    nnz, nb = step_sums(C, unit, starts, CT)   # what each rank adds per bucket
+    nnz, nb = step_sums(C, unit, starts)   # what each rank adds per bucket
     isz = reqs[0].reduce.acc.itemsize
     # one kernel time per distinct (entries, bytes): unique on one int64 key, not on pairs (axis=1 sorts rows)
     m = int(nb.max()) + 1 if nb.size else 1
@@ -204,7 +203,9 @@ def _alltoall_scatter(reqs, run):
     if overlap and buckets:
         run.timed_all(dt[-1])
     del nbytes, size   # (P x P each, while the values are reduced: the peak of the run)
-    return reduce_in_rotation(reqs, C, CT)
+    CT = transposed(C)
+    del C   # (the counts once, transposed, at that peak)
+    return reduce_in_rotation(reqs, CT)
 
 
 def _reduce(run, r, red, acc, blocks, during=False):

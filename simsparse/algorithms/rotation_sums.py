@@ -18,7 +18,7 @@ compiled loop that gives the same integers and the same floats (the same
 additions in the same order): at P = 4096 the numpy paths took about 4 s a
 split and reduce, rolling P columns and scattering 42 M entries into place
 before one ``np.add.at``; the loops read each block where it lies, region
-by region (both read C transposed: :func:`transposed`, made once).
+by region (both read C transposed: :func:`transposed`).
 """
 from __future__ import annotations
 
@@ -28,25 +28,24 @@ from .. import jit
 from ..jit import numba
 
 
-def transposed(C: np.ndarray) -> np.ndarray | None:
-    """C.T as a new C-ordered array for the compiled loops (one for both:
-    :func:`step_sums` and :func:`reduce_in_rotation` read a receiver's
-    column as a row), or None where they do not run."""
-    if not (jit.enabled() and _STEP_SUMS is not None):
-        return None
+def transposed(C: np.ndarray) -> np.ndarray:
+    """C.T as a new C-ordered array: row r holds what each source sends r
+    (:func:`step_sums` and :func:`reduce_in_rotation` read a receiver's
+    column as a row), tile by tile where compiled."""
+    if not (jit.enabled() and _TRANSPOSED is not None):
+        return np.ascontiguousarray(C.T)
     return _TRANSPOSED(C, np.empty((C.shape[1], C.shape[0]), dtype=C.dtype))
 
 
-def step_sums(C: np.ndarray, unit: np.ndarray, starts, CT=None) -> tuple[np.ndarray, np.ndarray]:
+def step_sums(C: np.ndarray, unit: np.ndarray, starts) -> tuple[np.ndarray, np.ndarray]:
     """(entries, bytes), each [receiver, bucket] int64: what receiver r gets
     at the steps of bucket j (steps starts[j] .. starts[j + 1] - 1; source
     (r - i) mod P at step i), from ``C[s, d]`` (entries s sends d) and
-    ``unit[s]`` (bytes per entry of source s); ``CT``: :func:`transposed`
-    of C, if made already."""
+    ``unit[s]`` (bytes per entry of source s)."""
     starts = np.asarray(starts, dtype=np.int64)
     if jit.enabled() and _STEP_SUMS is not None:
         bucket = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(C))))
-        return _STEP_SUMS(transposed(C) if CT is None else CT, unit.astype(np.int64), bucket, len(starts))
+        return _STEP_SUMS(transposed(C), unit.astype(np.int64), bucket, len(starts))
     nbytes = C.astype(np.int64) * unit[:, None]
     return (np.add.reduceat(_by_step(C.astype(np.int64)), starts, axis=1),
             np.add.reduceat(_by_step(nbytes), starts, axis=1))
@@ -88,19 +87,19 @@ def _step_sums(CT, unit, bucket, J):
     return nnz, nb
 
 
-def reduce_in_rotation(reqs, C: np.ndarray, CT=None) -> list:
+def reduce_in_rotation(reqs, CT: np.ndarray) -> list:
     """Every rank's region (its request's ``reduce.acc``, updated in place)
     plus the blocks the sources cut for it (``reqs[s].blocks``, a
-    :class:`~simsparse.compute.sparse_kernels.COOParts`; ``C[s, d]`` entries
-    for region d), added in receiving order: step, then source, then
-    index. ``CT``: :func:`transposed` of C, if made already."""
+    :class:`~simsparse.compute.sparse_kernels.COOParts`; ``CT[d, s]``
+    entries for region d, the counts :func:`transposed`), added in receiving
+    order: step, then source, then index (region by region:
+    :func:`_reduce_flat`)."""
     bounds = np.asarray(reqs[0].blocks.bounds, dtype=np.int64)
     accs = [q.reduce.acc for q in reqs]
     coos = [q.blocks.coo for q in reqs]
     first = np.array([int(q.blocks.cuts[0]) for q in reqs], dtype=np.int64)
     if jit.enabled() and _REDUCE_FLAT is not None:
-        CT = transposed(C) if CT is None else CT
-        if int(C.sum()) >= LIST_FROM * len(reqs) ** 2 and _same_types(accs) \
+        if int(CT.sum()) >= LIST_FROM * len(reqs) ** 2 and _same_types(accs) \
                 and _same_types([c.indices for c in coos]) and _same_types([c.values for c in coos]):
             _REDUCE_LISTS(_typed(accs), _typed([c.indices for c in coos]), _typed([c.values for c in coos]),
                           CT, first, bounds)
@@ -112,7 +111,7 @@ def reduce_in_rotation(reqs, C: np.ndarray, CT=None) -> list:
                      CT, base + first, bounds[0])
     else:
         out = np.concatenate(accs)
-        _reduce_numpy(reqs, C, out, bounds[0])
+        _reduce_numpy(reqs, CT.T, out, bounds[0])
     for r, acc in enumerate(accs):
         acc[:] = out[bounds[r] - bounds[0]:bounds[r + 1] - bounds[0]]
     return accs

@@ -53,7 +53,7 @@ def test_the_compiled_reduction_adds_as_numpy_and_as_received(monkeypatch, P, li
     got = {}
     for flag in ("1", "0"):
         monkeypatch.setenv("SIMSPARSE_NUMBA", flag)
-        got[flag] = rs.reduce_in_rotation(_copy(reqs), C)
+        got[flag] = rs.reduce_in_rotation(_copy(reqs), rs.transposed(C))
     for r in range(P):
         np.testing.assert_array_equal(got["1"][r], want[r].reduce.acc)
         np.testing.assert_array_equal(got["0"][r], want[r].reduce.acc)
