@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..jit import njit
 from ..network.dragonfly import Dragonfly
 from ..network.dragonfly_wave import Drawn, wave_routes
-from ..jit import njit
 from ..network.maxmin import _SOLVE, REL_TOL, maxmin_rates
 from .waves_ab import drive
 
