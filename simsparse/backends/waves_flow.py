@@ -63,11 +63,8 @@ def _links(net, order, src, dst) -> tuple[np.ndarray, np.ndarray]:
     u = np.random.default_rng(net._rng.getrandbits(64)).random(len(src))
     m = net._m
     if _compiled_routes(m):
-        watched = getattr(rt, "watched_arr", None)
-        if watched is None:
-            watched = rt.watched_arr = np.array(rt._watched, dtype=np.bool_)
         ep_a = np.asarray(ep)
-        return wave_routes(m.fabric, watched, ep_a[src], ep_a[dst], order, u,
+        return wave_routes(m.fabric, rt.watched, ep_a[src], ep_a[dst], order, u,
                            np.array(net._load, dtype=np.int64), rt.dummy)
     load, watch, drawn = net._load, rt.watch, Drawn(u)
     rid = np.empty(len(src), dtype=np.intp)

@@ -105,49 +105,35 @@ def _skip(i, A, B):
     return i
 
 
-def _intra(ra, rb, a, S, rr, out, k):
-    """Append the links of the minimal path ra -> rb inside a group
-    (rank-1 first, then rank-2: ``Dragonfly._intra``) to ``out`` at k."""
-    if ra == rb:
-        return k
+def _leg(ra, rb, avoid, a, S, rr, out, k):
+    """Append the links of the minimal path ra -> rb (ra != rb) inside a
+    group to ``out`` at k: one hop when they share a chassis or a slot, else
+    rank-1 first then rank-2, turning at the other corner where the first
+    is ``avoid`` (``Dragonfly._intra`` and the legs of ``Dragonfly._via``)."""
     base = ra - ra % a
     c1, s1 = (ra - base) // S, (ra - base) % S
     c2, s2 = (rb - base) // S, (rb - base) % S
-    if c1 == c2 or s1 == s2:
-        out[k] = rr[ra, rb - base]
-        return k + 1
-    x = base + c1 * S + s2
-    out[k] = rr[ra, x - base]
-    out[k + 1] = rr[x, rb - base]
-    return k + 2
+    if c1 != c2 and s1 != s2:
+        x = base + c1 * S + s2
+        if x == avoid:
+            x = base + c2 * S + s1
+        out[k] = rr[ra, x - base]
+        k += 1
+        ra = x
+    out[k] = rr[ra, rb - base]
+    return k + 1
+
+
+def _intra(ra, rb, a, S, rr, out, k):
+    """Append the links of the minimal path ra -> rb inside a group
+    (``Dragonfly._intra``; none when ra = rb) to ``out`` at k."""
+    return k if ra == rb else _leg(ra, rb, -1, a, S, rr, out, k)
 
 
 def _via(ra, ri, rb, a, S, rr, out, k):
-    """Append the links of ra -> ri -> rb inside a group (``Dragonfly._via``)."""
-    base = ra - ra % a
-    c1, s1 = (ra - base) // S, (ra - base) % S
-    ci, si = (ri - base) // S, (ri - base) % S
-    c2, s2 = (rb - base) // S, (rb - base) % S
-    prev = ra
-    if ci != c1 and si != s1:
-        x = base + c1 * S + si
-        if x == rb:
-            x = base + ci * S + s1
-        out[k] = rr[prev, x - base]
-        k += 1
-        prev = x
-    out[k] = rr[prev, ri - base]
-    k += 1
-    prev = ri
-    if ci != c2 and si != s2:
-        y = base + ci * S + s2
-        if y == ra:
-            y = base + c2 * S + si
-        out[k] = rr[prev, y - base]
-        k += 1
-        prev = y
-    out[k] = rr[prev, rb - base]
-    return k + 1
+    """Append the links of ra -> ri -> rb inside a group (``Dragonfly._via``):
+    each leg minimal, neither visiting the other end of the path."""
+    return _leg(ri, rb, ra, a, S, rr, out, _leg(ra, ri, rb, a, S, rr, out, k))
 
 
 def _between(ra, rb, A, B, inter, b, a, S, m, rr, gw, land, glid, out, k):
@@ -245,6 +231,6 @@ def _latency(path, k, lat):
 
 
 # the helpers compiled first, so the compiled pass calls them compiled (numba resolves them by name)
-_pick, _skip, _intra, _via, _between, _latency = (njit(f) or f for f in (_pick, _skip, _intra, _via, _between,
-                                                                          _latency))
+_pick, _skip, _leg, _intra, _via, _between, _latency = (njit(f) or f for f in (_pick, _skip, _leg, _intra, _via,
+                                                                                _between, _latency))
 _CHOOSE = njit(_choose) or _choose

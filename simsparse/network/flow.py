@@ -72,6 +72,8 @@ class _Routes:
         kind = machine.fabric.watch_kind if machine.adaptive else None
         kinds = (kind,) if isinstance(kind, str) else tuple(kind or ())   # one kind or several
         self._watched = [k in kinds for k in machine.topo.lkind] if kinds else None
+        #: the same as an array (per link: whether adaptive routing reads its load), or None
+        self.watched = np.array(self._watched, dtype=np.bool_) if self._watched else None
 
     def add(self, links: list[int], ends: tuple[int, int] = (-1, -1)) -> int:
         i = self.n

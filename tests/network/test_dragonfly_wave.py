@@ -47,7 +47,7 @@ def test_the_compiled_choice_routes_every_message_as_the_model_does(routing, sha
     nl = m.topo.n_links
     # flows the event path has in flight on some links: the rule must see them too
     load = (rng.integers(0, 3, nl + 1) * (rng.random(nl + 1) < 0.4)).astype(np.int64)
-    watched = np.array(rt._watched or [False] * nl)
+    watched = rt.watched if rt.watched is not None else np.zeros(nl, dtype=bool)
     L, lat = dw.wave_routes(m.fabric, watched, es, ed, order, u, load.copy(), nl)
     rows = _reference(net, es, ed, order, u, load.tolist())
     assert [[x for x in row if x != nl] for row in L.tolist()] == [rt.links[r] for r in rows]
