@@ -143,6 +143,21 @@ def _signals_as_interrupts():
         sys.unraisablehook = old_hook
 
 
+def forget_caught_interrupt() -> None:
+    """CPython 3.11 raises a flag when a KeyboardInterrupt leaves code run by
+    ``exec`` of a string (numba's and dataclasses' generated code) even when a
+    caller catches it, and under ``python -m`` the process then kills itself
+    with SIGINT at exit whatever main returned (CI: a SIGTERM mid-run ended
+    -2, not 143). The CLI has handled the interrupt, so the flag is cleared;
+    where the interpreter has no such flag this does nothing."""
+    import ctypes
+
+    try:
+        ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value = 0
+    except (ValueError, AttributeError):
+        pass
+
+
 def _dispatch(args, received: list) -> int:
     from .experiments.run.budget import BudgetError
     from .experiments.results.paths import OutsideError
@@ -182,6 +197,7 @@ def _dispatch(args, received: list) -> int:
         print(f"simsparse: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        forget_caught_interrupt()
         signum = received[-1] if received else signal.SIGINT
         print(f"\nsimsparse: {signal.Signals(signum).name}: stopped; finished points are saved, run the same command "
               f"again to resume.", file=sys.stderr)

@@ -84,6 +84,24 @@ def test_a_signal_mid_run_then_resume(cfg, tmp_path, sig):
     _resume_completes(cfg, out, kept)
 
 
+def test_an_interrupt_caught_after_it_left_exec_code_still_exits_with_the_code_returned(tmp_path):
+    # CPython 3.11 under `python -m`: a KeyboardInterrupt that left exec'd source (numba's generated code) and was
+    # then caught made the process kill itself with SIGINT at exit (CI saw -2 after a SIGTERM, not 143)
+    (tmp_path / "caught.py").write_text(textwrap.dedent("""
+        import sys
+        from simsparse.cli import forget_caught_interrupt
+        try:
+            exec("raise KeyboardInterrupt")
+        except KeyboardInterrupt:
+            if sys.argv[1:] == ["forget"]:
+                forget_caught_interrupt()
+        sys.exit(143)
+    """))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).parents[2])])}
+    rc = subprocess.run([sys.executable, "-m", "caught", "forget"], env=env, timeout=60).returncode
+    assert rc == 143
+
+
 def test_a_point_that_outgrows_its_budget_stops_keeping_what_finished(cfg, tmp_path, monkeypatch, capsys):
     import simsparse.experiments.run.runner as runner
 
