@@ -222,8 +222,17 @@ class Workload:
         rho = 1.0 - self.drift
         c = math.sqrt(1.0 - rho * rho)
         if c > 0:
-            for s in range(t0 + 1, t + 1):
-                u = rho * u + c * _normal(self.seed, s, rank, self.n, dt)
+            for s in range(t0 + 1, t + 1):   # u = rho u + c e, in u's buffer where no gradient is that buffer
+                if u.flags.writeable:
+                    e = _normal(self.seed, s, rank, self.n, dt, out=_scratch(self.n, dt))
+                    e *= c
+                    u *= rho
+                    u += e
+                else:
+                    e = _normal(self.seed, s, rank, self.n, dt)
+                    e *= c
+                    e += rho * u
+                    u = e
         _STATE.put(key, (t, u), u.nbytes)
         return u
 
@@ -329,8 +338,26 @@ def _independent_hot(n: int, k: int, seed: int, skew: float, rank: int) -> np.nd
 
 # -- distributions -------------------------------------------------------------------
 
-def _normal(seed: int, t: int, rank: int, n: int, dt) -> np.ndarray:
-    return np.random.default_rng([seed, t, rank]).standard_normal(n, dtype=np.float64 if dt == np.float64 else np.float32)
+def _normal(seed: int, t: int, rank: int, n: int, dt, out: np.ndarray | None = None) -> np.ndarray:
+    """N(0, 1) draws of (seed, t, rank); ``out``: into that buffer (the same values)."""
+    dtype = np.float64 if dt == np.float64 else np.float32
+    rng = np.random.default_rng([seed, t, rank])
+    if out is None:
+        return rng.standard_normal(n, dtype=dtype)
+    return rng.standard_normal(dtype=dtype, out=out)
+
+
+#: one scratch vector for the AR(1) innovations: fresh memory's first touch costs this host more than the draw
+_SCRATCH: dict = {}
+
+
+def _scratch(n: int, dt) -> np.ndarray:
+    key = (n, np.dtype(dt).str)
+    buf = _SCRATCH.get(key)
+    if buf is None:
+        _SCRATCH.clear()
+        buf = _SCRATCH[key] = np.empty(n, dtype=dt)
+    return buf
 
 
 @lru_cache(maxsize=8)

@@ -134,9 +134,14 @@ class Algorithm:
         x = grad
         del grad
         ef = getattr(self.params, "error_feedback", False)
+        # unchecked (no keep_input), the residual's buffer takes the gradient and then becomes the next
+        # residual: the same values, without two fresh vectors a rank and iteration
+        own = ef and self.residual is not None and not self.keep_input
         if ef and self.residual is not None:
             with ctx.phase("error_feedback"):
-                x = yield ctx.compute("add", x, self.residual)
+                x = yield (ctx.compute("add", self.residual, x, inplace=True) if own
+                           else ctx.compute("add", x, self.residual))
+            self.residual = None
         self.last_input = x if self.keep_input else None
         self.contributed = None
         if not ef:
@@ -146,7 +151,7 @@ class Algorithm:
         else:
             result = yield from self.run(ctx, x)
             with ctx.phase("error_feedback"):
-                self.residual = yield from self.residual_after(ctx, x)
+                self.residual = yield from self.residual_after(ctx, x, own)
         self.iteration_no += 1
         return result
 
@@ -168,13 +173,14 @@ class Algorithm:
             raise ValueError(f"{self.name}: cannot go back from iteration {self.iteration_no} to {t}")
         self.iteration_no = t
 
-    def residual_after(self, ctx, x):
+    def residual_after(self, ctx, x, own: bool = False):
         """Generator: the error-feedback residual after ``run(ctx, x)``; by
-        default x with the ``contributed`` entries zeroed. Compressors whose
+        default x with the ``contributed`` entries zeroed (``own``: x is this
+        instance's buffer, to be zeroed where it lies). Compressors whose
         result is no subset of the input (FFT, quantizers) override it."""
         if self.contributed is None:
             raise RuntimeError(f"{self.name} does not report contributed indices; error feedback impossible")
-        return (yield ctx.compute("zero_at", x, self.contributed))
+        return (yield ctx.compute("zero_at", x, self.contributed, inplace=own))
 
     def run(self, ctx, x):  # pragma: no cover - interface
         """Generator: yields requests, returns the rank's result."""

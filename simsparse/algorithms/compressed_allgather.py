@@ -63,7 +63,7 @@ class _CompressedAllgather(Algorithm):
         with ctx.phase("decompress"):
             return (yield from self.decompress(ctx, blocks, x))
 
-    def residual_after(self, ctx, x):
+    def residual_after(self, ctx, x, own: bool = False):
         mine = yield from self.decompress(ctx, [self.own], x)
         return (yield ctx.compute("ef_subtract", x, mine))
 

@@ -132,10 +132,16 @@ def _coo_nbytes(parts) -> int:
 # -- core kernels ---------------------------------------------------------------
 
 @kernel("add", work=streaming(2, 1))
-def add(a, b):
-    """Elementwise a + b (dense reduction of two blocks)."""
+def add(a, b, inplace: bool = False):
+    """Elementwise a + b (dense reduction of two blocks); ``inplace``: into
+    a's buffer, which the caller owns and lets go of (the same sums: an
+    error-feedback residual plus its gradient, without a fresh vector whose
+    first touch costs more than the add on this host)."""
     if _any_phantom(a, b):
         return phantom(len(a), a.dtype)
+    if inplace and isinstance(a, np.ndarray) and a.flags.writeable and a.dtype == np.result_type(a, b):
+        a += b
+        return a
     return a + b
 
 

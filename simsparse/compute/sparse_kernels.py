@@ -278,18 +278,21 @@ def _gather_at_torch(x, idx):
     return x[idx.long()]
 
 
-@kernel("zero_at", work=lambda out, x, idx: Work(len(x), 2 * len(x) * _isz(x) + len(idx) * 4))
-def zero_at(x, idx):
-    """A copy of x with x[idx] = 0 (the error-feedback residual update)."""
+@kernel("zero_at", work=lambda out, x, idx, inplace=False: Work(len(x), 2 * len(x) * _isz(x) + len(idx) * 4))
+def zero_at(x, idx, inplace: bool = False):
+    """A copy of x with x[idx] = 0 (the error-feedback residual update);
+    ``inplace``: x's own buffer, which the caller owns and lets go of (the
+    simulator's host saves the copy; the device is charged the copy as
+    before, and the real backend makes it)."""
     if type(x) is Sampled:
         return x.zero_at(idx)
-    out = x.copy()
+    out = x if inplace and x.flags.writeable else x.copy()
     out[idx] = 0
     return out
 
 
 @zero_at.torch
-def _zero_at_torch(x, idx):
+def _zero_at_torch(x, idx, inplace=False):
     out = x.clone()
     out[idx.long()] = 0
     return out
