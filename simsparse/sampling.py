@@ -17,10 +17,17 @@ would not). Values at other indices, when an algorithm asks (CLT-k's
 leader indices), come from the distribution below the floor, hashed from
 (seed, iteration, rank, index).
 
+In a training iteration (a schedule) each bucket of the merge plan is a
+vector of its own: its layers are drawn with a floor set for the bucket's
+own k (:class:`SampledModel`), since a floor set for the whole model would
+leave a bucket of small-scale layers fewer entries than it selects.
+
 What cannot be sampled: gradients replayed from files, and gradients that
 drift slowly over iterations (``0 < drift < 1``: the AR(1) noise needs
 every coordinate's previous value); ``drift: 0`` (the same gradient every
-iteration) and ``drift: 1`` can.
+iteration) and ``drift: 1`` can. Error feedback over more than one
+iteration is refused for the same reason (the residual holds every unsent
+value).
 """
 from __future__ import annotations
 
@@ -31,7 +38,7 @@ import numpy as np
 from scipy import special
 
 from .compression.rng import _M32, _fmix, seed_of
-from .compute.sampled import Sampled
+from .compute.sampled import Sampled, SampledPart
 from .jit import njit
 from .quantile import ndtri, tail_values
 
@@ -43,8 +50,6 @@ def sampled_problem(point) -> str | None:
     """Why a point cannot run with ``values: sampled``, or None (dense
     collectives run on sizes, as with ``values: auto``)."""
     cls = point.algorithm_cls
-    if point.schedule:
-        return "sampled gradients are for bare collectives, not training iterations"
     if cls.value_free:
         return None
     if not cls.sampled:
@@ -77,20 +82,27 @@ def _log_tail(distribution: str, df: float, x: np.ndarray) -> np.ndarray:
     return np.log(2.0 * special.stdtr(df, -x / unit))
 
 
-@lru_cache(maxsize=16)
-def _plan(workload, margin: float):
+@lru_cache(maxsize=256)
+def _plan(workload, margin: float, layers: tuple | None = None):
     """The floor F; per layer its start, size, scale and tail probability T
     of reaching F; the standard deviation of the whole vector. F is solved
-    once per workload, by bisection on log F."""
+    once per workload, by bisection on log F. ``layers``: (first, end) of a
+    span of whole layers (a training schedule's bucket), drawn as a vector of
+    its own: F is set for the span's own k, starts are counted from its
+    first element."""
     from .workload import layer_scales
 
     sizes = workload.layers or (workload.n,)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     scales = layer_scales(workload) if workload.layers and workload.layer_spread > 0 else np.ones(len(sizes))
-    n, k = workload.n, workload.k
+    if layers is not None:
+        lo, hi = layers
+        sizes, starts, scales = sizes[lo:hi], starts[lo:hi] - starts[lo], scales[lo:hi]
+    n = int(np.sum(sizes))
+    k = max(1, min(n, int(round(workload.density * n)))) if layers is not None else workload.k
     want = min(float(n), margin * k + 10.0)
     dist, df = workload.distribution, workload.df
-    d = k / n
+    d = workload.k / workload.n   # (a planted hot coordinate's class is the whole vector's)
     hot = workload.planted
 
     def expected(F):   # entries at or above F
@@ -131,17 +143,24 @@ def _below(dist: str, df: float, T: np.ndarray, d: float | None):
     return out
 
 
-def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0) -> Sampled:
-    """Rank's gradient at ``iteration`` as the entries reaching the floor (module docstring)."""
+def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0,
+                     layers: tuple | None = None) -> Sampled:
+    """Rank's gradient at ``iteration`` as the entries reaching the floor
+    (module docstring); ``layers``: only the span (first, end) of whole
+    layers, as a vector of its own (its own floor and draws)."""
     from .workload import _abs_quantile
 
     if workload.drift == 0:
         iteration = 0   # the same gradient every iteration
-    F, starts, sizes, scales, T, below = _plan(workload, margin)
-    n, k, d = workload.n, workload.k, workload.k / workload.n
-    rng = np.random.default_rng([workload.seed, _TAG_SAMPLED, iteration, rank])
+    F, starts, sizes, scales, T, below = _plan(workload, margin, layers)
+    n, d = int(np.sum(sizes)), workload.k / workload.n
+    span = () if layers is None else (layers[0] + 1,)   # (the whole vector keeps its draws)
+    rng = np.random.default_rng([workload.seed, _TAG_SAMPLED, iteration, rank, *span])
     q = _abs_quantile(workload.distribution, workload.df)
     hot = workload.hot_set(rank) if workload.planted else None
+    if hot is not None and layers is not None:   # the span's hot coordinates, counted from its start
+        first = 0 if layers[0] == 0 else int(np.sum(workload.layers[:layers[0]]))
+        hot = hot[(hot >= first) & (hot < first + n)] - first
     idx_parts, value_parts = [], []
     rest_mean, rest_var = 0.0, 0.0   # of the sum of squares of the entries not drawn
     for li, (a, m, t) in enumerate(zip(starts.tolist(), sizes.tolist(), T.tolist())):
@@ -177,7 +196,7 @@ def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0) -
         order = np.argsort(idx, kind="stable")
         idx, values = idx[order], values[order]
     values.setflags(write=False)
-    rest = _Rest(workload, rank, iteration, hot, starts, scales, T)
+    rest = _Rest(workload, rank, iteration, hot, starts, scales, T, span)
     idx = idx.astype(np.int32 if n < 2**31 else np.int64)   # the index dtype of the selection kernels
     idx.setflags(write=False)
     # the vector's mean and standard deviation: its drawn entries as they are, the
@@ -188,6 +207,42 @@ def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0) -
     mean = total / n
     std = math.sqrt(max(squares - n * mean * mean, 0.0) / max(n - 1, 1))
     return Sampled(n, idx, values, F, rest, (mean, std))
+
+
+class SampledModel:
+    """A rank's sampled gradient in a training iteration, cut as the
+    schedule's plan cuts it: each bucket (a span of whole tensors) is drawn
+    as a vector of its own, with the floor of its own k, when the schedule
+    takes it (O(k) per bucket, every bucket independent: its coordinates
+    are). Sliced by tensor as the simulator hands out gradients: a tensor
+    that is a bucket alone comes as its :class:`Sampled`, a tensor of a
+    larger bucket as a :class:`SampledPart` that ``concat`` packs with the
+    others (:meth:`join`). ``buckets``: (first, end) tensor indices;
+    ``margin_for(k)``: the algorithm's sampling margin at a bucket's k."""
+
+    def __init__(self, workload, rank: int, iteration: int, buckets, margin_for):
+        offs = np.concatenate([[0], np.cumsum(workload.layers)]).astype(np.int64).tolist()
+        self.workload, self.rank, self.iteration, self.margin_for = workload, rank, iteration, margin_for
+        self.spans = {(offs[lo], offs[hi]): (lo, hi) for lo, hi in buckets}
+
+    def __getitem__(self, where: slice):
+        a, b = where.start, where.stop
+        if (a, b) in self.spans:
+            return self._draw(a, b)
+        return SampledPart(self, a, b, self.workload.dtype)
+
+    def join(self, parts) -> Sampled:
+        """The bucket that ``parts`` (in order, side by side) make up."""
+        a, b = parts[0].start, parts[-1].end
+        if any(p.owner is not self or p.end != q.start for p, q in zip(parts, parts[1:])) or (a, b) not in self.spans:
+            raise ValueError(f"concat of sampled tensors {[(p.start, p.end) for p in parts]}: not one bucket of "
+                             f"the plan {sorted(self.spans)}")
+        return self._draw(a, b)
+
+    def _draw(self, a: int, b: int) -> Sampled:
+        w = self.workload
+        k = max(1, min(b - a, int(round(w.density * (b - a)))))
+        return sampled_gradient(w, self.rank, self.iteration, self.margin_for(k), self.spans[(a, b)])
 
 
 def _tail_and_sign(r: np.ndarray, lo: float, top: float) -> tuple[np.ndarray, np.ndarray]:
@@ -274,11 +329,11 @@ class _Rest:
     k/n), 1)), hashed from (seed, iteration, rank, index), so an index always
     gets the same value."""
 
-    def __init__(self, workload, rank, iteration, hot, starts, scales, T):
+    def __init__(self, workload, rank, iteration, hot, starts, scales, T, span=()):
         from .workload import _abs_quantile
 
         self.q = _abs_quantile(workload.distribution, workload.df)
-        self.seeds = [seed_of(workload.seed, _TAG_SAMPLED, iteration, rank, j) for j in (0, 1)]
+        self.seeds = [seed_of(workload.seed, _TAG_SAMPLED, iteration, rank, j, *span) for j in (0, 1)]
         self.hot, self.d = hot, workload.k / workload.n
         self.starts, self.scales, self.T, self.dtype = starts, scales, np.minimum(T, 1.0), workload.dtype
 

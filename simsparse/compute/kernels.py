@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ops import COO
 from ..registry import Registry, instance_of
-from .sampled import Sampled
+from .sampled import Sampled, SampledPart
 
 
 @dataclass(frozen=True)
@@ -173,6 +173,8 @@ def concat(parts):
     without a second copy of every rank's bucket."""
     if _any_phantom(*parts):
         return phantom(sum(len(p) for p in parts), parts[0].dtype)
+    if parts and type(parts[0]) is SampledPart:   # a bucket of a sampled gradient: drawn as one vector
+        return parts[0].owner.join(parts)
     view = _adjacent(parts)
     return np.concatenate(parts) if view is None else view
 

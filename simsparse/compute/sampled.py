@@ -47,7 +47,7 @@ class Sampled:
         return self.n
 
     def _above(self, thr: float, what: str) -> np.ndarray:
-        if thr < self.floor:
+        if thr < self.floor and len(self.values) < self.n:   # (a vector drawn whole answers any threshold)
             raise BelowFloor(f"{what} at {thr:.6g} reaches below the sampled floor {self.floor:.6g} (values: sampled "
                              f"draws only the entries above it); use values: full for this point")
         return np.abs(self.values) >= thr
@@ -96,3 +96,21 @@ class Sampled:
         """The vector with ``idx`` zeroed (an error-feedback residual)."""
         keep = ~np.isin(self.indices, np.asarray(idx))
         return Sampled(self.n, self.indices[keep], self.values[keep], self.floor, self.rest, self.moments)
+
+
+class SampledPart:
+    """One tensor's place in a rank's sampled gradient for a training
+    schedule (``owner``: :class:`~simsparse.sampling.SampledModel`): what
+    ``grad_ready`` hands out for a tensor of a bucket of several. The
+    ``concat`` kernel packs a bucket's parts into the bucket's own sampled
+    vector (``owner.join``); nothing else reads a part."""
+
+    __slots__ = ("owner", "start", "end", "dtype", "itemsize")
+
+    def __init__(self, owner, start: int, end: int, dtype):
+        self.owner, self.start, self.end = owner, start, end
+        self.dtype = np.dtype(dtype)
+        self.itemsize = self.dtype.itemsize
+
+    def __len__(self) -> int:
+        return self.end - self.start

@@ -7,7 +7,7 @@ import gc
 from ...backends.rounds import run_rounds
 from ...backends.sim import Simulator, TrainingModel
 from ...compute.kernels import phantom
-from ...sampling import sampled_gradient
+from ...sampling import SampledModel, sampled_gradient
 from ...compute.models import ModelProfile, model_profile
 from .budget import BASE_B, declined, memory_B, rounds_may_apply
 from .loop import run_point
@@ -75,7 +75,10 @@ class SimBackend:
                     return stats
                 declined(self.point, self.max_events)   # the budget did not count its events (P, not n, decides them)
                 self.rounds = None   # a message would wait: the same happens every iteration
-        elif self.values == "sampled":   # (training schedules refuse sampled values)
+        elif self.values == "sampled" and self.model is not None:   # each bucket drawn when the schedule packs it
+            cls, buckets = self.point.algorithm_cls, next(iter(jobs.values())).sched.buckets
+            grads = [SampledModel(self.workload, r, it, buckets, cls.sampled_margin_for) for r in self.local_ranks]
+        elif self.values == "sampled":
             margin = self.point.algorithm_cls.sampled_margin_for(self.workload.k)
             stats = self.sim.run([_drawn(jobs[r], self.workload, r, it, margin) for r in self.local_ranks])
             self.collectives = max(self.collectives, stats.collectives, key=PATHS.index)
