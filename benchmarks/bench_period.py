@@ -5,7 +5,7 @@
 
 Per algorithm, one point as ``simsparse run`` simulates it (warm-up and
 measured iterations, plus one iteration of each kind of the algorithm's
-periodic work they miss; :mod:`simsparse.experiments.results.period`):
+periodic work they miss; :mod:`simsparse.period`):
 ``time_median_s`` (what rows reported before) and ``time_s`` (the mean over
 a period), with the iterations run and the wall time. Then the same point
 with every iteration of a whole cycle measured (``iterations`` = the period,
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from simsparse.experiments.config.schema import load_config
-from simsparse.experiments.results.period import Cycle
+from simsparse.period import Cycle
 from simsparse.experiments.run.runner import simulate_point
 from simsparse.experiments.analysis.table import fmt_time
 

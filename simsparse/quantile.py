@@ -1,6 +1,6 @@
 """The standard normal quantile for sampled gradients, compiled.
 
-:func:`sampled_gradient <simsparse.sampling.sampled_gradient>` turns every
+:func:`sampled_gradient <simsparse.sampling.gradient.sampled_gradient>` turns every
 drawn tail probability into a magnitude, ``|x| = -Phi^-1(tau / 2)``: at
 P = 4096 that is half a billion quantiles, and scipy's ``ndtri`` (about
 50 ns each here) was the largest part of drawing. :func:`ndtri` is Wichura's
@@ -70,7 +70,7 @@ def _as241(p, out, K):
 
 def _tail_values(r, lo, top, scale, K, out):
     """A class of a sampled normal gradient's drawn entries, from one uniform
-    r[i] on [0, 1) each (:func:`simsparse.sampling._tail_and_sign`): u = 2 r,
+    r[i] on [0, 1) each (:func:`simsparse.sampling.gradient._tail_and_sign`): u = 2 r,
     positive iff u >= 1, tail probability tau = lo + (top - lo)(u - [u >= 1])
     (at least 1e-300), value +-scale * -Phi^-1(tau / 2), stored in ``out``'s
     dtype: the numpy path's operations in its order, fused in one loop."""

@@ -33,6 +33,7 @@ class TopkA(Algorithm):
     __doc__ = __doc__
     Params = TopkAParams
     sampled_result = "dense"
+    sampled_top_k = True
     sampled = True
 
     def run(self, ctx, x):

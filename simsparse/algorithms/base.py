@@ -25,10 +25,11 @@ asks :meth:`Algorithm.due`, so the declaration is what decides. The default
 is none. A role that moves to another rank every iteration (DEFT's decision
 worker, CLT-k's leader) is the same work in every iteration, so it is not
 periodic work. The experiment loop reports the mean over whole periods
-(:mod:`simsparse.experiments.results.period`).
+(:mod:`simsparse.period`).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -98,12 +99,25 @@ class Algorithm:
     #: the algorithm applies must stay above its floor (else a clear error)
     sampled_margin: ClassVar[float] = 4.0
 
+    #: reads its input only through an exact top-k (TopkA, gTopk, SparCML, CLT-k)
+    sampled_top_k: ClassVar[bool] = False
+
     @classmethod
     def sampled_margin_for(cls, k: float) -> float:
         """The margin a rank's sampled gradient is drawn with when it selects
         about k entries: ``sampled_margin``, or less where the algorithm's
-        thresholds stay within a few sqrt(k) of k."""
+        thresholds stay within a few sqrt(k) of k. An exact top-k needs only
+        its k-th magnitude above the floor: the count above it is binomial
+        with mean margin x k, so eight standard deviations past k suffice."""
+        if cls.sampled_top_k:
+            return min(cls.sampled_margin, 1.0 + 8.0 / math.sqrt(max(k, 1.0)))
         return cls.sampled_margin
+    @classmethod
+    def sampled_paths_problem(cls, params: BaseModel, error_feedback: bool) -> str | None:
+        """Why sampled gradients over several iterations (drift, error
+        feedback: :mod:`simsparse.sampling.paths`) do not serve this
+        algorithm, or None."""
+        return None
     #: what a rank's result holds on a sampled gradient, for the memory budget:
     #: ``k`` entries, the ``union`` of every rank's selection (up to P k), a
     #: ``dense`` sum of n elements that every rank computes from the same

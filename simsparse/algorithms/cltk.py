@@ -44,6 +44,7 @@ from .dense import allreduce
 class CLTk(Algorithm):
     __doc__ = __doc__
     Params = SparseParams
+    sampled_top_k = True
     sampled = True   # the non-leaders' values at the leader's indices: drawn below the floor
 
     def run(self, ctx, x):

@@ -49,6 +49,7 @@ from .collectives import Bcast, Fold, recv, send
 class GTopk(Algorithm):
     __doc__ = __doc__
     Params = SparseParams
+    sampled_top_k = True
     sampled = True
 
     def run(self, ctx, x):

@@ -73,6 +73,7 @@ def sum_of_local_topk(inputs, setup, states=None) -> np.ndarray:
 class _LocalTopkSum(Algorithm):
     """Common part: local top-k selection and the lossless reference."""
 
+    sampled_top_k = True
     sampled = True
     sampled_result = "union"
 

@@ -139,6 +139,8 @@ def add(a, b, inplace: bool = False):
     first touch costs more than the add on this host)."""
     if _any_phantom(a, b):
         return phantom(len(a), a.dtype)
+    if type(a) is Sampled or type(b) is Sampled:   # a sampled gradient and its residual (error feedback)
+        return a.plus(b) if getattr(a, "accumulates", False) else b.plus(a)
     if inplace and isinstance(a, np.ndarray) and a.flags.writeable and a.dtype == np.result_type(a, b):
         a += b
         return a

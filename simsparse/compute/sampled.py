@@ -33,21 +33,42 @@ class Sampled:
     """Length ``n``; carries the entries with |value| >= ``floor`` (``indices``
     ascending, ``values``); ``rest(idx)`` draws the values of other indices
     from the distribution below the floor; ``moments`` = (mean, std) of the
-    whole vector's distribution."""
+    whole vector's distribution, or None: then computed from the carried
+    values and ``undrawn`` (the sum and sum of squares of the entries not
+    carried). Over several iterations (:mod:`simsparse.sampling.paths`) a
+    vector may carry entries below its floor too, ``below`` counts the
+    entries not carried above a threshold under the floor, and a gradient
+    that ``accumulates`` (error feedback) is added to the last residual by
+    :meth:`plus`."""
 
-    __slots__ = ("n", "indices", "values", "floor", "rest", "moments", "dtype", "itemsize")
+    __slots__ = ("n", "indices", "values", "floor", "rest", "_moments", "undrawn", "below", "accumulates",
+                 "dtype", "itemsize")
 
     def __init__(self, n: int, indices: np.ndarray, values: np.ndarray, floor: float,
-                 rest: Callable[[np.ndarray], np.ndarray], moments: tuple[float, float]):
+                 rest: Callable[[np.ndarray], np.ndarray], moments: tuple[float, float] | None,
+                 undrawn: tuple[float, float] | None = None, below=None, accumulates: bool = False):
         self.n, self.indices, self.values, self.floor = n, indices, values, float(floor)
-        self.rest, self.moments = rest, moments
+        self.rest, self._moments, self.undrawn, self.below, self.accumulates = rest, moments, undrawn, below, accumulates
         self.dtype, self.itemsize = values.dtype, values.dtype.itemsize
 
     def __len__(self) -> int:
         return self.n
 
+    @property
+    def moments(self) -> tuple[float, float]:
+        if self._moments is None:
+            total, squares = self.undrawn
+            v = self.values.astype(np.float64)
+            total, squares, n = float(v.sum()) + total, float(np.dot(v, v)) + squares, self.n
+            mean = total / n
+            self._moments = (mean, float(np.sqrt(max(squares - n * mean * mean, 0.0) / max(n - 1, 1))))
+        return self._moments
+
+    def _whole(self) -> bool:
+        return len(self.values) >= self.n
+
     def _above(self, thr: float, what: str) -> np.ndarray:
-        if thr < self.floor and len(self.values) < self.n:   # (a vector drawn whole answers any threshold)
+        if thr < self.floor and not self._whole():   # (a vector drawn whole answers any threshold)
             raise BelowFloor(f"{what} at {thr:.6g} reaches below the sampled floor {self.floor:.6g} (values: sampled "
                              f"draws only the entries above it); use values: full for this point")
         return np.abs(self.values) >= thr
@@ -59,12 +80,15 @@ class Sampled:
             raise BelowFloor(f"top-{k} of a sampled vector that carries {len(self.values)} entries; use values: full "
                              f"for this point")
         if k == len(self.values) or k <= 0:
+            if k > 0 and not self._whole() and np.abs(self.values).min() < self.floor:
+                self._above(0.0, f"top-{k}")
             sel = slice(0, max(k, 0))
             return COO(self.indices[sel].copy(), self.values[sel].copy(), self.n)
         # the k-th magnitude, then a mask (indices come out ascending): half the time of an
         # argpartition and a sort; among entries tied at the k-th magnitude the first ones
         a = np.abs(self.values)
         kth = np.partition(a, len(a) - k)[len(a) - k]
+        self._above(float(kth), f"the top-{k}'s smallest magnitude")
         keep = a > kth
         need = k - int(np.count_nonzero(keep))
         if need:
@@ -73,6 +97,8 @@ class Sampled:
         return COO(self.indices[sel], self.values[sel], self.n)
 
     def count_above(self, thr: float) -> int:
+        if thr < self.floor and self.below is not None and not self._whole():
+            return int(np.count_nonzero(np.abs(self.values) >= thr)) + self.below.count(thr)
         return int(np.count_nonzero(self._above(thr, "a threshold count")))
 
     def threshold_select(self, thr: float) -> COO:
@@ -95,7 +121,24 @@ class Sampled:
     def zero_at(self, idx) -> "Sampled":
         """The vector with ``idx`` zeroed (an error-feedback residual)."""
         keep = ~np.isin(self.indices, np.asarray(idx))
-        return Sampled(self.n, self.indices[keep], self.values[keep], self.floor, self.rest, self.moments)
+        return Sampled(self.n, self.indices[keep], self.values[keep], self.floor, self.rest, self._moments,
+                       self.undrawn)
+
+    def plus(self, residual: "Sampled") -> "Sampled":
+        """This iteration's gradient plus the last residual: the vector error
+        feedback selects from. The residual's entries are some of the
+        coordinates this gradient carries (the same paths); the others, never
+        selected, are this vector's ``rest`` already."""
+        if not self.accumulates or residual.n != self.n:
+            raise ValueError("error feedback on sampled gradients adds a residual to the next iteration's gradient "
+                             "of the same paths (simsparse.sampling.paths)")
+        pos = np.searchsorted(self.indices, residual.indices)
+        if len(pos) and (pos.max() >= len(self.indices) or np.any(self.indices[pos] != residual.indices)):
+            raise ValueError("a sampled residual holds coordinates its next gradient does not carry")
+        values = self.values.copy()
+        values[pos] += residual.values
+        values.setflags(write=False)
+        return Sampled(self.n, self.indices, values, self.floor, self.rest, None, self.undrawn, self.below)
 
 
 class SampledPart:

@@ -1,5 +1,5 @@
 """time_s is the mean over whole periods of an algorithm's periodic work
-(simsparse.experiments.results.period): against brute force over a cycle, rows
+(simsparse.period): against brute force over a cycle, rows
 without periodic work unchanged, the same statistic in the real backend."""
 import dataclasses
 from fractions import Fraction
@@ -10,7 +10,7 @@ import pytest
 
 from simsparse.algorithms import get_algorithm
 from simsparse.experiments.run.loop import make_job
-from simsparse.experiments.results.period import Cycle
+from simsparse.period import Cycle
 from simsparse.experiments.run.runner import simulate_point
 from simsparse.experiments.run.simulate import SimBackend
 from simsparse.experiments.results.store import ResultsStore

@@ -10,7 +10,8 @@ from scipy import stats
 from simsparse.compute.sampled import BelowFloor
 from simsparse.experiments.config.schema import ConfigError, load_config
 from simsparse.experiments.run.runner import simulate_point
-from simsparse.sampling import _plan, sampled_gradient
+from simsparse.sampling import sampled_gradient
+from simsparse.sampling.gradient import _plan
 from simsparse.workload import Workload
 
 from tests.helpers import make_point
@@ -77,7 +78,8 @@ def test_the_coin_flips_and_signs_are_exact_in_distribution():
     Binomial(m, p) and they fall uniformly over 0 .. m-1; the signs are fair
     and the tail probabilities uniform on [lo, top); a tiny p keeps nothing
     without overflowing the gaps."""
-    from simsparse.sampling import _bernoulli, _tail_and_sign
+    from simsparse.sampling.draws import _bernoulli
+    from simsparse.sampling.gradient import _tail_and_sign
 
     rng = np.random.default_rng(7)
     m, p = 5000, 0.013
@@ -109,15 +111,14 @@ def test_a_threshold_below_the_floor_is_refused():
 @pytest.mark.parametrize("extra,refusal", [
     ("algorithms: [fft_allgather]", "reads every value of its input"),
     ("algorithms: [deft]", "reads every value of its input"),
-    ("algorithms: [{name: topka, error_feedback: true}]\niterations: 2", "error feedback adds every unsent value"),
-    ("algorithms: [topka]\nworkload: {n: 4000, drift: 0.5}", "drift = 0.5"),
+    ("algorithms: [qsgd_allgather]\niterations: 2", "reads every value of its input"),
 ])
 def test_what_cannot_be_sampled_is_refused_with_one_sentence(tmp_path, extra, refusal):
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(textwrap.dedent(f"""
+    cfg.write_text(textwrap.dedent("""
         name: s
         network: aries_alphabeta
-        workload: {{n: 4000}}
+        workload: {n: 4000}
         P: 4
         values: sampled
         """) + extra + "\n")
@@ -144,17 +145,18 @@ def test_the_compiled_normal_quantile_is_scipys(monkeypatch):
     assert np.array_equal(quantile.ndtri(p), want)
 
 
-@pytest.mark.parametrize("algorithm,margin", [("oktopk", 4 / 3 + 8 / 2000 ** 0.5), ("topka", 4.0)])
+@pytest.mark.parametrize("algorithm,margin", [("oktopk", 4 / 3 + 8 / 2000 ** 0.5), ("topka", 1 + 8 / 2000 ** 0.5),
+                                              ("gaussiank", 4.0)])
 def test_each_algorithm_draws_its_own_margin(monkeypatch, algorithm, margin):
     """Ok-Topk's thresholds stay near its k-th magnitude: it draws 4/3 k
-    entries per rank plus eight standard deviations (at most 2 k), the others
-    4 k (``Algorithm.sampled_margin_for``)."""
+    entries per rank plus eight standard deviations (at most 2 k); an exact
+    top-k (TopkA) k plus eight; the others 4 k (``Algorithm.sampled_margin_for``)."""
     import simsparse.experiments.run.simulate as simulate
 
     drawn, real = [], simulate.sampled_gradient
 
-    def spy(w, rank, it, m=4.0):
-        g = real(w, rank, it, m)
+    def spy(w, rank, it, m=4.0, law=None):
+        g = real(w, rank, it, m, law=law)
         drawn.append((m, len(g.values) / w.k))
         return g
 
@@ -168,7 +170,9 @@ def test_the_fused_draws_equal_the_numpy_path_bit_for_bit():
     """The compiled walk of the coin flips' gaps and the fused tail values
     give the numpy path's positions and values exactly (the same operations
     in the same order; both read the compiled normal quantile)."""
-    from simsparse import quantile, sampling
+    from simsparse import quantile
+    from simsparse.sampling import draws as sampling
+    from simsparse.sampling.gradient import _tail_and_sign
 
     if sampling._WALK is None or quantile._TAIL is None:
         pytest.skip("numba disabled")
@@ -185,7 +189,7 @@ def test_the_fused_draws_equal_the_numpy_path_bit_for_bit():
     r = np.concatenate([rng.random(20000), [0.0, 0.5, 0.9999999999]])
     for lo, top, scale, dtype in [(0.0, 0.02, 1.0, np.float32), (0.01, 1.0, 3.5, np.float64), (0.0, 1e-310, 2.0, np.float32)]:
         got = quantile.tail_values(r, lo, top, scale, dtype)
-        tau, up = sampling._tail_and_sign(r, lo, top)
+        tau, up = _tail_and_sign(r, lo, top)
         want = (np.where(up, 1.0, -1.0) * (-quantile.ndtri(0.5 * np.maximum(tau, 1e-300)) * scale)).astype(dtype)
         assert got.dtype == want.dtype and np.array_equal(got, want)
 

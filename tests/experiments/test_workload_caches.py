@@ -22,9 +22,9 @@ def _draws(monkeypatch):
     calls = []
     real = wlmod._normal
 
-    def counted(*a):
+    def counted(*a, **kw):
         calls.append(a[:3])
-        return real(*a)
+        return real(*a, **kw)
 
     monkeypatch.setattr(wlmod, "_normal", counted)
     return calls

@@ -147,7 +147,7 @@ def test_drift_gives_ar1_correlation(drift, monkeypatch):
     assert np.var(g[5]) == pytest.approx(1.0, rel=0.03)
     calls = []
     real = wlmod._normal
-    monkeypatch.setattr(wlmod, "_normal", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(wlmod, "_normal", lambda *a, **kw: calls.append(a) or real(*a, **kw))
     w.grad(1, 6)
     assert len(calls) == 1  # iteration t after t-1 costs one draw
     wlmod._STATE.items.clear()

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .period import Cycle
+from ...period import Cycle
 from ..config.point import Point
 
 #: ``iteration``: the loop's position (0 .. warm-up first); ``weight``: the

@@ -25,7 +25,8 @@ project's simulator:
   rank's up to 4 GiB: ``Workload.hold_states``); nothing per element
   when only sizes travel; with ``values: sampled`` ``w + 4`` bytes for each
   of a rank's about ``sampled_margin`` x k sampled entries (value and index;
-  4 k unless the algorithm says) and 12 k entries for its selections and the
+  4 k unless the algorithm says; T times that where the draws span T
+  iterations, :mod:`simsparse.sampling.paths`) and 12 k entries for its selections and the
   messages made of them, and what its results hold (a union of
   the selections, or a dense sum of n elements: :func:`sampled_results_B`);
   plus 300 bytes per trace record. Peak RSS measured
@@ -54,7 +55,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ..results.period import Cycle
+from ...period import iterations_run
+from ...sampling import error_feedback, path_law
 from ..config.point import Point
 
 #: the slowest simulator speed measured (flow-level model, events per second):
@@ -109,12 +111,6 @@ class Budget:
 
 # -- estimates ------------------------------------------------------------------------
 
-def iterations_run(point: Point) -> int:
-    """Warm-up and measured iterations, with those the loop adds for the
-    kinds of the algorithm's periodic work (:meth:`.period.Cycle.counters`)."""
-    return len(Cycle.of(point).counters(point.warmup, point.iterations))
-
-
 def events(point: Point) -> float:
     P, T = point.P, iterations_run(point)
     calls = len(point.workload.get("layers") or [1]) if point.schedule else 1
@@ -132,7 +128,9 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
         # each rank's entries above the floor (about margin x k of them: value and int32 index),
         # its selections and the messages made of them (12 k)
         k = max(1.0, point.workload["density"] * n)
-        carried = point.P * k * (w + 4) * (point.algorithm_cls.sampled_margin_for(k) + 12) + sampled_results_B(point, n, k, w)
+        law = path_law(point.workload_obj(), error_feedback(point), iterations_run(point))
+        drawn = point.algorithm_cls.sampled_margin_for(k) * (1 if law is None else law.T)   # (a union over iterations)
+        carried = point.P * k * (w + 4) * (drawn + 12) + sampled_results_B(point, n, k, w)
     elif not (sim and point.size_only):
         T = iterations_run(point)
         per = 2 * w + (2 * w if T > 1 else 0) + (8 + w if point.check else 0)

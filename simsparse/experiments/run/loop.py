@@ -17,7 +17,7 @@ import numpy as np
 
 from .backend import ExperimentBackend
 from ..results.metrics import TRACE_COLUMNS, IterationRecord, PointOutcome, summarize
-from ..results.period import Cycle
+from ...period import Cycle
 from ..config.point import Point, to_dense, to_host
 
 class AlgorithmJob:

@@ -7,8 +7,9 @@ import gc
 from ...backends.rounds import run_rounds
 from ...backends.sim import Simulator, TrainingModel
 from ...compute.kernels import phantom
-from ...sampling import SampledModel, sampled_gradient
+from ...sampling import SampledModel, error_feedback, path_law, sampled_gradient
 from ...compute.models import ModelProfile, model_profile
+from ...period import iterations_run
 from .budget import BASE_B, declined, memory_B, rounds_may_apply
 from .loop import run_point
 from ..results.metrics import PointOutcome
@@ -51,6 +52,9 @@ class SimBackend:
         #: size-only: every rank's gradient is a phantom (no values generated, carried or checked)
         self.size_only = point.size_only
         self.values = "sizes" if self.size_only else "sampled" if point.values == "sampled" else "full"
+        #: sampled gradients that drift or feed back errors: the iterations' joint law (sampling.paths)
+        self.law = (path_law(self.workload, error_feedback(point), iterations_run(point))
+                    if self.values == "sampled" else None)
         if self.values == "full":   # every rank's noise state kept from one iteration to the next
             self.workload.hold_states(point.P)
         self.model = None
@@ -77,10 +81,11 @@ class SimBackend:
                 self.rounds = None   # a message would wait: the same happens every iteration
         elif self.values == "sampled" and self.model is not None:   # each bucket drawn when the schedule packs it
             cls, buckets = self.point.algorithm_cls, next(iter(jobs.values())).sched.buckets
-            grads = [SampledModel(self.workload, r, it, buckets, cls.sampled_margin_for) for r in self.local_ranks]
+            grads = [SampledModel(self.workload, r, it, buckets, cls.sampled_margin_for, self.law)
+                     for r in self.local_ranks]
         elif self.values == "sampled":
             margin = self.point.algorithm_cls.sampled_margin_for(self.workload.k)
-            stats = self.sim.run([_drawn(jobs[r], self.workload, r, it, margin) for r in self.local_ranks])
+            stats = self.sim.run([_drawn(jobs[r], self.workload, r, it, margin, self.law) for r in self.local_ranks])
             self.collectives = max(self.collectives, stats.collectives, key=PATHS.index)
             return stats
         else:
@@ -93,12 +98,12 @@ class SimBackend:
         return stats
 
 
-def _drawn(job, workload, rank: int, it: int, margin: float):
+def _drawn(job, workload, rank: int, it: int, margin: float, law):
     """Rank ``rank``'s program, drawing its sampled gradient when the rank
     starts: no list holds every rank's gradient, so each is freed once its
     program stops reading it (Ok-Topk after its local selection; at
     P = 4096 the ranks' sampled gradients are 0.7 GB)."""
-    return lambda ctx: job.program(sampled_gradient(workload, rank, it, margin))(ctx)
+    return lambda ctx: job.program(sampled_gradient(workload, rank, it, margin, law=law))(ctx)
 
 
 def simulate(point: Point, trace: bool = False, keep_results: bool = False,

@@ -22,12 +22,10 @@ vector of its own: its layers are drawn with a floor set for the bucket's
 own k (:class:`SampledModel`), since a floor set for the whole model would
 leave a bucket of small-scale layers fewer entries than it selects.
 
-What cannot be sampled: gradients replayed from files, and gradients that
-drift slowly over iterations (``0 < drift < 1``: the AR(1) noise needs
-every coordinate's previous value); ``drift: 0`` (the same gradient every
-iteration) and ``drift: 1`` can. Error feedback over more than one
-iteration is refused for the same reason (the residual holds every unsent
-value).
+Gradients that drift over iterations (``0 < drift < 1``) and error
+feedback over several iterations draw each coordinate's path over the
+iterations a point simulates (:mod:`.paths`). What cannot be sampled:
+gradients replayed from files, and what that module refuses.
 """
 from __future__ import annotations
 
@@ -37,38 +35,13 @@ from functools import lru_cache
 import numpy as np
 from scipy import special
 
-from .compression.rng import _M32, _fmix, seed_of
-from .compute.sampled import Sampled, SampledPart
-from .jit import njit
-from .quantile import ndtri, tail_values
+from ..compression.rng import _M32, _fmix, seed_of
+from ..compute.sampled import Sampled
+from ..quantile import ndtri, tail_values
+from .draws import _bernoulli
 
 #: entropy tag of the sampled draws (never an iteration number)
 _TAG_SAMPLED = 2**40 + 3
-
-
-def sampled_problem(point) -> str | None:
-    """Why a point cannot run with ``values: sampled``, or None (dense
-    collectives run on sizes, as with ``values: auto``)."""
-    cls = point.algorithm_cls
-    if cls.value_free:
-        return None
-    if not cls.sampled:
-        return (f"{point.algorithm} reads every value of its input (not only the largest ones), which a sampled "
-                f"gradient does not carry; use values: full")
-    if getattr(point.params_model(), "error_feedback", False) and point.iterations + point.warmup > 1:
-        return ("error feedback adds every unsent value to the next iteration's gradient, which a sampled gradient "
-                "does not carry; use one iteration, no error feedback or values: full")
-    return sample_problem(point.workload_obj())
-
-
-def sample_problem(workload) -> str | None:
-    """Why this workload cannot be sampled, or None."""
-    if workload.source is not None:
-        return "gradients replayed from files (workload.source) cannot be sampled"
-    if 0 < workload.drift < 1:
-        return (f"workload.drift = {workload.drift} makes each gradient depend on every value of the previous one; "
-                f"only drift 0 or 1 can be sampled")
-    return None
 
 
 def _log_tail(distribution: str, df: float, x: np.ndarray) -> np.ndarray:
@@ -90,7 +63,7 @@ def _plan(workload, margin: float, layers: tuple | None = None):
     span of whole layers (a training schedule's bucket), drawn as a vector of
     its own: F is set for the span's own k, starts are counted from its
     first element."""
-    from .workload import layer_scales
+    from ..workload import layer_scales
 
     sizes = workload.layers or (workload.n,)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -125,7 +98,7 @@ def _below(dist: str, df: float, T: np.ndarray, d: float | None):
     """Per layer and class (cold, hot), the mean and variance of X^2 for a
     value below the floor (tail probability uniform on (T, 1), or the
     class's part of it), by quadrature over the tail probability."""
-    from .workload import _abs_quantile
+    from ..workload import _abs_quantile
 
     q = _abs_quantile(dist, df)
     grid = (np.arange(4000) + 0.5) / 4000
@@ -148,7 +121,7 @@ def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0,
     """Rank's gradient at ``iteration`` as the entries reaching the floor
     (module docstring); ``layers``: only the span (first, end) of whole
     layers, as a vector of its own (its own floor and draws)."""
-    from .workload import _abs_quantile
+    from ..workload import _abs_quantile
 
     if workload.drift == 0:
         iteration = 0   # the same gradient every iteration
@@ -209,42 +182,6 @@ def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0,
     return Sampled(n, idx, values, F, rest, (mean, std))
 
 
-class SampledModel:
-    """A rank's sampled gradient in a training iteration, cut as the
-    schedule's plan cuts it: each bucket (a span of whole tensors) is drawn
-    as a vector of its own, with the floor of its own k, when the schedule
-    takes it (O(k) per bucket, every bucket independent: its coordinates
-    are). Sliced by tensor as the simulator hands out gradients: a tensor
-    that is a bucket alone comes as its :class:`Sampled`, a tensor of a
-    larger bucket as a :class:`SampledPart` that ``concat`` packs with the
-    others (:meth:`join`). ``buckets``: (first, end) tensor indices;
-    ``margin_for(k)``: the algorithm's sampling margin at a bucket's k."""
-
-    def __init__(self, workload, rank: int, iteration: int, buckets, margin_for):
-        offs = np.concatenate([[0], np.cumsum(workload.layers)]).astype(np.int64).tolist()
-        self.workload, self.rank, self.iteration, self.margin_for = workload, rank, iteration, margin_for
-        self.spans = {(offs[lo], offs[hi]): (lo, hi) for lo, hi in buckets}
-
-    def __getitem__(self, where: slice):
-        a, b = where.start, where.stop
-        if (a, b) in self.spans:
-            return self._draw(a, b)
-        return SampledPart(self, a, b, self.workload.dtype)
-
-    def join(self, parts) -> Sampled:
-        """The bucket that ``parts`` (in order, side by side) make up."""
-        a, b = parts[0].start, parts[-1].end
-        if any(p.owner is not self or p.end != q.start for p, q in zip(parts, parts[1:])) or (a, b) not in self.spans:
-            raise ValueError(f"concat of sampled tensors {[(p.start, p.end) for p in parts]}: not one bucket of "
-                             f"the plan {sorted(self.spans)}")
-        return self._draw(a, b)
-
-    def _draw(self, a: int, b: int) -> Sampled:
-        w = self.workload
-        k = max(1, min(b - a, int(round(w.density * (b - a)))))
-        return sampled_gradient(w, self.rank, self.iteration, self.margin_for(k), self.spans[(a, b)])
-
-
 def _tail_and_sign(r: np.ndarray, lo: float, top: float) -> tuple[np.ndarray, np.ndarray]:
     """Tail probabilities i.i.d. uniform on [lo, top) and independent fair
     signs (True: positive), from one uniform u = 2 r on [0, 2) each (``r``:
@@ -272,57 +209,6 @@ def _class_values(r: np.ndarray, lo: float, top: float, scale: float, workload, 
     return (np.where(up, 1.0, -1.0) * mag).astype(workload.dtype)
 
 
-def _bernoulli(rng, m: int, p: float) -> np.ndarray:
-    """The ascending positions among 0 .. m-1 kept by independent coin flips
-    of probability p, in O(kept): the gaps between kept positions are i.i.d.
-    geometric, each ``1 + floor(E / lambda)`` for E standard exponential and
-    ``lambda = -log(1 - p)`` (exact: P(gap = g) = (1 - p)^(g - 1) p), as
-    numpy's ziggurat draws E in a fifth of the time of its ``geometric``."""
-    if p <= 0.0 or m == 0:
-        return np.zeros(0, dtype=np.int64)
-    if p >= 1.0:
-        return np.arange(m, dtype=np.int64)
-    scale = -1.0 / math.log1p(-p)
-    parts, end = [], -1
-    while True:
-        want = int(m * p + 6.0 * math.sqrt(m * p) + 16)
-        E = rng.standard_exponential(want)
-        if _WALK is not None:   # the same walk in one compiled pass
-            kept = np.empty(want, dtype=np.int64)
-            c, end = _WALK(E, scale, m, end, kept)
-            parts.append(kept[:c])
-            if end >= m:
-                return np.concatenate(parts)
-            continue
-        # (a gap of m or more ends the draw: capped there, so a tiny p cannot overflow the integers)
-        gaps = np.minimum(E * scale, m).astype(np.int64)
-        gaps += 1
-        pos = end + np.cumsum(gaps)
-        parts.append(pos[pos < m])
-        if pos[-1] >= m:
-            return np.concatenate(parts)
-        end = int(pos[-1])
-
-
-def _walk(E, scale, m, end, kept):
-    """The positions ``end + cumsum(1 + floor(min(E * scale, m)))`` below m
-    into ``kept`` (ascending); returns (how many, the last position reached)."""
-    c = 0
-    for i in range(E.shape[0]):
-        g = E[i] * scale
-        if g > m:
-            g = m
-        end += np.int64(g) + 1
-        if end >= m:
-            break
-        kept[c] = end
-        c += 1
-    return c, end
-
-
-_WALK = njit(_walk)
-
-
 class _Rest:
     """Values of a sampled gradient's entries below the floor, at any index:
     tau uniform on its class's range below T (hot: (T, k/n), cold: (max(T,
@@ -330,7 +216,7 @@ class _Rest:
     gets the same value."""
 
     def __init__(self, workload, rank, iteration, hot, starts, scales, T, span=()):
-        from .workload import _abs_quantile
+        from ..workload import _abs_quantile
 
         self.q = _abs_quantile(workload.distribution, workload.df)
         self.seeds = [seed_of(workload.seed, _TAG_SAMPLED, iteration, rank, j, *span) for j in (0, 1)]
@@ -351,3 +237,4 @@ class _Rest:
         tau = lo + (hi - lo) * self._uniform(self.seeds[0], idx)
         sign = np.where(self._uniform(self.seeds[1], idx) < 0.5, -1.0, 1.0)
         return (sign * self.q(np.log(tau)) * self.scales[layer]).astype(self.dtype)
+

@@ -79,3 +79,10 @@ class Cycle:
         """Each measured iteration's weight in :meth:`mean` (they sum to 1)."""
         n = Counter(self.kind(t) for t in counters)
         return [self.count[self.kind(t)] / (self.length * n[self.kind(t)]) for t in counters]
+
+
+def iterations_run(point) -> int:
+    """How many iterations a point simulates: warm-up and measured ones, with
+    those the loop adds for the kinds of the algorithm's periodic work
+    (:meth:`Cycle.counters`); its gradients are drawn at positions 0 .. this - 1."""
+    return len(Cycle.of(point).counters(point.warmup, point.iterations))

@@ -1,0 +1,92 @@
+"""Sampled gradients (``values: sampled``): each rank draws only the
+entries it could select, exactly in distribution, at O(k) instead of O(n).
+
+* :mod:`.gradient`: one iteration's gradient, the entries above a floor;
+* :mod:`.paths`: several iterations where gradients drift or errors feed
+  back (each coordinate's path);
+* :class:`SampledModel`: a training iteration's buckets, each a vector of
+  its own;
+* :func:`sampled_problem`: why a point cannot be sampled.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..compute.sampled import Sampled, SampledPart
+from ..period import iterations_run
+from .gradient import sampled_gradient as _one_iteration
+from .paths import PathLaw, path_gradient, path_law, path_problem
+
+__all__ = ["SampledModel", "error_feedback", "path_law", "sampled_gradient", "sampled_problem"]
+
+
+def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0,
+                     layers: tuple | None = None, law: PathLaw | None = None) -> Sampled:
+    """Rank's gradient at ``iteration`` as the entries reaching the floor;
+    ``layers``: only the span (first, end) of whole layers, as a vector of
+    its own (its own floor and draws); ``law``: the iterations' joint law
+    where gradients drift or errors feed back (:mod:`.paths`)."""
+    if law is not None:
+        return path_gradient(workload, rank, iteration, margin, layers, law)
+    return _one_iteration(workload, rank, iteration, margin, layers)
+
+
+def sampled_problem(point) -> str | None:
+    """Why a point cannot run with ``values: sampled``, or None (dense
+    collectives run on sizes, as with ``values: auto``)."""
+    cls = point.algorithm_cls
+    if cls.value_free:
+        return None
+    if not cls.sampled:
+        return (f"{point.algorithm} reads every value of its input (not only the largest ones), which a sampled "
+                f"gradient does not carry; use values: full")
+    workload = point.workload_obj()
+    if workload.source is not None:
+        return "gradients replayed from files (workload.source) cannot be sampled"
+    ef, T = error_feedback(point), iterations_run(point)
+    if path_law(workload, ef, T) is None:
+        return None
+    return cls.sampled_paths_problem(point.params_model(), ef) or path_problem(workload, ef, T)
+
+
+def error_feedback(point) -> bool:
+    """Whether the point's algorithm feeds back its residual."""
+    return bool(getattr(point.params_model(), "error_feedback", False))
+
+
+class SampledModel:
+    """A rank's sampled gradient in a training iteration, cut as the
+    schedule's plan cuts it: each bucket (a span of whole tensors) is drawn
+    as a vector of its own, with the floor of its own k, when the schedule
+    takes it (O(k) per bucket, every bucket independent: its coordinates
+    are). Sliced by tensor as the simulator hands out gradients: a tensor
+    that is a bucket alone comes as its :class:`Sampled`, a tensor of a
+    larger bucket as a :class:`SampledPart` that ``concat`` packs with the
+    others (:meth:`join`). ``buckets``: (first, end) tensor indices;
+    ``margin_for(k)``: the algorithm's sampling margin at a bucket's k."""
+
+    def __init__(self, workload, rank: int, iteration: int, buckets, margin_for, law: PathLaw | None = None):
+        offs = np.concatenate([[0], np.cumsum(workload.layers)]).astype(np.int64).tolist()
+        self.workload, self.rank, self.iteration, self.margin_for, self.law = workload, rank, iteration, margin_for, law
+        self.spans = {(offs[lo], offs[hi]): (lo, hi) for lo, hi in buckets}
+
+    def __getitem__(self, where: slice):
+        a, b = where.start, where.stop
+        if (a, b) in self.spans:
+            return self._draw(a, b)
+        return SampledPart(self, a, b, self.workload.dtype)
+
+    def join(self, parts) -> Sampled:
+        """The bucket that ``parts`` (in order, side by side) make up."""
+        a, b = parts[0].start, parts[-1].end
+        if any(p.owner is not self or p.end != q.start for p, q in zip(parts, parts[1:])) or (a, b) not in self.spans:
+            raise ValueError(f"concat of sampled tensors {[(p.start, p.end) for p in parts]}: not one bucket of "
+                             f"the plan {sorted(self.spans)}")
+        return self._draw(a, b)
+
+    def _draw(self, a: int, b: int) -> Sampled:
+        w = self.workload
+        k = max(1, min(b - a, int(round(w.density * (b - a)))))
+        return sampled_gradient(w, self.rank, self.iteration, self.margin_for(k), self.spans[(a, b)], self.law)
+
+

@@ -1,0 +1,399 @@
+"""Sampled gradients over several iterations: drift and error feedback.
+
+With ``values: sampled`` a rank draws only the entries it could select
+(:mod:`simsparse.sampling`). Over the T iterations a point simulates, a
+coordinate's noise follows an AR(1) path ``u_0 .. u_{T-1}`` (``rho = 1 -
+drift``, unit variance), and the vector an algorithm selects from holds,
+at a coordinate no selection has taken, ``A_t = u_t`` (no error feedback)
+or ``A_t = u_0 + ... + u_t`` (error feedback: the residual keeps every
+unsent value). ``A`` is Gaussian with covariance ``M U M'`` (``U_st =
+rho^|s-t|``, M the running sum or the identity); a layer of scale ``s``
+holds ``s A``.
+
+Every iteration t gets a floor ``F_t``, set so that about ``margin x k``
+entries of ``s A_t`` reach it. A coordinate of layer l is drawn iff some
+``|A_t|`` reaches ``f_t = F_t / s_l`` (probability ``p_l``, the first
+exceedance summed over t); its whole path is drawn conditioned on that (a
+union proposal: an iteration t* with probability proportional to ``P(|A_t*|
+>= f_t*)``, A_t* from that tail, the rest from the Gaussian given it,
+accepted with probability one over the number of iterations whose floor
+the path reaches: exact). A coordinate not drawn never reaches a floor, so
+no selection at or above the floors ever took it and its value at t is
+``s A_t`` conditioned on the box ``|A_t| < f_t`` for every t: the vector's
+entries at or above ``F_t`` are exactly the drawn ones. What the other
+entries contribute is integrated over that box: their sum and sum of
+squares (a Gaussian-k threshold's moments, by the central limit theorem,
+drawn per iteration), counts above a threshold below the floor (a reused
+threshold: conditional binomials per layer, exact in distribution for any
+sequence of queries), and values at given indices (paths drawn by rejection
+from hashed normals).
+
+Box integrals are Gauss-Legendre products over all coordinates but one,
+which is integrated in closed form (the Gaussian given the others): at most
+``MAX_ITERATIONS - 1`` dimensions, 24 to 48 nodes each (1e-9 of the drawn
+probability on the paper's laws, ``tests/experiments/test_sampled_paths.py``).
+Needs normal, unplanted gradients.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+import numpy as np
+from numpy.polynomial import chebyshev, legendre
+from scipy import special
+
+from ..compression.rng import _M32, _fmix, seed_of
+from ..compute.sampled import Sampled
+
+#: the most iterations a point may simulate with drifting or error-feedback sampled gradients
+MAX_ITERATIONS = 4
+#: Gauss-Legendre nodes per dimension of a box integral, by its dimensions
+_NODES = {0: 1, 1: 48, 2: 32, 3: 24}
+#: Chebyshev nodes of a layer's tail mass below the floor (counts under a reused threshold)
+_TAIL_NODES = 17
+_TAG_PATHS, _TAG_SUMS, _TAG_BELOW, _TAG_REST = 2**40 + 7, 2**40 + 8, 2**40 + 9, 2**40 + 10
+
+
+@dataclass(frozen=True)
+class PathLaw:
+    """A coordinate's vector over T iterations: ``rho`` of the AR(1)
+    noise, ``ef``: error feedback (running sums)."""
+
+    rho: float
+    ef: bool
+    T: int
+
+    @cached_property
+    def cov(self) -> np.ndarray:
+        t = np.arange(self.T)
+        U = self.rho ** np.abs(np.subtract.outer(t, t)).astype(float)
+        M = np.tril(np.ones((self.T, self.T))) if self.ef else np.eye(self.T)
+        return M @ U @ M.T
+
+    @cached_property
+    def chol(self) -> np.ndarray:
+        return np.linalg.cholesky(self.cov)
+
+    def given(self, t: int, idx: tuple) -> tuple[np.ndarray, float]:
+        """A_t given A_idx: the coefficients of its mean and its standard deviation."""
+        return _given(self, t, idx)
+
+    def rest_given(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """The other coordinates given A_t = 1: their mean, and the Cholesky
+        factor of their covariance (the union proposal's second step)."""
+        return _rest_given(self, t)
+
+
+@lru_cache(maxsize=256)
+def _given(law: PathLaw, t: int, idx: tuple) -> tuple[np.ndarray, float]:
+    C = law.cov
+    if not idx:
+        return np.zeros(0), math.sqrt(C[t, t])
+    c = C[t, list(idx)]
+    coef = np.linalg.solve(C[np.ix_(idx, idx)], c)
+    return coef, math.sqrt(max(C[t, t] - c @ coef, 0.0))
+
+
+@lru_cache(maxsize=64)
+def _rest_given(law: PathLaw, t: int) -> tuple[np.ndarray, np.ndarray]:
+    C, o = law.cov, [s for s in range(law.T) if s != t]
+    mean = C[o, t] / C[t, t]
+    S = C[np.ix_(o, o)] - np.outer(C[o, t], C[t, o]) / C[t, t]
+    return mean, np.linalg.cholesky(S + 1e-300 * np.eye(len(o)))
+
+
+def path_law(workload, error_feedback: bool, T: int) -> PathLaw | None:
+    """The law to draw a point's gradients with, or None where one draw per
+    iteration is exact (a single iteration, independent or static
+    gradients without error feedback)."""
+    if T <= 1 or (not error_feedback and workload.drift in (0.0, 1.0)):
+        return None
+    return PathLaw(1.0 - workload.drift, bool(error_feedback), int(T))
+
+
+def path_problem(workload, error_feedback: bool, T: int) -> str | None:
+    """Why gradients that drift or feed back errors over T iterations cannot be sampled, or None."""
+    if path_law(workload, error_feedback, T) is None:
+        return None
+    what = "error feedback" if error_feedback else f"workload.drift = {workload.drift}"
+    if workload.distribution != "normal" or workload.planted:
+        return (f"{what} over iterations with values: sampled needs normal gradients without planted coordinates "
+                f"(overlap, skew): the running sums are integrated as Gaussians")
+    if T > MAX_ITERATIONS:
+        return (f"{what} with values: sampled integrates each coordinate's path over the iterations simulated; "
+                f"this point simulates {T}, at most {MAX_ITERATIONS} are supported")
+    if error_feedback and workload.drift == 0:
+        return "error feedback with workload.drift = 0 and values: sampled is not supported (a static gradient)"
+    return None
+
+
+# -- box integrals ------------------------------------------------------------------
+
+def _grid(f: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Legendre nodes (N, d) and weights (N,) on the box prod [-f_i, f_i]."""
+    d = len(f)
+    if d == 0:
+        return np.zeros((1, 0)), np.ones(1)
+    x, w = legendre.leggauss(n)
+    X = np.meshgrid(*[fi * x for fi in f], indexing="ij")
+    W = np.meshgrid(*[fi * w for fi in f], indexing="ij")
+    return np.stack([g.ravel() for g in X], 1), np.prod(np.stack([g.ravel() for g in W]), 0)
+
+
+def _density(law: PathLaw, X: np.ndarray, idx: list) -> np.ndarray:
+    """The Gaussian density of A_idx at the rows of X."""
+    if not idx:
+        return np.ones(len(X))
+    S = law.cov[np.ix_(idx, idx)]
+    q = np.einsum("ni,ij,nj->n", X, np.linalg.inv(S), X)
+    return np.exp(-0.5 * q) / math.sqrt((2 * math.pi) ** len(idx) * np.linalg.det(S))
+
+
+def _others(law: PathLaw, f: np.ndarray, t: int):
+    """Nodes, weighted densities and A_t's conditional mean and sd over the box of the coordinates but t."""
+    o = [s for s in range(law.T) if s != t]
+    X, W = _grid(f[o], _NODES[len(o)])
+    coef, sd = law.given(t, tuple(o))
+    return W * _density(law, X, o), X @ coef, sd
+
+
+def drawn_probability(law: PathLaw, f: np.ndarray) -> float:
+    """P(some |A_t| >= f_t): the first exceedance at each t, summed (no
+    cancellation against the box's mass, which is near 1)."""
+    p = 0.0
+    for t in range(law.T):
+        idx = list(range(t))
+        X, W = _grid(f[idx], _NODES[t])
+        coef, sd = law.given(t, tuple(idx))
+        mu = X @ coef
+        tail = special.ndtr((-f[t] - mu) / sd) + special.ndtr((mu - f[t]) / sd)
+        p += float(np.dot(W * _density(law, X, idx), tail))
+    return p
+
+
+def _trunc_moments(mu, sd, lo, hi, j: int) -> np.ndarray:
+    """E[X^j 1{lo < X < hi}] for X ~ N(mu, sd^2), elementwise."""
+    a, b = (lo - mu) / sd, (hi - mu) / sd
+    pa, pb = np.exp(-0.5 * a * a) / math.sqrt(2 * math.pi), np.exp(-0.5 * b * b) / math.sqrt(2 * math.pi)
+    m = [special.ndtr(b) - special.ndtr(a), pa - pb]
+    for i in range(2, j + 1):   # standard truncated moments: m_i = (i-1) m_{i-2} + a^{i-1} phi(a) - b^{i-1} phi(b)
+        m.append((i - 1) * m[i - 2] + a ** (i - 1) * pa - b ** (i - 1) * pb)
+    return sum(math.comb(j, i) * mu ** (j - i) * sd ** i * m[i] for i in range(j + 1))
+
+
+def box_moments(law: PathLaw, f: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """P(box), and per t E[A_t^2 | box] and E[A_t^4 | box] (box: |A_s| < f_s for all s)."""
+    P, E2, E4 = 0.0, np.zeros(law.T), np.zeros(law.T)
+    for t in range(law.T):
+        w, mu, sd = _others(law, f, t)
+        P = float(np.dot(w, _trunc_moments(mu, sd, -f[t], f[t], 0)))
+        E2[t] = np.dot(w, _trunc_moments(mu, sd, -f[t], f[t], 2))
+        E4[t] = np.dot(w, _trunc_moments(mu, sd, -f[t], f[t], 4))
+    return P, E2 / P, E4 / P
+
+
+def tail_in_box(law: PathLaw, f: np.ndarray, t: int, y: np.ndarray) -> np.ndarray:
+    """P(y <= |A_t|, box) for each 0 <= y <= f_t."""
+    w, mu, sd = _others(law, f, t)
+    y = np.asarray(y, float)[:, None]
+    mass = _trunc_moments(mu, sd, y, f[t], 0) + _trunc_moments(mu, sd, -f[t], -y, 0)
+    return mass @ w
+
+
+# -- a vector's plan ------------------------------------------------------------------
+
+class PathPlan:
+    """Floors F (T,); per layer: start, size, scale, the probability of
+    being drawn, and E[A_t^2 | box], E[A_t^4 | box] (L, T)."""
+
+    def __init__(self, law: PathLaw, F, starts, sizes, scales, p, E2, E4):
+        self.law, self.F, self.starts, self.sizes, self.scales = law, F, starts, sizes, scales
+        self.p, self.E2, self.E4 = p, E2, E4
+        self._tails: dict = {}
+
+    def bounds(self, layer: int) -> np.ndarray:
+        return self.F / self.scales[layer]
+
+    def tails(self, t: int) -> np.ndarray:
+        """Per layer, Chebyshev coefficients of r -> P(|A_t| >= r f_t | box)
+        on r in [0, 1] (computed when a threshold first goes below F_t)."""
+        if t not in self._tails:
+            r = 0.5 * (1 + np.cos(np.pi * (np.arange(_TAIL_NODES) + 0.5) / _TAIL_NODES))
+            out = []
+            for layer in range(len(self.sizes)):
+                f = self.bounds(layer)
+                P = max(float(1.0 - self.p[layer]), 1e-300)
+                out.append(chebyshev.chebfit(2 * r - 1, tail_in_box(self.law, f, t, r * f[t]) / P, _TAIL_NODES - 1))
+            self._tails[t] = np.array(out)
+        return self._tails[t]
+
+
+@lru_cache(maxsize=256)
+def path_plan(workload, margin: float, layers: tuple | None, law: PathLaw) -> PathPlan:
+    from ..workload import layer_scales
+
+    sizes = np.asarray(workload.layers or (workload.n,), dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    scales = layer_scales(workload) if workload.layers and workload.layer_spread > 0 else np.ones(len(sizes))
+    if layers is not None:
+        lo, hi = layers
+        sizes, starts, scales = sizes[lo:hi], starts[lo:hi] - starts[lo], scales[lo:hi]
+    n = int(sizes.sum())
+    k = max(1, min(n, int(round(workload.density * n))))
+    sd = np.sqrt(np.diag(law.cov))
+    F = np.empty(law.T)
+    for t in range(law.T):   # entries of s A_t at or above F_t: about margin x k (under error feedback
+        # plus the t k that earlier selections took, which A_t no longer holds: mostly its largest)
+        want = min(float(n), (margin + (t if law.ef else 0)) * k + 10.0)
+        lo_, hi_ = -30.0, 30.0
+        for _ in range(100):
+            mid = 0.5 * (lo_ + hi_)
+            above = float(np.dot(sizes, 2 * special.ndtr(-math.exp(mid) / (scales * sd[t]))))
+            lo_, hi_ = (mid, hi_) if above > want else (lo_, mid)
+        F[t] = math.exp(hi_)
+    p, E2, E4 = [], [], []
+    for s in scales:
+        f = F / s
+        p.append(min(1.0, drawn_probability(law, f)))
+        _, e2, e4 = box_moments(law, f)
+        E2.append(e2)
+        E4.append(e4)
+    return PathPlan(law, F, starts, sizes, scales, np.array(p), np.array(E2), np.array(E4))
+
+
+# -- drawing -------------------------------------------------------------------------
+
+def draw_paths(rng, law: PathLaw, f: np.ndarray) -> np.ndarray:
+    """One vector A per row of ``f`` (bounds, (N, T)), conditioned on some
+    |A_t| >= f_t (the union proposal of the module docstring: exact), all
+    rows at once."""
+    N, T = f.shape
+    sd = np.sqrt(np.diag(law.cov))
+    tail = 2 * special.ndtr(-f / sd)
+    cum = np.cumsum(tail, axis=1)
+    out, todo = np.empty((N, T)), np.arange(N)
+    while len(todo):
+        m = len(todo)
+        ts = np.minimum(np.count_nonzero(cum[todo] < (rng.random(m) * cum[todo, -1])[:, None], axis=1), T - 1)
+        u, sign = rng.random(m), rng.random(m) < 0.5
+        a = sd[ts] * -special.ndtri(0.5 * tail[todo, ts] * np.maximum(u, 1e-300))   # |A_t*| beyond f_t*
+        a = np.where(sign, a, -a)
+        z = rng.standard_normal((m, T - 1))
+        A = np.empty((m, T))
+        for t in range(T):
+            rows = np.flatnonzero(ts == t)
+            mean, L = law.rest_given(t)
+            o = [s for s in range(T) if s != t]
+            A[np.ix_(rows, o)] = a[rows, None] * mean + z[rows] @ L.T
+            A[rows, t] = a[rows]
+        reach = np.count_nonzero(np.abs(A) >= f[todo], axis=1)
+        keep = rng.random(m) * reach < 1.0
+        out[todo[keep]] = A[keep]
+        todo = todo[~keep]
+    return out
+
+
+def values_at(A: np.ndarray, law: PathLaw, t: int) -> np.ndarray:
+    """The gradient's noise u_t from the vectors A (running sums under error feedback)."""
+    if law.ef and t > 0:
+        return A[:, t] - A[:, t - 1]
+    return A[:, t]
+
+
+def path_gradient(workload, rank: int, it: int, margin: float, layers: tuple | None, law: PathLaw) -> Sampled:
+    """Rank's vector at iteration ``it`` of the paths (module docstring): the
+    gradient's values at the drawn coordinates, the floor ``F_it``; under
+    error feedback it ``accumulates``: adding the last residual gives the
+    vector the algorithm selects from, whose other entries are ``s A_it``."""
+    from .draws import _bernoulli
+
+    plan = path_plan(workload, margin, layers, law)
+    span = () if layers is None else (layers[0] + 1,)
+    rng = np.random.default_rng([workload.seed, _TAG_PATHS, rank, *span])   # the same paths at every iteration
+    idx_parts, counts = [], []
+    for layer, (a, m) in enumerate(zip(plan.starts.tolist(), plan.sizes.tolist())):
+        pos = a + _bernoulli(rng, m, float(plan.p[layer]))
+        counts.append(len(pos))
+        idx_parts.append(pos)
+    counts = np.asarray(counts, dtype=np.int64)
+    undrawn = plan.sizes - counts
+    n = int(plan.sizes.sum())
+    idx = np.concatenate(idx_parts) if idx_parts else np.zeros(0, np.int64)
+    rows = np.repeat(np.arange(len(counts)), counts)   # each drawn coordinate's layer
+    A = draw_paths(rng, law, plan.F[None, :] / plan.scales[rows, None])
+    values = (plan.scales[rows] * values_at(A, law, it)).astype(workload.dtype)
+    idx = idx.astype(np.int32 if n < 2**31 else np.int64)
+    idx.setflags(write=False)
+    values.setflags(write=False)
+    # the entries not drawn: their sum and sum of squares by the central limit theorem (mean 0: the box is symmetric)
+    s2 = plan.scales ** 2
+    e2 = undrawn * s2 * plan.E2[:, it]
+    v4 = undrawn * s2 * s2 * np.maximum(plan.E4[:, it] - plan.E2[:, it] ** 2, 0.0)
+    sums = np.random.default_rng([workload.seed, _TAG_SUMS, it, rank, *span])
+    rest_sums = (float(sums.normal(0.0, math.sqrt(e2.sum()))), float(e2.sum() + sums.normal(0.0, math.sqrt(v4.sum()))))
+    seed = seed_of(workload.seed, _TAG_REST, rank, *span)
+    return Sampled(n, idx, values, float(plan.F[it]), _PathRest(plan, it, seed, workload.dtype), None,
+                   undrawn=rest_sums, below=_Below(plan, it, undrawn, seed_of(workload.seed, _TAG_BELOW, it, rank, *span)),
+                   accumulates=law.ef)
+
+
+class _PathRest:
+    """Values of the entries not drawn, at any index: ``s A_it`` of a path
+    conditioned on the box, by rejection from normals hashed from (seed,
+    index, attempt, t), so an index always gets the same path."""
+
+    def __init__(self, plan: PathPlan, it: int, seed: int, dtype):
+        self.plan, self.it, self.seed, self.dtype = plan, it, seed, dtype
+
+    def __call__(self, idx: np.ndarray) -> np.ndarray:
+        plan, T = self.plan, self.plan.law.T
+        layer = np.searchsorted(plan.starts, idx, side="right") - 1
+        f = plan.F[None, :] / plan.scales[layer][:, None]
+        out = np.full(len(idx), np.nan)
+        todo = np.arange(len(idx))
+        for attempt in range(64):
+            h = [_fmix((idx[todo].astype(np.int64) * 0x9E3779B1 + seed_of(self.seed, attempt, t)) & _M32,
+                       np.bitwise_and) for t in range(T)]
+            z = special.ndtri(((np.stack(h, 1) >> 8).astype(np.float64) + 0.5) / float(1 << 24))
+            A = z @ plan.law.chol.T
+            inside = np.all(np.abs(A) < f[todo], axis=1)
+            out[todo[inside]] = A[inside, self.it]
+            todo = todo[~inside]
+            if not len(todo):
+                break
+        return (np.nan_to_num(out) * plan.scales[layer]).astype(self.dtype)
+
+
+class _Below:
+    """How many entries not drawn reach a threshold under the floor: per
+    layer a count, drawn as a binomial between the counts already drawn at
+    the nearest thresholds below and above (0: every entry not drawn;
+    F_it: none), so every sequence of queries has the full draw's joint
+    distribution of counts."""
+
+    def __init__(self, plan: PathPlan, it: int, undrawn: np.ndarray, seed: int):
+        self.plan, self.it = plan, it
+        self.known = {0.0: undrawn, float(plan.F[it]): np.zeros_like(undrawn)}
+        self.rng = np.random.default_rng(seed)
+
+    def _mass(self, thr: float) -> np.ndarray:
+        """Per layer P(|s A_it| >= thr | box)."""
+        if thr <= 0.0:
+            return np.ones(len(self.plan.sizes))
+        r = min(thr / float(self.plan.F[self.it]), 1.0)
+        coef = self.plan.tails(self.it)
+        return np.clip(chebyshev.chebval(2 * r - 1, coef.T), 0.0, 1.0)
+
+    def count(self, thr: float) -> int:
+        thr = max(float(thr), 0.0)
+        if thr not in self.known:
+            keys = sorted(self.known)
+            i = np.searchsorted(keys, thr)
+            a, b = keys[i - 1], keys[i]
+            ma, mb, mq = self._mass(a), self._mass(b), self._mass(thr)
+            share = np.where(ma > mb, (mq - mb) / np.maximum(ma - mb, 1e-300), 0.0)
+            ca, cb = self.known[a], self.known[b]
+            self.known[thr] = cb + self.rng.binomial(ca - cb, np.clip(share, 0.0, 1.0))
+        return int(self.known[thr].sum())

@@ -1,0 +1,167 @@
+"""Sampled gradients over several iterations (simsparse.sampling.paths):
+drift and error feedback, each coordinate's path drawn where it reaches a
+floor of some iteration, the others integrated over the box below them."""
+import dataclasses
+import textwrap
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from simsparse.compute.sampled import BelowFloor
+from simsparse.experiments.config.schema import ConfigError, load_config
+from simsparse.experiments.run.runner import simulate_point
+from simsparse.sampling import sampled_gradient
+from simsparse.sampling.paths import (PathLaw, box_moments, draw_paths, drawn_probability, path_law, path_plan,
+                                      tail_in_box)
+from simsparse.workload import Workload
+
+from tests.experiments.test_sampled import _close
+from tests.helpers import make_point
+
+LAWS = [PathLaw(0.8, True, 2), PathLaw(0.8, True, 4), PathLaw(0.8, False, 3), PathLaw(0.0, True, 3),
+        PathLaw(0.99, False, 2)]
+
+
+@pytest.fixture(scope="module")
+def mc():
+    """Monte Carlo vectors of each law (4 M) and the bounds: 2.3 sd per iteration."""
+    rng = np.random.default_rng(11)
+    out = {}
+    for law in LAWS:
+        f = 2.3 * np.sqrt(np.diag(law.cov))
+        out[law] = (f, rng.multivariate_normal(np.zeros(law.T), law.cov, size=4_000_000))
+    return out
+
+
+@pytest.mark.parametrize("law", LAWS, ids=str)
+def test_the_box_integrals_are_monte_carlos(law, mc):
+    """Drawn probability, the moments below the floors and the tail masses
+    within the box agree with 4 M Monte Carlo vectors within 4 standard errors."""
+    f, A = mc[law]
+    inside = np.all(np.abs(A) < f, axis=1)
+    p = drawn_probability(law, f)
+    P, E2, E4 = box_moments(law, f)
+    assert abs(P + p - 1) < 1e-5
+    assert abs(p - (1 - inside.mean())) < 4 * np.sqrt(p * (1 - p) / len(A))
+    In = A[inside]
+    for t in range(law.T):
+        for got, x in ((E2[t], In[:, t] ** 2), (E4[t], In[:, t] ** 4)):
+            assert abs(got - x.mean()) < 4 * x.std() / np.sqrt(len(x)), (t, got, x.mean())
+    y = np.array([0.3, 0.7, 0.95]) * f[-1]
+    for got, yy in zip(tail_in_box(law, f, law.T - 1, y) / P, y):
+        q = np.mean(np.abs(In[:, -1]) >= yy)
+        assert abs(got - q) < 4 * np.sqrt(q * (1 - q) / len(In)) + 1e-9
+
+
+@pytest.mark.parametrize("law", LAWS, ids=str)
+def test_the_drawn_paths_are_the_vectors_that_reach_a_floor(law, mc):
+    """The union proposal gives the law conditioned on reaching some floor:
+    every marginal (KS) and the correlation of the first two iterations."""
+    f, A = mc[law]
+    out = A[~np.all(np.abs(A) < f, axis=1)][:100_000]
+    D = draw_paths(np.random.default_rng(3), law, np.tile(f, (len(out), 1)))
+    assert np.all(np.any(np.abs(D) >= f, axis=1))
+    for t in range(law.T):
+        assert stats.ks_2samp(D[:, t], out[:, t]).pvalue > 1e-3
+    r1, r2 = np.corrcoef(D[:, 0], D[:, 1])[0, 1], np.corrcoef(out[:, 0], out[:, 1])[0, 1]
+    assert abs(np.arctanh(r1) - np.arctanh(r2)) < 4 * np.sqrt(2 / (len(D) - 3))
+
+
+def _sums(w, r, T, ef):
+    """Rank r's full vectors at iterations 0 .. T-1: the gradient, or its running sum under error feedback."""
+    g = [w.grad(r, t).astype(np.float64) for t in range(T)]
+    return list(np.cumsum(g, axis=0)) if ef else g
+
+
+@pytest.mark.parametrize("ef", [False, True])
+def test_every_iteration_is_the_full_draws_in_distribution(ef):
+    """Over ranks: per iteration, counts above a magnitude near the k-th
+    largest (above and below the floor), the k-th largest magnitude, and the
+    moments a Gaussian-k threshold reads, against full draws (running sums
+    of them under error feedback, as no selection takes anything)."""
+    w = Workload(n=6000, density=0.01, drift=0.3, layers=(1500, 2500, 2000), layer_spread=1.0)
+    T = 3
+    law = path_law(w, ef, T)
+    F = path_plan(w, 4.0, None, law).F
+    full, samp = {}, {}
+    for r in range(160):
+        xs = _sums(w, r, T, ef)
+        acc = None
+        for t in range(T):
+            g = sampled_gradient(w, r, t, 4.0, law=law)
+            acc = g if acc is None or not ef else g.plus(acc)
+            x = xs[t]
+            kth = np.sort(np.abs(x))[-w.k]
+            full.setdefault(t, []).append((np.count_nonzero(np.abs(x) >= 1.2 * F[t]),
+                                           np.count_nonzero(np.abs(x) >= 0.8 * F[t]), kth, x.std(ddof=1)))
+            samp.setdefault(t, []).append((acc.count_above(1.2 * F[t]), acc.count_above(0.8 * F[t]),
+                                           np.abs(acc.topk(w.k).values).min(), acc.moments[1]))
+    for t in range(T):
+        a, b = np.array(full[t]), np.array(samp[t])
+        for j in range(4):
+            assert _close(a[:, j], b[:, j]), (t, j, a[:, j].mean(), b[:, j].mean())
+        assert stats.ks_2samp(a[:, 2], b[:, 2]).pvalue > 1e-3
+
+
+def test_counts_under_the_floor_are_consistent_and_values_there_stay_under_it():
+    w = Workload(n=6000, density=0.01, drift=0.5)
+    law = path_law(w, True, 2)
+    s = sampled_gradient(w, 0, 1, 4.0, law=law)
+    thr = s.floor * np.array([0.9, 0.5, 0.7, 0.6, 0.95])
+    counts = [s.count_above(x) for x in thr]
+    order = np.argsort(thr)
+    assert np.all(np.diff(np.array(counts)[order]) <= 0) and counts == [s.count_above(x) for x in thr]
+    with pytest.raises(BelowFloor):
+        s.threshold_select(0.9 * s.floor)
+    idx = np.setdiff1d(np.arange(200), s.indices)[:20]
+    v = s.gather_at(idx)
+    assert np.all(np.abs(v) < s.floor) and np.array_equal(v, s.gather_at(idx))
+
+
+def test_a_top_k_whose_smallest_carried_magnitude_is_under_the_floor_is_refused():
+    w = Workload(n=6000, density=0.01, drift=0.5)
+    s = sampled_gradient(w, 0, 1, 4.0, law=path_law(w, False, 3))
+    assert np.abs(s.values).min() < s.floor   # (drawn for another iteration)
+    with pytest.raises(BelowFloor):
+        s.topk(len(s.values) - 1)
+    assert len(s.topk(w.k).values) == w.k
+
+
+@pytest.mark.parametrize("algorithm", ["topka", "gaussiank", "gtopk", "topkdsa", "cltk", "oktopk"])
+def test_runs_with_drift_and_error_feedback_match_full_runs_in_distribution(algorithm):
+    """Times and bytes over seeds at P = 4: error feedback over two
+    iterations with drift 0.2 (Ok-Topk: drift 0.2 over its periodic
+    iterations without error feedback, see the refusal test)."""
+    full, samp = [], []
+    for seed in range(8):
+        params = {"tau": 2, "tau_prime": 2} if algorithm == "oktopk" else {"error_feedback": True}
+        p = make_point(algorithm, 4, n=8000, density=0.01, seed=seed, iterations=1, warmup=1, params=params)
+        p = dataclasses.replace(p, workload={**p.workload, "drift": 0.2, "layers": [1500, 4000, 2500]})
+        f, s = simulate_point(p).row, simulate_point(dataclasses.replace(p, values="sampled")).row
+        assert s["values"] == "sampled"
+        full.append((f["time_s"], f["bytes_total"]))
+        samp.append((s["time_s"], s["bytes_total"]))
+    full, samp = np.array(full), np.array(samp)
+    assert _close(full[:, 0], samp[:, 0]) and _close(full[:, 1], samp[:, 1]), (full.mean(0), samp.mean(0))
+
+
+@pytest.mark.parametrize("extra,refusal", [
+    ("algorithms: [topka]\nworkload: {n: 4000, drift: 0.5, overlap: 0.5}", "normal gradients without planted"),
+    ("algorithms: [{name: topka, error_feedback: true}]\niterations: 2\nworkload: {n: 4000, distribution: laplace}",
+     "normal gradients"),
+    ("algorithms: [{name: topka, error_feedback: true}]\niterations: 5", "at most 4"),
+    ("algorithms: [{name: oktopk, error_feedback: true}]\niterations: 2", "reuses the last iteration's threshold"),
+    ("algorithms: [{name: topka, error_feedback: true}]\niterations: 2\nworkload: {n: 4000, drift: 0}", "drift = 0"),
+])
+def test_what_paths_cannot_serve_is_refused_with_one_sentence(tmp_path, extra, refusal):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(textwrap.dedent("""
+        name: s
+        network: aries_alphabeta
+        workload: {n: 4000}
+        P: 4
+        values: sampled
+        """) + extra + "\n")
+    with pytest.raises(ConfigError, match=refusal):
+        load_config(cfg)
