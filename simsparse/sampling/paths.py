@@ -46,6 +46,8 @@ from scipy import special
 
 from ..compression.rng import _M32, _fmix, seed_of
 from ..compute.sampled import Sampled
+from ..jit import njit
+from ..quantile import _PHI_INV, COEFFICIENTS, ndtri
 
 #: the most iterations a point may simulate with drifting or error-feedback sampled gradients
 MAX_ITERATIONS = 4
@@ -213,8 +215,12 @@ class PathPlan:
         self.p, self.E2, self.E4 = p, E2, E4
         self._tails: dict = {}
 
+        #: per layer its bounds f = F / s and P(|A_t| >= f_t) (L, T)
+        self.f = F[None, :] / scales[:, None]
+        self.tail = 2 * special.ndtr(-self.f / np.sqrt(np.diag(law.cov)))
+
     def bounds(self, layer: int) -> np.ndarray:
-        return self.F / self.scales[layer]
+        return self.f[layer]
 
     def tails(self, t: int) -> np.ndarray:
         """Per layer, Chebyshev coefficients of r -> P(|A_t| >= r f_t | box)
@@ -265,34 +271,82 @@ def path_plan(workload, margin: float, layers: tuple | None, law: PathLaw) -> Pa
 
 # -- drawing -------------------------------------------------------------------------
 
-def draw_paths(rng, law: PathLaw, f: np.ndarray) -> np.ndarray:
-    """One vector A per row of ``f`` (bounds, (N, T)), conditioned on some
-    |A_t| >= f_t (the union proposal of the module docstring: exact), all
-    rows at once."""
-    N, T = f.shape
+def draw_paths(rng, law: PathLaw, f: np.ndarray, rows: np.ndarray, tail: np.ndarray) -> np.ndarray:
+    """One vector A for each entry of ``rows`` (its layer, whose bounds are
+    ``f[layer]``, (L, T); ``tail[layer, t] = P(|A_t| >= f_t)``), conditioned
+    on some |A_t| >= f_t: the union proposal of the module docstring
+    (exact), in rounds over the rows not yet accepted. A round's arithmetic
+    is :func:`_round` (compiled) or :func:`_round_numpy`."""
+    N, T = len(rows), law.T
     sd = np.sqrt(np.diag(law.cov))
-    tail = 2 * special.ndtr(-f / sd)
     cum = np.cumsum(tail, axis=1)
+    means = np.zeros((T, T))           # row t: A_s / A_t for s != t (0 at t)
+    chol = np.zeros((T, T, T - 1))     # [t, s, j]: the others' Cholesky factor, 0 at s = t
+    for t in range(T):
+        o = [s for s in range(T) if s != t]
+        mean, L = law.rest_given(t)
+        means[t, o], chol[t, o] = mean, L
     out, todo = np.empty((N, T)), np.arange(N)
     while len(todo):
         m = len(todo)
-        ts = np.minimum(np.count_nonzero(cum[todo] < (rng.random(m) * cum[todo, -1])[:, None], axis=1), T - 1)
-        u, sign = rng.random(m), rng.random(m) < 0.5
-        a = sd[ts] * -special.ndtri(0.5 * tail[todo, ts] * np.maximum(u, 1e-300))   # |A_t*| beyond f_t*
-        a = np.where(sign, a, -a)
+        r = rng.random((m, 4))          # the iteration t*, A_t*'s tail, its sign, the acceptance
         z = rng.standard_normal((m, T - 1))
-        A = np.empty((m, T))
-        for t in range(T):
-            rows = np.flatnonzero(ts == t)
-            mean, L = law.rest_given(t)
-            o = [s for s in range(T) if s != t]
-            A[np.ix_(rows, o)] = a[rows, None] * mean + z[rows] @ L.T
-            A[rows, t] = a[rows]
-        reach = np.count_nonzero(np.abs(A) >= f[todo], axis=1)
-        keep = rng.random(m) * reach < 1.0
+        layer = rows[todo]
+        A, keep = np.empty((m, T)), np.empty(m, dtype=np.bool_)
+        (_ROUND or _round_numpy)(layer, f, tail, cum, sd, means, chol, r, z, COEFFICIENTS, A, keep)
         out[todo[keep]] = A[keep]
         todo = todo[~keep]
     return out
+
+
+def _round(layer, f, tail, cum, sd, means, chol, r, z, K, A, keep):
+    """Row i: t* = the first t with cum[t] >= r0 * cum[-1]; |A_t*| = sd_t* *
+    -Phi^-1(tail_t* r1 / 2), its sign r2 < 1/2; the others their mean given
+    A_t* plus the Cholesky factor times z; kept iff r3 * (iterations whose
+    bound it reaches) < 1."""
+    T = A.shape[1]
+    for i in range(A.shape[0]):
+        l = layer[i]
+        x = r[i, 0] * cum[l, T - 1]
+        t = 0
+        while t < T - 1 and cum[l, t] < x:
+            t += 1
+        u = r[i, 1]
+        if u < 1e-300:
+            u = 1e-300
+        a = -sd[t] * _PHI_INV(0.5 * tail[l, t] * u, K)
+        if r[i, 2] >= 0.5:
+            a = -a
+        reach = 0
+        for s in range(T):
+            v = a * means[t, s]
+            for j in range(T - 1):
+                v += chol[t, s, j] * z[i, j]
+            if s == t:
+                v = a
+            A[i, s] = v
+            if abs(v) >= f[l, s]:
+                reach += 1
+        keep[i] = r[i, 3] * reach < 1.0
+
+
+def _round_numpy(layer, f, tail, cum, sd, means, chol, r, z, K, A, keep):
+    """:func:`_round` in numpy, the same operations in the same order."""
+    T = A.shape[1]
+    c = cum[layer]
+    t = np.minimum(np.count_nonzero(c[:, :T - 1] < (r[:, 0] * c[:, T - 1])[:, None], axis=1), T - 1)
+    a = -sd[t] * ndtri(0.5 * tail[layer, t] * np.maximum(r[:, 1], 1e-300))
+    a = np.where(r[:, 2] >= 0.5, -a, a)
+    for s in range(T):
+        v = a * means[t, s]
+        for j in range(T - 1):
+            v = v + chol[t, s, j] * z[:, j]
+        A[:, s] = np.where(t == s, a, v)
+    reach = np.count_nonzero(np.abs(A) >= f[layer], axis=1)
+    keep[:] = r[:, 3] * reach < 1.0
+
+
+_ROUND = njit(_round)
 
 
 def values_at(A: np.ndarray, law: PathLaw, t: int) -> np.ndarray:
@@ -322,7 +376,7 @@ def path_gradient(workload, rank: int, it: int, margin: float, layers: tuple | N
     n = int(plan.sizes.sum())
     idx = np.concatenate(idx_parts) if idx_parts else np.zeros(0, np.int64)
     rows = np.repeat(np.arange(len(counts)), counts)   # each drawn coordinate's layer
-    A = draw_paths(rng, law, plan.F[None, :] / plan.scales[rows, None])
+    A = draw_paths(rng, law, plan.f, rows, plan.tail)
     values = (plan.scales[rows] * values_at(A, law, it)).astype(workload.dtype)
     idx = idx.astype(np.int32 if n < 2**31 else np.int64)
     idx.setflags(write=False)

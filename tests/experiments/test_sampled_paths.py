@@ -60,7 +60,8 @@ def test_the_drawn_paths_are_the_vectors_that_reach_a_floor(law, mc):
     every marginal (KS) and the correlation of the first two iterations."""
     f, A = mc[law]
     out = A[~np.all(np.abs(A) < f, axis=1)][:100_000]
-    D = draw_paths(np.random.default_rng(3), law, np.tile(f, (len(out), 1)))
+    tail = 2 * stats.norm.sf(f / np.sqrt(np.diag(law.cov)))
+    D = draw_paths(np.random.default_rng(3), law, f[None, :], np.zeros(len(out), dtype=np.int64), tail[None, :])
     assert np.all(np.any(np.abs(D) >= f, axis=1))
     for t in range(law.T):
         assert stats.ks_2samp(D[:, t], out[:, t]).pvalue > 1e-3
@@ -165,3 +166,33 @@ def test_what_paths_cannot_serve_is_refused_with_one_sentence(tmp_path, extra, r
         """) + extra + "\n")
     with pytest.raises(ConfigError, match=refusal):
         load_config(cfg)
+
+
+def test_the_compiled_round_is_the_numpy_rounds():
+    """A round of the union proposal, compiled and in numpy, on the same
+    uniforms and normals: the same vectors to 1e-12 and the same acceptances."""
+    from simsparse.quantile import COEFFICIENTS
+    from simsparse.sampling import paths
+
+    if paths._ROUND is None:
+        pytest.skip("numba disabled")
+    w = Workload(n=6000, density=0.01, drift=0.3, layers=(1500, 2500, 2000), layer_spread=1.0)
+    for ef, T in ((True, 2), (True, 4), (False, 3)):
+        law = path_law(w, ef, T)
+        plan = path_plan(w, 4.0, None, law)
+        rng = np.random.default_rng(T)
+        m = 5000
+        layer = rng.integers(0, 3, m)
+        r, z = rng.random((m, 4)), rng.standard_normal((m, T - 1))
+        sd = np.sqrt(np.diag(law.cov))
+        means, chol = np.zeros((T, T)), np.zeros((T, T, T - 1))
+        for t in range(T):
+            o = [s for s in range(T) if s != t]
+            means[t, o], chol[t, o] = law.rest_given(t)
+        got, want = [], []
+        for fn, out in ((paths._ROUND, got), (paths._round_numpy, want)):
+            A, keep = np.empty((m, T)), np.empty(m, dtype=np.bool_)
+            fn(layer, plan.f, plan.tail, np.cumsum(plan.tail, axis=1), sd, means, chol, r, z, COEFFICIENTS, A, keep)
+            out.extend([A, keep])
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-12)
+        assert np.array_equal(got[1], want[1]) and 0.2 < got[1].mean() < 1
