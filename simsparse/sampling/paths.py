@@ -138,10 +138,15 @@ def _grid(f: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     d = len(f)
     if d == 0:
         return np.zeros((1, 0)), np.ones(1)
-    x, w = legendre.leggauss(n)
+    x, w = _leggauss(n)
     X = np.meshgrid(*[fi * x for fi in f], indexing="ij")
     W = np.meshgrid(*[fi * w for fi in f], indexing="ij")
     return np.stack([g.ravel() for g in X], 1), np.prod(np.stack([g.ravel() for g in W]), 0)
+
+
+@lru_cache(maxsize=8)
+def _leggauss(n: int) -> tuple[np.ndarray, np.ndarray]:
+    return legendre.leggauss(n)
 
 
 def _density(law: PathLaw, X: np.ndarray, idx: list) -> np.ndarray:
