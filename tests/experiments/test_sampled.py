@@ -112,6 +112,13 @@ def test_a_threshold_below_the_floor_is_refused():
     ("algorithms: [fft_allgather]", "reads every value of its input"),
     ("algorithms: [deft]", "reads every value of its input"),
     ("algorithms: [qsgd_allgather]\niterations: 2", "reads every value of its input"),
+    # drift and error feedback over iterations (simsparse.sampling.paths)
+    ("algorithms: [topka]\nworkload: {n: 4000, drift: 0.5, overlap: 0.5}", "normal gradients without planted"),
+    ("algorithms: [{name: topka, error_feedback: true}]\niterations: 2\nworkload: {n: 4000, distribution: laplace}",
+     "normal gradients"),
+    ("algorithms: [{name: topka, error_feedback: true}]\niterations: 5", "at most 4"),
+    ("algorithms: [{name: oktopk, error_feedback: true}]\niterations: 2", "reuses the last iteration's threshold"),
+    ("algorithms: [{name: topka, error_feedback: true}]\niterations: 2\nworkload: {n: 4000, drift: 0}", "drift = 0"),
 ])
 def test_what_cannot_be_sampled_is_refused_with_one_sentence(tmp_path, extra, refusal):
     cfg = tmp_path / "c.yaml"

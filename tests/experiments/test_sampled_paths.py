@@ -2,14 +2,12 @@
 drift and error feedback, each coordinate's path drawn where it reaches a
 floor of some iteration, the others integrated over the box below them."""
 import dataclasses
-import textwrap
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from simsparse.compute.sampled import BelowFloor
-from simsparse.experiments.config.schema import ConfigError, load_config
 from simsparse.experiments.run.runner import simulate_point
 from simsparse.sampling import sampled_gradient
 from simsparse.sampling.paths import (PathLaw, box_moments, draw_paths, drawn_probability, path_law, path_plan,
@@ -145,27 +143,6 @@ def test_runs_with_drift_and_error_feedback_match_full_runs_in_distribution(algo
         samp.append((s["time_s"], s["bytes_total"]))
     full, samp = np.array(full), np.array(samp)
     assert _close(full[:, 0], samp[:, 0]) and _close(full[:, 1], samp[:, 1]), (full.mean(0), samp.mean(0))
-
-
-@pytest.mark.parametrize("extra,refusal", [
-    ("algorithms: [topka]\nworkload: {n: 4000, drift: 0.5, overlap: 0.5}", "normal gradients without planted"),
-    ("algorithms: [{name: topka, error_feedback: true}]\niterations: 2\nworkload: {n: 4000, distribution: laplace}",
-     "normal gradients"),
-    ("algorithms: [{name: topka, error_feedback: true}]\niterations: 5", "at most 4"),
-    ("algorithms: [{name: oktopk, error_feedback: true}]\niterations: 2", "reuses the last iteration's threshold"),
-    ("algorithms: [{name: topka, error_feedback: true}]\niterations: 2\nworkload: {n: 4000, drift: 0}", "drift = 0"),
-])
-def test_what_paths_cannot_serve_is_refused_with_one_sentence(tmp_path, extra, refusal):
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(textwrap.dedent("""
-        name: s
-        network: aries_alphabeta
-        workload: {n: 4000}
-        P: 4
-        values: sampled
-        """) + extra + "\n")
-    with pytest.raises(ConfigError, match=refusal):
-        load_config(cfg)
 
 
 def test_the_compiled_round_is_the_numpy_rounds():
