@@ -16,17 +16,19 @@ from tests.experiments.test_sampled import _close
 from tests.helpers import schedule_point
 
 
-@pytest.mark.parametrize("schedule,algorithm", [("topk_sgd", "topka"), ("mgs_sgd", "oktopk"),
-                                                ("lags_sgd", "gaussiank"), ("mgs_sgd", "gtopk")])
-def test_training_iterations_match_full_runs_in_distribution(schedule, algorithm):
+@pytest.mark.parametrize("schedule,algorithm,drift", [("topk_sgd", "topka", 1.0), ("mgs_sgd", "oktopk", 1.0),
+                                                      ("lags_sgd", "gaussiank", 1.0), ("mgs_sgd", "gtopk", 1.0),
+                                                      ("mgs_sgd", "topkdsa", 0.3)])
+def test_training_iterations_match_full_runs_in_distribution(schedule, algorithm, drift):
     """Times and bytes of sampled training iterations against full-value
     ones over seeds (ResNet-20's 59 tensors in one bucket, in buckets of at
-    least 8,192 elements, or one bucket each)."""
+    least 8,192 elements, or one bucket each); the last with error feedback
+    per bucket and drifting gradients (each bucket's paths)."""
     full, samp = [], []
-    params = {"tau": 2, "tau_prime": 2} if algorithm == "oktopk" else None
+    params = {"tau": 2, "tau_prime": 2} if algorithm == "oktopk" else {"error_feedback": drift < 1}
     for seed in range(6):
         p = schedule_point(schedule, algorithm, P=4, params=params, density=0.02)
-        p = dataclasses.replace(p, workload={**p.workload, "seed": seed})
+        p = dataclasses.replace(p, workload={**p.workload, "seed": seed, "drift": drift})
         f, s = simulate_point(p).row, simulate_point(dataclasses.replace(p, values="sampled")).row
         assert f["values"] == "full" and s["values"] == "sampled" and s["correct"] is None
         full.append((f["time_s"], f["bytes_total"]))

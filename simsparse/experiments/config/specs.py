@@ -121,7 +121,10 @@ class RunSpec(BaseModel):
     values: typing.Literal["auto", "full", "sampled"] = Field(
         "auto", description="simulator only: auto carries sizes only for dense collectives (same times and bytes, no "
                             "check); full: values; sampled: also sizes for dense collectives, and for sparse ones only "
-                            "the gradient entries above a floor near the top k, exact in distribution (no check)")
+                            "the gradient entries above a floor near the top k, exact in distribution (no check); in "
+                            "training iterations each bucket is drawn on its own, and where gradients drift or errors "
+                            "feed back each coordinate's path over the iterations simulated (normal gradients, up to "
+                            "4 iterations)")
     collectives: typing.Literal["auto", "events", "waves"] = Field(
         "auto", description="simulator only: auto evaluates helper collectives (allgather, alltoall, host allreduce) "
                             "for all ranks at once where the network allows, exactly or as a recorded approximation "
