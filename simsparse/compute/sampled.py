@@ -120,7 +120,12 @@ class Sampled:
 
     def zero_at(self, idx) -> "Sampled":
         """The vector with ``idx`` zeroed (an error-feedback residual)."""
-        keep = ~np.isin(self.indices, np.asarray(idx))
+        idx, keep = np.asarray(idx), np.ones(len(self.indices), dtype=bool)
+        if len(idx) and len(self.indices):   # (the carried indices ascend: a binary search, not np.isin's sort)
+            pos = np.searchsorted(self.indices, idx)
+            inside = pos < len(self.indices)
+            pos = pos[inside]
+            keep[pos[self.indices[pos] == idx[inside]]] = False
         return Sampled(self.n, self.indices[keep], self.values[keep], self.floor, self.rest, self._moments,
                        self.undrawn)
 

@@ -198,6 +198,8 @@ def box_moments(law: PathLaw, f: np.ndarray) -> tuple[float, np.ndarray, np.ndar
         P = float(np.dot(w, _trunc_moments(mu, sd, -f[t], f[t], 0)))
         E2[t] = np.dot(w, _trunc_moments(mu, sd, -f[t], f[t], 2))
         E4[t] = np.dot(w, _trunc_moments(mu, sd, -f[t], f[t], 4))
+    if not P > 1e-300:   # (every coordinate is drawn: nothing below the floors to average)
+        return 0.0, np.zeros(law.T), np.zeros(law.T)
     return P, E2 / P, E4 / P
 
 
