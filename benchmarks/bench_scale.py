@@ -14,6 +14,7 @@ otherwise miss; no check):
 * ``bert_oktopk``: Ok-Topk of BERT-base (133.5M, 1 %) on ``piz_daint_aries``
   with P100 compute at ``data_scale: 0.01``; target P = 1024;
 * ``bert_oktopk_sampled``: the same at ``data_scale: 0.1``, ``values: sampled``;
+  ``bert_oktopk_sampled_small``: at ``data_scale: 0.01``, ``values: sampled``;
 * ``bert_omgs``: one BERT-base iteration, ``omgs_sgd`` over Ok-Topk, same
   machine (the plan's simulated microbenchmarks included); target P = 1024;
 * ``bert_paper``: ``configs/papers/oktopk_bert.yaml`` (every scheme) at P = 256;
@@ -64,6 +65,8 @@ CASES = {   # (config, the P the issue targets)
                          workload=BERT), 1024),
     "bert_oktopk_sampled": (dict(network="piz_daint_aries", compute="p100", algorithms=["oktopk"], data_scale=0.1,
                                  workload=BERT, values="sampled"), 1024),
+    "bert_oktopk_sampled_small": (dict(network="piz_daint_aries", compute="p100", algorithms=["oktopk"],
+                                       data_scale=0.01, workload=BERT, values="sampled"), 1024),
     "bert_omgs": (dict(network="piz_daint_aries", compute="p100", model="bert_base", schedules=["omgs_sgd"],
                        algorithms=["oktopk"], data_scale=0.01, workload={"seed": 0}), 1024),
     "bert_paper": ("configs/papers/oktopk_bert.yaml", 256),
