@@ -15,7 +15,8 @@ import numpy as np
 from ..compute.sampled import Sampled, SampledPart
 from ..period import iterations_run
 from .gradient import sampled_gradient as _one_iteration
-from .paths import PathLaw, path_gradient, path_law, path_problem
+from .law import PathLaw, path_law, path_problem
+from .paths import path_gradient
 
 __all__ = ["SampledModel", "error_feedback", "path_law", "sampled_gradient", "sampled_problem"]
 

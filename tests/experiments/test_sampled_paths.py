@@ -10,8 +10,8 @@ from scipy import stats
 from simsparse.compute.sampled import BelowFloor
 from simsparse.experiments.run.runner import simulate_point
 from simsparse.sampling import sampled_gradient
-from simsparse.sampling.paths import (PathLaw, box_moments, draw_paths, drawn_probability, path_law, path_plan,
-                                      tail_in_box)
+from simsparse.sampling.law import PathLaw, box_moments, drawn_probability, path_law, tail_in_box
+from simsparse.sampling.paths import draw_paths, path_plan
 from simsparse.workload import Workload
 
 from tests.experiments.test_sampled import _close
