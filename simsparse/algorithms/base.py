@@ -112,6 +112,7 @@ class Algorithm:
         if cls.sampled_top_k:
             return min(cls.sampled_margin, 1.0 + 8.0 / math.sqrt(max(k, 1.0)))
         return cls.sampled_margin
+
     @classmethod
     def sampled_paths_problem(cls, params: BaseModel, error_feedback: bool) -> str | None:
         """Why sampled gradients over several iterations (drift, error
@@ -151,7 +152,7 @@ class Algorithm:
         # unchecked (no keep_input), the residual's buffer takes the gradient and then becomes the next
         # residual: the same values, without two fresh vectors a rank and iteration
         own = ef and self.residual is not None and not self.keep_input
-        if ef and self.residual is not None:
+        if ef and self.residual is not None:   # (own: add into the residual's buffer, which then is x)
             with ctx.phase("error_feedback"):
                 x = yield (ctx.compute("add", self.residual, x, inplace=True) if own
                            else ctx.compute("add", x, self.residual))

@@ -79,14 +79,14 @@ class Sampled:
         if k > len(self.values):
             raise BelowFloor(f"top-{k} of a sampled vector that carries {len(self.values)} entries; use values: full "
                              f"for this point")
+        a = np.abs(self.values)
         if k == len(self.values) or k <= 0:
-            if k > 0 and not self._whole() and np.abs(self.values).min() < self.floor:
-                self._above(0.0, f"top-{k}")
+            if k > 0:   # (carried entries below the floor: drawn for another iteration)
+                self._above(float(a.min()), f"the top-{k}'s smallest magnitude")
             sel = slice(0, max(k, 0))
             return COO(self.indices[sel].copy(), self.values[sel].copy(), self.n)
         # the k-th magnitude, then a mask (indices come out ascending): half the time of an
         # argpartition and a sort; among entries tied at the k-th magnitude the first ones
-        a = np.abs(self.values)
         kth = np.partition(a, len(a) - k)[len(a) - k]
         self._above(float(kth), f"the top-{k}'s smallest magnitude")
         keep = a > kth
@@ -106,12 +106,18 @@ class Sampled:
         keep = np.flatnonzero(self._above(thr, "a threshold selection"))
         return COO(self.indices[keep], self.values[keep], self.n)
 
-    def gather_at(self, idx) -> np.ndarray:
-        """Values at ``idx``: carried ones as they are, the others drawn below the floor."""
-        idx = np.asarray(idx)
+    def _find(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where each of ``idx`` lies among the carried indices (which
+        ascend: a binary search), and whether it is carried."""
         pos = np.searchsorted(self.indices, idx)
         found = (pos < len(self.indices)) & (self.indices[np.minimum(pos, len(self.indices) - 1)] == idx) \
             if len(self.indices) else np.zeros(len(idx), dtype=bool)
+        return pos, found
+
+    def gather_at(self, idx) -> np.ndarray:
+        """Values at ``idx``: carried ones as they are, the others drawn below the floor."""
+        idx = np.asarray(idx)
+        pos, found = self._find(idx)
         out = np.empty(len(idx), dtype=self.dtype)
         out[found] = self.values[pos[found]]
         if not found.all():
@@ -120,12 +126,9 @@ class Sampled:
 
     def zero_at(self, idx) -> "Sampled":
         """The vector with ``idx`` zeroed (an error-feedback residual)."""
-        idx, keep = np.asarray(idx), np.ones(len(self.indices), dtype=bool)
-        if len(idx) and len(self.indices):   # (the carried indices ascend: a binary search, not np.isin's sort)
-            pos = np.searchsorted(self.indices, idx)
-            inside = pos < len(self.indices)
-            pos = pos[inside]
-            keep[pos[self.indices[pos] == idx[inside]]] = False
+        pos, found = self._find(np.asarray(idx))
+        keep = np.ones(len(self.indices), dtype=bool)
+        keep[pos[found]] = False
         return Sampled(self.n, self.indices[keep], self.values[keep], self.floor, self.rest, self._moments,
                        self.undrawn)
 
@@ -137,8 +140,8 @@ class Sampled:
         if not self.accumulates or residual.n != self.n:
             raise ValueError("error feedback on sampled gradients adds a residual to the next iteration's gradient "
                              "of the same paths (simsparse.sampling.paths)")
-        pos = np.searchsorted(self.indices, residual.indices)
-        if len(pos) and (pos.max() >= len(self.indices) or np.any(self.indices[pos] != residual.indices)):
+        pos, found = self._find(residual.indices)
+        if not found.all():
             raise ValueError("a sampled residual holds coordinates its next gradient does not carry")
         values = self.values.copy()
         values[pos] += residual.values

@@ -14,11 +14,12 @@ import numpy as np
 
 from ..compute.sampled import Sampled, SampledPart
 from ..period import iterations_run
+from .draws import selected
 from .gradient import sampled_gradient as _one_iteration
 from .law import PathLaw, path_law, path_problem
 from .paths import path_gradient
 
-__all__ = ["SampledModel", "error_feedback", "path_law", "sampled_gradient", "sampled_problem"]
+__all__ = ["SampledModel", "point_law", "sampled_gradient", "sampled_problem"]
 
 
 def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0,
@@ -55,6 +56,12 @@ def error_feedback(point) -> bool:
     return bool(getattr(point.params_model(), "error_feedback", False))
 
 
+def point_law(point) -> PathLaw | None:
+    """The joint law a point's sampled gradients are drawn with over the
+    iterations it simulates (:func:`.law.path_law`), or None."""
+    return path_law(point.workload_obj(), error_feedback(point), iterations_run(point))
+
+
 class SampledModel:
     """A rank's sampled gradient in a training iteration, cut as the
     schedule's plan cuts it: each bucket (a span of whole tensors) is drawn
@@ -86,8 +93,7 @@ class SampledModel:
         return self._draw(a, b)
 
     def _draw(self, a: int, b: int) -> Sampled:
-        w = self.workload
-        k = max(1, min(b - a, int(round(w.density * (b - a)))))
-        return sampled_gradient(w, self.rank, self.iteration, self.margin_for(k), self.spans[(a, b)], self.law)
+        margin = self.margin_for(selected(self.workload.density, b - a))
+        return sampled_gradient(self.workload, self.rank, self.iteration, margin, self.spans[(a, b)], self.law)
 
 

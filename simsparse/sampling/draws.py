@@ -61,3 +61,23 @@ def _walk(E, scale, m, end, kept):
 _WALK = njit(_walk)
 
 
+def selected(density: float, n: int) -> int:
+    """k of a vector of n entries: round(density n), at least 1 (``Setup.k``)."""
+    return max(1, min(n, int(round(density * n))))
+
+
+def span_layers(workload, layers: tuple | None = None):
+    """The layers a sampled vector draws: the whole gradient's, or those of
+    the span (first, end) of whole layers (a training schedule's bucket),
+    counted from its first element. Returns their sizes, starts and scales,
+    and the vector's n and k."""
+    from ..workload import layer_scales
+
+    sizes = np.asarray(workload.layers or (workload.n,), dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    scales = layer_scales(workload) if workload.layers and workload.layer_spread > 0 else np.ones(len(sizes))
+    if layers is not None:
+        lo, hi = layers
+        sizes, starts, scales = sizes[lo:hi], starts[lo:hi] - starts[lo], scales[lo:hi]
+    n = int(sizes.sum())
+    return sizes, starts, scales, n, selected(workload.density, n)

@@ -38,7 +38,7 @@ from scipy import special
 from ..compression.rng import _M32, _fmix, seed_of
 from ..compute.sampled import Sampled
 from ..quantile import ndtri, tail_values
-from .draws import _bernoulli
+from .draws import _bernoulli, span_layers
 
 #: entropy tag of the sampled draws (never an iteration number)
 _TAG_SAMPLED = 2**40 + 3
@@ -63,16 +63,7 @@ def _plan(workload, margin: float, layers: tuple | None = None):
     span of whole layers (a training schedule's bucket), drawn as a vector of
     its own: F is set for the span's own k, starts are counted from its
     first element."""
-    from ..workload import layer_scales
-
-    sizes = workload.layers or (workload.n,)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    scales = layer_scales(workload) if workload.layers and workload.layer_spread > 0 else np.ones(len(sizes))
-    if layers is not None:
-        lo, hi = layers
-        sizes, starts, scales = sizes[lo:hi], starts[lo:hi] - starts[lo], scales[lo:hi]
-    n = int(np.sum(sizes))
-    k = max(1, min(n, int(round(workload.density * n)))) if layers is not None else workload.k
+    sizes, starts, scales, n, k = span_layers(workload, layers)
     want = min(float(n), margin * k + 10.0)
     dist, df = workload.distribution, workload.df
     d = workload.k / workload.n   # (a planted hot coordinate's class is the whole vector's)

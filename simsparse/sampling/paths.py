@@ -16,6 +16,7 @@ from ..compression.rng import _M32, _fmix, seed_of
 from ..compute.sampled import Sampled
 from ..jit import njit
 from ..quantile import _PHI_INV, COEFFICIENTS, ndtri
+from .draws import _bernoulli, span_layers
 from .law import PathLaw, box_moments, drawn_probability, tail_in_box
 
 #: Chebyshev nodes of a layer's tail mass below the floor (counts under a reused threshold)
@@ -57,16 +58,7 @@ class PathPlan:
 
 @lru_cache(maxsize=256)
 def path_plan(workload, margin: float, layers: tuple | None, law: PathLaw) -> PathPlan:
-    from ..workload import layer_scales
-
-    sizes = np.asarray(workload.layers or (workload.n,), dtype=np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-    scales = layer_scales(workload) if workload.layers and workload.layer_spread > 0 else np.ones(len(sizes))
-    if layers is not None:
-        lo, hi = layers
-        sizes, starts, scales = sizes[lo:hi], starts[lo:hi] - starts[lo], scales[lo:hi]
-    n = int(sizes.sum())
-    k = max(1, min(n, int(round(workload.density * n))))
+    sizes, starts, scales, n, k = span_layers(workload, layers)
     sd = np.sqrt(np.diag(law.cov))
     F = np.empty(law.T)
     for t in range(law.T):   # entries of s A_t at or above F_t: about margin x k (under error feedback
@@ -180,8 +172,6 @@ def path_gradient(workload, rank: int, it: int, margin: float, layers: tuple | N
     gradient's values at the drawn coordinates, the floor ``F_it``; under
     error feedback it ``accumulates``: adding the last residual gives the
     vector the algorithm selects from, whose other entries are ``s A_it``."""
-    from .draws import _bernoulli
-
     plan = path_plan(workload, margin, layers, law)
     span = () if layers is None else (layers[0] + 1,)
     rng = np.random.default_rng([workload.seed, _TAG_PATHS, rank, *span])   # the same paths at every iteration

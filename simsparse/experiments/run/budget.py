@@ -56,7 +56,7 @@ import time
 from dataclasses import dataclass, field
 
 from ...period import iterations_run
-from ...sampling import error_feedback, path_law
+from ...sampling import point_law
 from ..config.point import Point
 
 #: the slowest simulator speed measured (flow-level model, events per second):
@@ -128,7 +128,7 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
         # each rank's entries above the floor (about margin x k of them: value and int32 index),
         # its selections and the messages made of them (12 k)
         k = max(1.0, point.workload["density"] * n)
-        law = path_law(point.workload_obj(), error_feedback(point), iterations_run(point))
+        law = point_law(point)
         drawn = point.algorithm_cls.sampled_margin_for(k) * (1 if law is None else law.T)   # (a union over iterations)
         carried = point.P * k * (w + 4) * (drawn + 12) + sampled_results_B(point, n, k, w)
     elif not (sim and point.size_only):

@@ -7,9 +7,8 @@ import gc
 from ...backends.rounds import run_rounds
 from ...backends.sim import Simulator, TrainingModel
 from ...compute.kernels import phantom
-from ...sampling import SampledModel, error_feedback, path_law, sampled_gradient
+from ...sampling import SampledModel, point_law, sampled_gradient
 from ...compute.models import ModelProfile, model_profile
-from ...period import iterations_run
 from .budget import BASE_B, declined, memory_B, rounds_may_apply
 from .loop import run_point
 from ..results.metrics import PointOutcome
@@ -53,8 +52,7 @@ class SimBackend:
         self.size_only = point.size_only
         self.values = "sizes" if self.size_only else "sampled" if point.values == "sampled" else "full"
         #: sampled gradients that drift or feed back errors: the iterations' joint law (sampling.paths)
-        self.law = (path_law(self.workload, error_feedback(point), iterations_run(point))
-                    if self.values == "sampled" else None)
+        self.law = point_law(point) if self.values == "sampled" else None
         if self.values == "full":   # every rank's noise state kept from one iteration to the next
             self.workload.hold_states(point.P)
         self.model = None
