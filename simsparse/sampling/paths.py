@@ -17,7 +17,8 @@ from ..compute.sampled import Sampled
 from ..jit import njit
 from ..quantile import _PHI_INV, COEFFICIENTS, ndtri
 from .draws import _bernoulli, span_layers
-from .law import PathLaw, box_moments, drawn_probability, tail_in_box
+from .box import box_moments, drawn_probability, tail_in_box
+from .law import PathLaw
 
 #: Chebyshev nodes of a layer's tail mass below the floor (counts under a reused threshold)
 _TAIL_NODES = 17

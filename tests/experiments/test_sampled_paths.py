@@ -10,7 +10,8 @@ from scipy import stats
 from simsparse.compute.sampled import BelowFloor
 from simsparse.experiments.run.runner import simulate_point
 from simsparse.sampling import sampled_gradient
-from simsparse.sampling.law import PathLaw, box_moments, drawn_probability, path_law, tail_in_box
+from simsparse.sampling.box import box_moments, drawn_probability, tail_in_box
+from simsparse.sampling.law import PathLaw, path_law
 from simsparse.sampling.paths import draw_paths, path_plan
 from simsparse.workload import Workload
 
@@ -50,6 +51,33 @@ def test_the_box_integrals_are_monte_carlos(law, mc):
     for got, yy in zip(tail_in_box(law, f, law.T - 1, y) / P, y):
         q = np.mean(np.abs(In[:, -1]) >= yy)
         assert abs(got - q) < 4 * np.sqrt(q * (1 - q) / len(In)) + 1e-9
+
+
+@pytest.mark.parametrize("law", LAWS, ids=str)
+def test_the_box_integrals_hold_from_narrow_to_far_wider_than_the_gaussian(law):
+    """Bounds from half a standard deviation to 200 (a BERT layer of scale
+    0.01 puts the floors 100 out), alike and mixed over the iterations: the
+    box's mass and the drawn probability sum to 1 within 1e-7, and a box
+    that holds nearly everything has the Gaussian's own moments (a product
+    grid over [-f, f] had given E[A^2 | box] = 2.7e4 for a variance of 1)."""
+    sd = np.sqrt(np.diag(law.cov))
+    mixed = np.where(np.arange(law.T) % 2 == 0, 40.0, 1.5)
+    for r in [0.5, 1.0, 2.3, 4.0, 6.4, 6.6, 12.0, 200.0, mixed, mixed[::-1]]:
+        f = sd * r
+        P, E2, E4 = box_moments(law, f)
+        p = drawn_probability(law, f)
+        assert abs(P + p - 1) < 1e-7, (r, P, p)
+        if np.ndim(r) == 0 and r >= 12:
+            assert np.allclose(E2, sd ** 2, rtol=1e-8) and np.allclose(E4, 3 * sd ** 4, rtol=1e-6)
+            assert p < 1e-30
+    f = sd * mixed   # against Monte Carlo: the wide iterations' moments are nearly the Gaussian's, the others not
+    A = np.random.default_rng(5).multivariate_normal(np.zeros(law.T), law.cov, size=1_000_000)
+    In = A[np.all(np.abs(A) < f, axis=1)]
+    P, E2, _ = box_moments(law, f)
+    assert abs(P - len(In) / len(A)) < 4 * np.sqrt(P * (1 - P) / len(A))
+    for t in range(law.T):
+        x = In[:, t] ** 2
+        assert abs(E2[t] - x.mean()) < 4 * x.std() / np.sqrt(len(x)), (t, E2[t], x.mean())
 
 
 @pytest.mark.parametrize("law", LAWS, ids=str)
