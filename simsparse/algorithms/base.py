@@ -113,12 +113,6 @@ class Algorithm:
             return min(cls.sampled_margin, 1.0 + 8.0 / math.sqrt(max(k, 1.0)))
         return cls.sampled_margin
 
-    @classmethod
-    def sampled_paths_problem(cls, params: BaseModel, error_feedback: bool) -> str | None:
-        """Why sampled gradients over several iterations (drift, error
-        feedback: :mod:`simsparse.sampling.paths`) do not serve this
-        algorithm, or None."""
-        return None
     #: what a rank's result holds on a sampled gradient, for the memory budget:
     #: ``k`` entries, the ``union`` of every rank's selection (up to P k), a
     #: ``dense`` sum of n elements that every rank computes from the same

@@ -182,18 +182,6 @@ class OkTopk(Algorithm):
         than 4/3 k needs, and drawing was half of a run)."""
         return min(cls.sampled_margin, 4 / 3 + 8 / math.sqrt(max(k, 1.0)))
 
-    @classmethod
-    def sampled_paths_problem(cls, params, error_feedback):
-        """Under error feedback the accumulated vector widens from one
-        iteration to the next, so the threshold reused from the last one
-        selects several times k (8 % of the entries at k = 1 % with drift 0.2
-        in the second iteration) and lies far under a floor set for k."""
-        if error_feedback and params.threshold_reuse:
-            return ("Ok-Topk with error feedback reuses the last iteration's threshold, which the growing residual "
-                    "puts far under the sampled floor (it then selects several times k); use values: full, or "
-                    "threshold_reuse: false")
-        return None
-
     def __init__(self, setup, params=None):
         super().__init__(setup, params)
         self.local_thr = None    # local threshold kept for the next iteration

@@ -26,7 +26,15 @@ from ..ops import COO
 
 
 class BelowFloor(ValueError):
-    """A threshold under the sampled floor: the selection needs entries that were not drawn."""
+    """A threshold under the sampled floor: the selection needs entries that
+    were not drawn. ``needed``: how many entries it would take (None where
+    unknown), ``have``: how many the vector carries at or above its floor,
+    ``iteration``: where it happened (set by the simulator, which widens that
+    iteration's floor and runs the point again)."""
+
+    def __init__(self, message: str, needed: int | None = None, have: int | None = None):
+        super().__init__(message)
+        self.needed, self.have, self.iteration = needed, have, None
 
 
 class Sampled:
@@ -67,10 +75,16 @@ class Sampled:
     def _whole(self) -> bool:
         return len(self.values) >= self.n
 
-    def _above(self, thr: float, what: str) -> np.ndarray:
+    def _carried_above(self, thr: float) -> int:
+        return int(np.count_nonzero(np.abs(self.values) >= thr))
+
+    def _above(self, thr: float, what: str, needed: int | None = None) -> np.ndarray:
         if thr < self.floor and not self._whole():   # (a vector drawn whole answers any threshold)
+            if needed is None and self.below is not None:
+                needed = self._carried_above(thr) + self.below.count(thr)
             raise BelowFloor(f"{what} at {thr:.6g} reaches below the sampled floor {self.floor:.6g} (values: sampled "
-                             f"draws only the entries above it); use values: full for this point")
+                             f"draws only the entries above it); use values: full for this point",
+                             needed, self._carried_above(self.floor))
         return np.abs(self.values) >= thr
 
     def topk(self, k: int) -> COO:
@@ -78,17 +92,17 @@ class Sampled:
         k = min(int(k), self.n)
         if k > len(self.values):
             raise BelowFloor(f"top-{k} of a sampled vector that carries {len(self.values)} entries; use values: full "
-                             f"for this point")
+                             f"for this point", k, self._carried_above(self.floor))
         a = np.abs(self.values)
         if k == len(self.values) or k <= 0:
             if k > 0:   # (carried entries below the floor: drawn for another iteration)
-                self._above(float(a.min()), f"the top-{k}'s smallest magnitude")
+                self._above(float(a.min()), f"the top-{k}'s smallest magnitude", k)
             sel = slice(0, max(k, 0))
             return COO(self.indices[sel].copy(), self.values[sel].copy(), self.n)
         # the k-th magnitude, then a mask (indices come out ascending): half the time of an
         # argpartition and a sort; among entries tied at the k-th magnitude the first ones
         kth = np.partition(a, len(a) - k)[len(a) - k]
-        self._above(float(kth), f"the top-{k}'s smallest magnitude")
+        self._above(float(kth), f"the top-{k}'s smallest magnitude", k)
         keep = a > kth
         need = k - int(np.count_nonzero(keep))
         if need:
@@ -98,7 +112,7 @@ class Sampled:
 
     def count_above(self, thr: float) -> int:
         if thr < self.floor and self.below is not None and not self._whole():
-            return int(np.count_nonzero(np.abs(self.values) >= thr)) + self.below.count(thr)
+            return self._carried_above(thr) + self.below.count(thr)
         return int(np.count_nonzero(self._above(thr, "a threshold count")))
 
     def threshold_select(self, thr: float) -> COO:

@@ -10,27 +10,37 @@ entries it could select, exactly in distribution, at O(k) instead of O(n).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..compute.sampled import Sampled, SampledPart
 from ..period import iterations_run
-from .draws import selected
+from .draws import salt_of, selected
 from .gradient import sampled_gradient as _one_iteration
 from .law import PathLaw, path_law, path_problem
 from .paths import path_gradient
 
-__all__ = ["SampledModel", "point_law", "sampled_gradient", "sampled_problem"]
+__all__ = ["SAMPLED_ATTEMPTS", "SampledModel", "point_law", "sampled_gradient", "sampled_problem", "widened"]
 
 
 def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0,
-                     layers: tuple | None = None, law: PathLaw | None = None) -> Sampled:
+                     layers: tuple | None = None, law: PathLaw | None = None,
+                     widen: tuple | None = None, kept: dict | None = None) -> Sampled:
     """Rank's gradient at ``iteration`` as the entries reaching the floor;
     ``layers``: only the span (first, end) of whole layers, as a vector of
     its own (its own floor and draws); ``law``: the iterations' joint law
-    where gradients drift or errors feed back (:mod:`.paths`)."""
+    where gradients drift or errors feed back (:mod:`.paths`); ``widen``:
+    per iteration, a factor on the entries its floor admits (a point run
+    again after a selection reached below a floor: :func:`widened`), drawn
+    from streams of their own; ``kept``: where the paths wait between a
+    rank's iterations (:func:`.paths.path_gradient`)."""
     if law is not None:
-        return path_gradient(workload, rank, iteration, margin, layers, law)
-    return _one_iteration(workload, rank, iteration, margin, layers)
+        return path_gradient(workload, rank, iteration, margin, layers, law, widen, kept)
+    if widen is None:
+        return _one_iteration(workload, rank, iteration, margin, layers)
+    # (one floor for every iteration: a static gradient is the same one at each)
+    return _one_iteration(workload, rank, iteration, margin * max(widen), layers, salt_of(widen))
 
 
 def sampled_problem(point) -> str | None:
@@ -48,7 +58,7 @@ def sampled_problem(point) -> str | None:
     ef, T = error_feedback(point), iterations_run(point)
     if path_law(workload, ef, T) is None:
         return None
-    return cls.sampled_paths_problem(point.params_model(), ef) or path_problem(workload, ef, T)
+    return path_problem(workload, ef, T)
 
 
 def error_feedback(point) -> bool:
@@ -71,11 +81,14 @@ class SampledModel:
     that is a bucket alone comes as its :class:`Sampled`, a tensor of a
     larger bucket as a :class:`SampledPart` that ``concat`` packs with the
     others (:meth:`join`). ``buckets``: (first, end) tensor indices;
-    ``margin_for(k)``: the algorithm's sampling margin at a bucket's k."""
+    ``margin_for(k)``: the algorithm's sampling margin at a bucket's k;
+    ``widen``, ``kept``: as :func:`sampled_gradient`'s, for every bucket."""
 
-    def __init__(self, workload, rank: int, iteration: int, buckets, margin_for, law: PathLaw | None = None):
+    def __init__(self, workload, rank: int, iteration: int, buckets, margin_for, law: PathLaw | None = None,
+                 widen: tuple | None = None, kept: dict | None = None):
         offs = np.concatenate([[0], np.cumsum(workload.layers)]).astype(np.int64).tolist()
         self.workload, self.rank, self.iteration, self.margin_for, self.law = workload, rank, iteration, margin_for, law
+        self.widen, self.kept = widen, kept
         self.spans = {(offs[lo], offs[hi]): (lo, hi) for lo, hi in buckets}
 
     def __getitem__(self, where: slice):
@@ -94,6 +107,29 @@ class SampledModel:
 
     def _draw(self, a: int, b: int) -> Sampled:
         margin = self.margin_for(selected(self.workload.density, b - a))
-        return sampled_gradient(self.workload, self.rank, self.iteration, margin, self.spans[(a, b)], self.law)
+        return sampled_gradient(self.workload, self.rank, self.iteration, margin, self.spans[(a, b)], self.law,
+                                self.widen, self.kept)
 
 
+
+
+#: a selection that reached below a floor: the most times a point is run (each run widens the floors)
+SAMPLED_ATTEMPTS = 4
+
+
+def widened(widen: tuple | None, err, T: int) -> tuple:
+    """The factors of the next run after ``err`` (a :class:`BelowFloor` at
+    ``err.iteration``): that iteration's floor admits the entries the query
+    needed plus eight standard deviations of that count (a binomial one),
+    in proportion to what it carried, at least 1.25 times as many as
+    before (twice where the need is unknown); the later iterations' at least
+    as many (a residual that grew keeps growing: one run, not one per
+    iteration)."""
+    w = list(widen or (1.0,) * T)
+    t = min(err.iteration, T - 1)
+    if err.needed is None or not err.have:
+        w[t] *= 2.0
+    else:
+        need = err.needed + 8.0 * math.sqrt(err.needed) + 10.0
+        w[t] *= max(1.25, need / err.have)
+    return tuple(w[:t + 1] + [max(x, w[t]) for x in w[t + 1:]])

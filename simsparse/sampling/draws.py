@@ -81,3 +81,12 @@ def span_layers(workload, layers: tuple | None = None):
         sizes, starts, scales = sizes[lo:hi], starts[lo:hi] - starts[lo], scales[lo:hi]
     n = int(sizes.sum())
     return sizes, starts, scales, n, selected(workload.density, n)
+
+
+_TAG_WIDEN = 2**40 + 11
+
+
+def salt_of(widen: tuple | None) -> tuple:
+    """Entropy that keeps a widened run's draws apart from the run it follows
+    (which chose the floors: independent of the draws made with them)."""
+    return () if widen is None else (_TAG_WIDEN, *(int(round(1000 * w)) for w in widen))

@@ -108,17 +108,18 @@ def _below(dist: str, df: float, T: np.ndarray, d: float | None):
 
 
 def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0,
-                     layers: tuple | None = None) -> Sampled:
+                     layers: tuple | None = None, salt: tuple = ()) -> Sampled:
     """Rank's gradient at ``iteration`` as the entries reaching the floor
     (module docstring); ``layers``: only the span (first, end) of whole
-    layers, as a vector of its own (its own floor and draws)."""
+    layers, as a vector of its own (its own floor and draws); ``salt``:
+    more entropy for the draws (a widened run's)."""
     from ..workload import _abs_quantile
 
     if workload.drift == 0:
         iteration = 0   # the same gradient every iteration
     F, starts, sizes, scales, T, below = _plan(workload, margin, layers)
     n, d = int(np.sum(sizes)), workload.k / workload.n
-    span = () if layers is None else (layers[0] + 1,)   # (the whole vector keeps its draws)
+    span = (() if layers is None else (layers[0] + 1,)) + salt   # (the whole vector keeps its draws)
     rng = np.random.default_rng([workload.seed, _TAG_SAMPLED, iteration, rank, *span])
     q = _abs_quantile(workload.distribution, workload.df)
     hot = workload.hot_set(rank) if workload.planted else None

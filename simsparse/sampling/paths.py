@@ -6,7 +6,7 @@ under a floor, values at given indices)."""
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 from numpy.polynomial import chebyshev
@@ -16,7 +16,7 @@ from ..compression.rng import _M32, _fmix, seed_of
 from ..compute.sampled import Sampled
 from ..jit import njit
 from ..quantile import _PHI_INV, COEFFICIENTS, ndtri
-from .draws import _bernoulli, span_layers
+from .draws import _bernoulli, salt_of, span_layers
 from .box import box_moments, drawn_probability, tail_in_box
 from .law import PathLaw
 
@@ -58,13 +58,14 @@ class PathPlan:
 
 
 @lru_cache(maxsize=256)
-def path_plan(workload, margin: float, layers: tuple | None, law: PathLaw) -> PathPlan:
+def path_plan(workload, margin: float, layers: tuple | None, law: PathLaw, widen: tuple | None = None) -> PathPlan:
+    """``widen``: per iteration, a factor on the entries its floor admits."""
     sizes, starts, scales, n, k = span_layers(workload, layers)
     sd = np.sqrt(np.diag(law.cov))
     F = np.empty(law.T)
     for t in range(law.T):   # entries of s A_t at or above F_t: about margin x k (under error feedback
         # plus the t k that earlier selections took, which A_t no longer holds: mostly its largest)
-        want = min(float(n), (margin + (t if law.ef else 0)) * k + 10.0)
+        want = min(float(n), (margin + (t if law.ef else 0)) * k * (1.0 if widen is None else widen[t]) + 10.0)
         lo_, hi_ = -30.0, 30.0
         for _ in range(100):
             mid = 0.5 * (lo_ + hi_)
@@ -168,29 +169,22 @@ def values_at(A: np.ndarray, law: PathLaw, t: int) -> np.ndarray:
     return A[:, t]
 
 
-def path_gradient(workload, rank: int, it: int, margin: float, layers: tuple | None, law: PathLaw) -> Sampled:
+def path_gradient(workload, rank: int, it: int, margin: float, layers: tuple | None, law: PathLaw,
+                  widen: tuple | None = None, kept: dict | None = None) -> Sampled:
     """Rank's vector at iteration ``it`` of the paths (module docstring): the
     gradient's values at the drawn coordinates, the floor ``F_it``; under
     error feedback it ``accumulates``: adding the last residual gives the
-    vector the algorithm selects from, whose other entries are ``s A_it``."""
-    plan = path_plan(workload, margin, layers, law)
-    span = () if layers is None else (layers[0] + 1,)
-    rng = np.random.default_rng([workload.seed, _TAG_PATHS, rank, *span])   # the same paths at every iteration
-    idx_parts, counts = [], []
-    for layer, (a, m) in enumerate(zip(plan.starts.tolist(), plan.sizes.tolist())):
-        pos = a + _bernoulli(rng, m, float(plan.p[layer]))
-        counts.append(len(pos))
-        idx_parts.append(pos)
-    counts = np.asarray(counts, dtype=np.int64)
-    undrawn = plan.sizes - counts
+    vector the algorithm selects from, whose other entries are ``s A_it``;
+    ``widen``: the floors' factors (:func:`simsparse.sampling.widened`), with
+    draws of their own; ``kept``: where a rank's paths wait from its first
+    iteration to its last (drawn once, not at each: the same values)."""
+    plan = path_plan(workload, margin, layers, law, widen)
+    span = (() if layers is None else (layers[0] + 1,)) + salt_of(widen)
+    if kept is None:
+        idx, undrawn, values = _paths(workload, rank, plan, span)
+    else:
+        idx, undrawn, values = _kept(kept, (rank, span), it == law.T - 1, partial(_paths, workload, rank, plan, span))
     n = int(plan.sizes.sum())
-    idx = np.concatenate(idx_parts) if idx_parts else np.zeros(0, np.int64)
-    rows = np.repeat(np.arange(len(counts)), counts)   # each drawn coordinate's layer
-    A = draw_paths(rng, law, plan.f, rows, plan.tail)
-    values = (plan.scales[rows] * values_at(A, law, it)).astype(workload.dtype)
-    idx = idx.astype(np.int32 if n < 2**31 else np.int64)
-    idx.setflags(write=False)
-    values.setflags(write=False)
     # the entries not drawn: their sum and sum of squares by the central limit theorem (mean 0: the box is symmetric)
     s2 = plan.scales ** 2
     e2 = undrawn * s2 * plan.E2[:, it]
@@ -198,9 +192,42 @@ def path_gradient(workload, rank: int, it: int, margin: float, layers: tuple | N
     sums = np.random.default_rng([workload.seed, _TAG_SUMS, it, rank, *span])
     rest_sums = (float(sums.normal(0.0, math.sqrt(e2.sum()))), float(e2.sum() + sums.normal(0.0, math.sqrt(v4.sum()))))
     seed = seed_of(workload.seed, _TAG_REST, rank, *span)
-    return Sampled(n, idx, values, float(plan.F[it]), _PathRest(plan, it, seed, workload.dtype), None,
+    return Sampled(n, idx, values[it], float(plan.F[it]), _PathRest(plan, it, seed, workload.dtype), None,
                    undrawn=rest_sums, below=_Below(plan, it, undrawn, seed_of(workload.seed, _TAG_BELOW, it, rank, *span)),
                    accumulates=law.ef)
+
+
+def _kept(kept: dict, key, last: bool, draw):
+    """``kept[key]``, drawn first if absent; removed at the last use."""
+    got = kept.pop(key, None) if last else kept.get(key)
+    if got is None:
+        got = draw()
+        if not last:
+            kept[key] = got
+    return got
+
+
+def _paths(workload, rank: int, plan: PathPlan, span: tuple):
+    """A rank's paths (the same at every iteration): the indices drawn, each
+    layer's count not drawn, and the gradient's values there at every
+    iteration ((T, N) in the workload's dtype)."""
+    law = plan.law
+    rng = np.random.default_rng([workload.seed, _TAG_PATHS, rank, *span])
+    idx_parts, counts = [], []
+    for layer, (a, m) in enumerate(zip(plan.starts.tolist(), plan.sizes.tolist())):
+        pos = a + _bernoulli(rng, m, float(plan.p[layer]))
+        counts.append(len(pos))
+        idx_parts.append(pos)
+    counts = np.asarray(counts, dtype=np.int64)
+    n = int(plan.sizes.sum())
+    idx = np.concatenate(idx_parts) if idx_parts else np.zeros(0, np.int64)
+    rows = np.repeat(np.arange(len(counts)), counts)   # each drawn coordinate's layer
+    A = draw_paths(rng, law, plan.f, rows, plan.tail)
+    values = np.stack([(plan.scales[rows] * values_at(A, law, t)).astype(workload.dtype) for t in range(law.T)])
+    idx = idx.astype(np.int32 if n < 2**31 else np.int64)
+    idx.setflags(write=False)
+    values.setflags(write=False)
+    return idx, plan.sizes - counts, values
 
 
 class _PathRest:

@@ -125,12 +125,14 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
     n = point.workload["n"] * (point.data_scale if sim else 1.0)
     carried = 0.0
     if sim and point.values == "sampled" and not point.size_only:
-        # each rank's entries above the floor (about margin x k of them: value and int32 index),
-        # its selections and the messages made of them (12 k)
+        # each rank's entries above the floor (about margin x k of them: value and int32 index; over
+        # several iterations a union, kept with its values at every one), its selections and the messages
+        # made of them (12 k)
         k = max(1.0, point.workload["density"] * n)
         law = point_law(point)
-        drawn = point.algorithm_cls.sampled_margin_for(k) * (1 if law is None else law.T)   # (a union over iterations)
-        carried = point.P * k * (w + 4) * (drawn + 12) + sampled_results_B(point, n, k, w)
+        T = 1 if law is None else law.T
+        drawn = point.algorithm_cls.sampled_margin_for(k) * T
+        carried = point.P * k * (drawn * (T * w + 4) + 12 * (w + 4)) + sampled_results_B(point, n, k, w)
     elif not (sim and point.size_only):
         T = iterations_run(point)
         per = 2 * w + (2 * w if T > 1 else 0) + (8 + w if point.check else 0)

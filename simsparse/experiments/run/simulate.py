@@ -7,7 +7,9 @@ import gc
 from ...backends.rounds import run_rounds
 from ...backends.sim import Simulator, TrainingModel
 from ...compute.kernels import phantom
-from ...sampling import SampledModel, point_law, sampled_gradient
+from ...compute.sampled import BelowFloor
+from ...period import iterations_run
+from ...sampling import SAMPLED_ATTEMPTS, SampledModel, point_law, sampled_gradient, widened
 from ...compute.models import ModelProfile, model_profile
 from .budget import BASE_B, declined, memory_B, rounds_may_apply
 from .loop import run_point
@@ -37,7 +39,8 @@ class SimBackend:
     name = "sim"
     root = True
 
-    def __init__(self, point: Point, trace: bool = False, max_events: float | None = None):
+    def __init__(self, point: Point, trace: bool = False, max_events: float | None = None,
+                 widen: tuple | None = None):
         spec = point.network_spec()
         small, byte_scale = point.at_scale()
         self.point, self.trace = small, trace
@@ -53,6 +56,10 @@ class SimBackend:
         self.values = "sizes" if self.size_only else "sampled" if point.values == "sampled" else "full"
         #: sampled gradients that drift or feed back errors: the iterations' joint law (sampling.paths)
         self.law = point_law(point) if self.values == "sampled" else None
+        #: sampled: per iteration, a factor on the entries its floor admits (None: as the algorithm asks)
+        self.widen = widen
+        #: sampled paths: each rank's, drawn at its first iteration and kept to its last
+        self.kept = {} if self.law is not None else None
         if self.values == "full":   # every rank's noise state kept from one iteration to the next
             self.workload.hold_states(point.P)
         self.model = None
@@ -79,37 +86,67 @@ class SimBackend:
                 self.rounds = None   # a message would wait: the same happens every iteration
         elif self.values == "sampled" and self.model is not None:   # each bucket drawn when the schedule packs it
             cls, buckets = self.point.algorithm_cls, next(iter(jobs.values())).sched.buckets
-            grads = [SampledModel(self.workload, r, it, buckets, cls.sampled_margin_for, self.law)
+            grads = [SampledModel(self.workload, r, it, buckets, cls.sampled_margin_for, self.law, self.widen, self.kept)
                      for r in self.local_ranks]
         elif self.values == "sampled":
             margin = self.point.algorithm_cls.sampled_margin_for(self.workload.k)
-            stats = self.sim.run([_drawn(jobs[r], self.workload, r, it, margin, self.law) for r in self.local_ranks])
+            draw = [_drawn(jobs[r], self.workload, r, it, margin, self.law, self.widen, self.kept)
+                    for r in self.local_ranks]
+            stats = self._sampled(it, lambda: self.sim.run(draw))
             self.collectives = max(self.collectives, stats.collectives, key=PATHS.index)
             return stats
         else:
             grads = self.workload.grads(self.point.P, it)
         if self.model is not None:
-            stats = self.sim.run([jobs[r].program() for r in self.local_ranks], self.model, grads)
+            programs = [jobs[r].program() for r in self.local_ranks]
+            stats = self._sampled(it, lambda: self.sim.run(programs, self.model, grads))
         else:
             stats = self.sim.run([jobs[r].program(g) for r, g in zip(self.local_ranks, grads)])
         self.collectives = max(self.collectives, stats.collectives, key=PATHS.index)
         return stats
 
 
-def _drawn(job, workload, rank: int, it: int, margin: float, law):
+    @staticmethod
+    def _sampled(it: int, run):
+        """``run()``, a selection below a sampled floor marked with the iteration."""
+        try:
+            return run()
+        except BelowFloor as err:
+            err.iteration = it
+            raise
+
+
+def _drawn(job, workload, rank: int, it: int, margin: float, law, widen, kept):
     """Rank ``rank``'s program, drawing its sampled gradient when the rank
     starts: no list holds every rank's gradient, so each is freed once its
     program stops reading it (Ok-Topk after its local selection; at
     P = 4096 the ranks' sampled gradients are 0.7 GB)."""
-    return lambda ctx: job.program(sampled_gradient(workload, rank, it, margin, law=law))(ctx)
+    return lambda ctx: job.program(sampled_gradient(workload, rank, it, margin, law=law, widen=widen, kept=kept))(ctx)
 
 
 def simulate(point: Point, trace: bool = False, keep_results: bool = False,
              max_events: float | None = None) -> PointOutcome:
-    """Simulate a point whose schedule plan (if any) is resolved."""
-    backend = SimBackend(point, trace, max_events)
-    out = run_point(point, backend, keep_results)
+    """Simulate a point whose schedule plan (if any) is resolved. A sampled
+    point whose selection reaches below a floor runs again, the floor of
+    that iteration widened (:func:`~simsparse.sampling.widened`), at most
+    ``SAMPLED_ATTEMPTS`` times; the row's ``sampled_widen`` says by how much
+    (the floors only decide which entries are drawn: any floor the
+    selections stay above gives the same distribution)."""
+    widen = None
+    for attempt in range(SAMPLED_ATTEMPTS):
+        backend = SimBackend(point, trace, max_events, widen)
+        try:
+            out = run_point(point, backend, keep_results)
+            break
+        except BelowFloor as err:
+            if err.iteration is None or attempt == SAMPLED_ATTEMPTS - 1:
+                raise
+            widen = widened(widen, err, iterations_run(point))
+            del backend
+            gc.collect()
     out.row["collectives"] = backend.collectives
+    if backend.values == "sampled":
+        out.row["sampled_widen"] = "" if widen is None else " ".join(f"{w:.3g}" for w in widen)
     # The rank programs, their contexts and the simulator refer to each other: freed only by the cyclic
     # collector, which counts objects, not bytes, so a point's every gradient and state (GBs) outlived it
     # into the next point (the Ok-Topk paper's BERT config at P = 256: peak 12.2 GB in one process, 6.7 GB
