@@ -232,3 +232,16 @@ def test_a_selection_below_the_floor_says_what_it_needed():
         s.threshold_select(0.8 * s.floor)
     have = int(np.count_nonzero(np.abs(s.values) >= s.floor))
     assert err.value.have == have and err.value.needed == s.count_above(0.8 * s.floor) > have
+
+
+def test_paths_kept_between_iterations_are_the_paths_drawn_at_each():
+    """Drawn once and kept to the last iteration, or drawn again at every
+    one from the same seed: the same indices and values, and nothing kept
+    after the last."""
+    w = Workload(n=6000, density=0.01, drift=0.3, layers=(1500, 2500, 2000), layer_spread=1.0)
+    law, kept = path_law(w, True, 3), {}
+    for t in range(3):
+        for r in range(2):
+            a, b = sampled_gradient(w, r, t, 2.0, law=law, kept=kept), sampled_gradient(w, r, t, 2.0, law=law)
+            assert np.array_equal(a.indices, b.indices) and np.array_equal(a.values, b.values)
+    assert kept == {}

@@ -26,7 +26,9 @@ project's simulator:
   when only sizes travel; with ``values: sampled`` ``w + 4`` bytes for each
   of a rank's about ``sampled_margin`` x k sampled entries (value and index;
   4 k unless the algorithm says; T times that where the draws span T
-  iterations, :mod:`simsparse.sampling.paths`) and 12 k entries for its selections and the
+  iterations, :mod:`simsparse.sampling.paths`, with their values at the
+  T - 1 other iterations where those take at most 2 GiB: they are kept
+  then, :func:`kept_paths_B`) and 12 k entries for its selections and the
   messages made of them, and what its results hold (a union of
   the selections, or a dense sum of n elements: :func:`sampled_results_B`);
   plus 300 bytes per trace record. Peak RSS measured
@@ -65,6 +67,9 @@ MIN_EVENT_RATE = 10_000
 BASE_B = 200e6  # the interpreter, numpy, pandas and the network model
 _CACHE_B = float(1 << 30)  # the bound of each of the workload's caches (simsparse.workload._LRU)
 _STATES_MAX_B = float(4 << 30)  # the most the noise states' cache grows to (simsparse.workload.STATE_MAX_B)
+#: sampled paths are kept from a rank's first iteration to its last (drawn once) while their values at
+#: every iteration take at most this; beyond it they are drawn again at each (the same values)
+KEEP_PATHS_MAX_B = float(2 << 30)
 
 
 def physical_memory() -> float:
@@ -132,7 +137,9 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
         law = point_law(point)
         T = 1 if law is None else law.T
         drawn = point.algorithm_cls.sampled_margin_for(k) * T
-        carried = point.P * k * (drawn * (T * w + 4) + 12 * (w + 4)) + sampled_results_B(point, n, k, w)
+        kept = kept_paths_B(point, n, w)
+        carried = point.P * k * (drawn * (w + 4) + 12 * (w + 4)) + kept * (kept <= KEEP_PATHS_MAX_B) \
+            + sampled_results_B(point, n, k, w)
     elif not (sim and point.size_only):
         T = iterations_run(point)
         per = 2 * w + (2 * w if T > 1 else 0) + (8 + w if point.check else 0)
@@ -145,6 +152,19 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
                 carried += max(_CACHE_B, min(states, _STATES_MAX_B)) if drift > 0 else min(_CACHE_B, states)
     records = events(point) / 2 * 300 if trace else 0.0
     return BASE_B + carried + records
+
+
+def kept_paths_B(point: Point, n: float | None = None, w: int | None = None) -> float:
+    """What keeping a sampled point's paths to their last iteration adds: the
+    values at the T - 1 other iterations of each rank's about margin x k x T
+    drawn entries (0 where one draw per iteration is exact)."""
+    law = point_law(point)
+    if law is None:
+        return 0.0
+    w = w or (8 if point.workload.get("dtype") == "float64" else 4)
+    n = point.workload["n"] * point.data_scale if n is None else n
+    k = max(1.0, point.workload["density"] * n)
+    return point.P * k * point.algorithm_cls.sampled_margin_for(k) * law.T * (law.T - 1) * w
 
 
 def sampled_results_B(point: Point, n: float, k: float, w: int) -> float:

@@ -11,7 +11,7 @@ from ...compute.sampled import BelowFloor
 from ...period import iterations_run
 from ...sampling import SAMPLED_ATTEMPTS, SampledModel, point_law, sampled_gradient, widened
 from ...compute.models import ModelProfile, model_profile
-from .budget import BASE_B, declined, memory_B, rounds_may_apply
+from .budget import BASE_B, KEEP_PATHS_MAX_B, declined, kept_paths_B, memory_B, rounds_may_apply
 from .loop import run_point
 from ..results.metrics import PointOutcome
 from ..config.point import Point
@@ -58,8 +58,8 @@ class SimBackend:
         self.law = point_law(point) if self.values == "sampled" else None
         #: sampled: per iteration, a factor on the entries its floor admits (None: as the algorithm asks)
         self.widen = widen
-        #: sampled paths: each rank's, drawn at its first iteration and kept to its last
-        self.kept = {} if self.law is not None else None
+        #: sampled paths: each rank's, drawn at its first iteration and kept to its last (where that fits)
+        self.kept = {} if self.law is not None and kept_paths_B(point) <= KEEP_PATHS_MAX_B else None
         if self.values == "full":   # every rank's noise state kept from one iteration to the next
             self.workload.hold_states(point.P)
         self.model = None
