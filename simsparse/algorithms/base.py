@@ -113,6 +113,14 @@ class Algorithm:
             return min(cls.sampled_margin, 1.0 + 8.0 / math.sqrt(max(k, 1.0)))
         return cls.sampled_margin
 
+    @classmethod
+    def sampled_floors_learnt(cls, params: BaseModel) -> bool:
+        """Whether, on sampled gradients under error feedback, its selections
+        are expected to reach below floors set for k (thresholds carried from
+        one iteration to the next): the simulator then learns the floors from
+        a pilot at a few ranks first (:mod:`simsparse.experiments.run.simulate`)."""
+        return False
+
     #: what a rank's result holds on a sampled gradient, for the memory budget:
     #: ``k`` entries, the ``union`` of every rank's selection (up to P k), a
     #: ``dense`` sum of n elements that every rank computes from the same

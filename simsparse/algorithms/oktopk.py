@@ -182,6 +182,13 @@ class OkTopk(Algorithm):
         than 4/3 k needs, and drawing was half of a run)."""
         return min(cls.sampled_margin, 4 / 3 + 8 / math.sqrt(max(k, 1.0)))
 
+    @classmethod
+    def sampled_floors_learnt(cls, params) -> bool:
+        """Under error feedback the residual widens the accumulated vector
+        from one iteration to the next, so a reused threshold selects several
+        times k (3.5 k in the paper's BERT config): under a floor set for k."""
+        return bool(getattr(params, "error_feedback", False) and params.threshold_reuse)
+
     def __init__(self, setup, params=None):
         super().__init__(setup, params)
         self.local_thr = None    # local threshold kept for the next iteration

@@ -245,3 +245,30 @@ def test_paths_kept_between_iterations_are_the_paths_drawn_at_each():
             a, b = sampled_gradient(w, r, t, 2.0, law=law, kept=kept), sampled_gradient(w, r, t, 2.0, law=law)
             assert np.array_equal(a.indices, b.indices) and np.array_equal(a.values, b.values)
     assert kept == {}
+
+
+def test_ok_topk_under_error_feedback_learns_its_floors_from_a_pilot(monkeypatch):
+    """Ok-Topk's reused thresholds under error feedback: a pilot at PILOT_P
+    ranks runs (and widens) first, the point itself then once, with the
+    pilot's floors; TopkA (exact top-k) runs no pilot."""
+    import simsparse.experiments.run.simulate as simulate
+
+    made, real = [], simulate.SimBackend
+
+    def counting(point, *a, **kw):
+        made.append((point.P, kw.get("widen", a[2] if len(a) > 2 else None)))
+        return real(point, *a, **kw)
+
+    monkeypatch.setattr(simulate, "SimBackend", counting)
+    for algorithm, params in (("oktopk", {"error_feedback": True, "tau": 2, "tau_prime": 2}),
+                              ("topka", {"error_feedback": True})):
+        made.clear()
+        p = make_point(algorithm, 8, n=8000, density=0.01, seed=0, iterations=1, warmup=1, params=params)
+        p = dataclasses.replace(p, workload={**p.workload, "drift": 0.2}, values="sampled")
+        row = simulate_point(p).row
+        if algorithm == "oktopk":
+            pilot = [w for P, w in made if P == simulate.PILOT_P]
+            assert len(pilot) >= 2 and pilot[0] is None and row["sampled_widen"]
+            assert [w for P, w in made if P == 8] == [pilot[-1]]
+        else:
+            assert made == [(8, None)] and row["sampled_widen"] == ""

@@ -3,6 +3,7 @@ schedule plan is resolved; :mod:`.runner` resolves it)."""
 from __future__ import annotations
 
 import gc
+from dataclasses import replace
 
 from ...backends.rounds import run_rounds
 from ...backends.sim import Simulator, TrainingModel
@@ -124,6 +125,11 @@ def _drawn(job, workload, rank: int, it: int, margin: float, law, widen, kept):
     return lambda ctx: job.program(sampled_gradient(workload, rank, it, margin, law=law, widen=widen, kept=kept))(ctx)
 
 
+#: a sampled point of more ranks whose algorithm carries thresholds between iterations under error
+#: feedback (``Algorithm.sampled_floors_learnt``) first runs at this many, to learn its floors
+PILOT_P = 4
+
+
 def simulate(point: Point, trace: bool = False, keep_results: bool = False,
              max_events: float | None = None) -> PointOutcome:
     """Simulate a point whose schedule plan (if any) is resolved. A sampled
@@ -131,19 +137,11 @@ def simulate(point: Point, trace: bool = False, keep_results: bool = False,
     that iteration widened (:func:`~simsparse.sampling.widened`), at most
     ``SAMPLED_ATTEMPTS`` times; the row's ``sampled_widen`` says by how much
     (the floors only decide which entries are drawn: any floor the
-    selections stay above gives the same distribution)."""
-    widen = None
-    for attempt in range(SAMPLED_ATTEMPTS):
-        backend = SimBackend(point, trace, max_events, widen)
-        try:
-            out = run_point(point, backend, keep_results)
-            break
-        except BelowFloor as err:
-            if err.iteration is None or attempt == SAMPLED_ATTEMPTS - 1:
-                raise
-            widen = widened(widen, err, iterations_run(point))
-            del backend
-            gc.collect()
+    selections stay above gives the same distribution). Where that is to be
+    expected it starts from the floors a pilot at ``PILOT_P`` ranks learnt
+    (the Ok-Topk paper's BERT config at P = 256: a failed first run was 43 %
+    of the point)."""
+    out, backend, widen = _attempts(point, trace, keep_results, max_events, _pilot(point))
     out.row["collectives"] = backend.collectives
     if backend.values == "sampled":
         out.row["sampled_widen"] = "" if widen is None else " ".join(f"{w:.3g}" for w in widen)
@@ -156,3 +154,29 @@ def simulate(point: Point, trace: bool = False, keep_results: bool = False,
     if memory_B(point, "sim", trace) - BASE_B > GC_AFTER_B:
         gc.collect()
     return out
+
+
+def _attempts(point: Point, trace: bool, keep_results: bool, max_events, widen: tuple | None):
+    """Run the point, again with widened floors while a selection reaches below one."""
+    for attempt in range(SAMPLED_ATTEMPTS):
+        backend = SimBackend(point, trace, max_events, widen)
+        try:
+            return run_point(point, backend, keep_results), backend, widen
+        except BelowFloor as err:
+            if err.iteration is None or attempt == SAMPLED_ATTEMPTS - 1:
+                raise
+            widen = widened(widen, err, iterations_run(point))
+            del backend
+            gc.collect()
+    raise AssertionError("unreachable")
+
+
+def _pilot(point: Point) -> tuple | None:
+    """The floors' factors a pilot of the point at ``PILOT_P`` ranks ended
+    with, where the algorithm learns its floors, else None (its draws are
+    the pilot ranks' own: the main run draws from streams salted by what the
+    pilot learnt)."""
+    if point.values != "sampled" or point.P <= PILOT_P or point_law(point) is None \
+            or not point.algorithm_cls.sampled_floors_learnt(point.params_model()):
+        return None
+    return _attempts(replace(point, P=PILOT_P), False, False, None, None)[2]
