@@ -228,3 +228,16 @@ def test_ok_topk_draws_less_at_large_k_and_its_reused_thresholds_stay_above_the_
                    params={"tau": 5, "tau_prime": 5})
     row = simulate_point(dataclasses.replace(p, values="sampled")).row
     assert row["values"] == "sampled" and row["time_s"] > 0
+
+
+def test_a_widened_single_iteration_draw_admits_more_from_streams_of_its_own():
+    """One draw per iteration (no path law): the widest factor sets one floor
+    for every iteration (a static gradient stays the same one), about that
+    many times the entries, from salted streams (not the run that chose it)."""
+    w = Workload(n=200000, density=0.01, drift=0.0)
+    plain = sampled_gradient(w, 0, 0, 2.0)
+    wide = [sampled_gradient(w, 0, t, 2.0, widen=(1.0, 1.5)) for t in (0, 1)]
+    assert np.array_equal(wide[0].indices, wide[1].indices) and wide[0].floor < plain.floor
+    assert 1.4 < len(wide[0].values) / len(plain.values) < 1.6
+    top = np.intersect1d(wide[0].indices, plain.indices)
+    assert len(top) < 0.2 * len(plain.indices)   # independent draws: overlap by chance only (about 3 %)
