@@ -124,7 +124,8 @@ class RunSpec(BaseModel):
                             "the gradient entries above a floor near the top k, exact in distribution (no check); in "
                             "training iterations each bucket is drawn on its own, and where gradients drift or errors "
                             "feed back each coordinate's path over the iterations simulated (normal gradients, up to "
-                            "4 iterations)")
+                            "4 iterations); a selection below a floor reruns the point with it widened (the row's "
+                            "sampled_widen)")
     collectives: typing.Literal["auto", "events", "waves"] = Field(
         "auto", description="simulator only: auto evaluates helper collectives (allgather, alltoall, host allreduce) "
                             "for all ranks at once where the network allows, exactly or as a recorded approximation "
