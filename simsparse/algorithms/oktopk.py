@@ -187,7 +187,7 @@ class OkTopk(Algorithm):
         """Under error feedback the residual widens the accumulated vector
         from one iteration to the next, so a reused threshold selects several
         times k (3.5 k in the paper's BERT config): under a floor set for k."""
-        return bool(getattr(params, "error_feedback", False) and params.threshold_reuse)
+        return params.error_feedback and params.threshold_reuse
 
     def __init__(self, setup, params=None):
         super().__init__(setup, params)

@@ -55,10 +55,7 @@ def sampled_problem(point) -> str | None:
     workload = point.workload_obj()
     if workload.source is not None:
         return "gradients replayed from files (workload.source) cannot be sampled"
-    ef, T = error_feedback(point), iterations_run(point)
-    if path_law(workload, ef, T) is None:
-        return None
-    return path_problem(workload, ef, T)
+    return path_problem(workload, error_feedback(point), iterations_run(point))
 
 
 def error_feedback(point) -> bool:
@@ -109,8 +106,6 @@ class SampledModel:
         margin = self.margin_for(selected(self.workload.density, b - a))
         return sampled_gradient(self.workload, self.rank, self.iteration, margin, self.spans[(a, b)], self.law,
                                 self.widen, self.kept)
-
-
 
 
 #: a selection that reached below a floor: the most times a point is run (each run widens the floors)

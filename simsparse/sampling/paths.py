@@ -180,10 +180,7 @@ def path_gradient(workload, rank: int, it: int, margin: float, layers: tuple | N
     iteration to its last (drawn once, not at each: the same values)."""
     plan = path_plan(workload, margin, layers, law, widen)
     span = (() if layers is None else (layers[0] + 1,)) + salt_of(widen)
-    if kept is None:
-        idx, undrawn, values = _paths(workload, rank, plan, span)
-    else:
-        idx, undrawn, values = _kept(kept, (rank, span), it == law.T - 1, partial(_paths, workload, rank, plan, span))
+    idx, undrawn, values = _kept(kept, (rank, span), it == law.T - 1, partial(_paths, workload, rank, plan, span))
     n = int(plan.sizes.sum())
     # the entries not drawn: their sum and sum of squares by the central limit theorem (mean 0: the box is symmetric)
     s2 = plan.scales ** 2
@@ -197,8 +194,10 @@ def path_gradient(workload, rank: int, it: int, margin: float, layers: tuple | N
                    accumulates=law.ef)
 
 
-def _kept(kept: dict, key, last: bool, draw):
-    """``kept[key]``, drawn first if absent; removed at the last use."""
+def _kept(kept: dict | None, key, last: bool, draw):
+    """``kept[key]``, drawn first if absent; removed at the last use (None: nothing kept, drawn each time)."""
+    if kept is None:
+        return draw()
     got = kept.pop(key, None) if last else kept.get(key)
     if got is None:
         got = draw()

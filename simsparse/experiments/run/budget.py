@@ -125,7 +125,7 @@ def events(point: Point) -> float:
 
 def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
     """Peak memory of one point, an upper bound (module docstring)."""
-    w = 8 if point.workload.get("dtype") == "float64" else 4
+    w = _itemsize(point)
     sim = backend == "sim"
     n = point.workload["n"] * (point.data_scale if sim else 1.0)
     carried = 0.0
@@ -137,7 +137,7 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
         law = point_law(point)
         T = 1 if law is None else law.T
         drawn = point.algorithm_cls.sampled_margin_for(k) * T
-        kept = kept_paths_B(point, n, w)
+        kept = kept_paths_B(point)
         carried = point.P * k * (drawn * (w + 4) + 12 * (w + 4)) + kept * (kept <= KEEP_PATHS_MAX_B) \
             + sampled_results_B(point, n, k, w)
     elif not (sim and point.size_only):
@@ -154,17 +154,19 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
     return BASE_B + carried + records
 
 
-def kept_paths_B(point: Point, n: float | None = None, w: int | None = None) -> float:
+def _itemsize(point: Point) -> int:
+    return 8 if point.workload.get("dtype") == "float64" else 4
+
+
+def kept_paths_B(point: Point) -> float:
     """What keeping a sampled point's paths to their last iteration adds: the
     values at the T - 1 other iterations of each rank's about margin x k x T
     drawn entries (0 where one draw per iteration is exact)."""
     law = point_law(point)
     if law is None:
         return 0.0
-    w = w or (8 if point.workload.get("dtype") == "float64" else 4)
-    n = point.workload["n"] * point.data_scale if n is None else n
-    k = max(1.0, point.workload["density"] * n)
-    return point.P * k * point.algorithm_cls.sampled_margin_for(k) * law.T * (law.T - 1) * w
+    k = max(1.0, point.workload["density"] * point.workload["n"] * point.data_scale)
+    return point.P * k * point.algorithm_cls.sampled_margin_for(k) * law.T * (law.T - 1) * _itemsize(point)
 
 
 def sampled_results_B(point: Point, n: float, k: float, w: int) -> float:

@@ -158,17 +158,18 @@ def simulate(point: Point, trace: bool = False, keep_results: bool = False,
 
 def _attempts(point: Point, trace: bool, keep_results: bool, max_events, widen: tuple | None):
     """Run the point, again with widened floors while a selection reaches below one."""
-    for attempt in range(SAMPLED_ATTEMPTS):
+    for _ in range(SAMPLED_ATTEMPTS - 1):
         backend = SimBackend(point, trace, max_events, widen)
         try:
             return run_point(point, backend, keep_results), backend, widen
         except BelowFloor as err:
-            if err.iteration is None or attempt == SAMPLED_ATTEMPTS - 1:
+            if err.iteration is None:
                 raise
             widen = widened(widen, err, iterations_run(point))
             del backend
             gc.collect()
-    raise AssertionError("unreachable")
+    backend = SimBackend(point, trace, max_events, widen)
+    return run_point(point, backend, keep_results), backend, widen
 
 
 def _pilot(point: Point) -> tuple | None:
