@@ -205,7 +205,7 @@ def main():
                 rss[path] = (P, r["rss_MB"])
             load = os.getloadavg()[0]
             f, e = got.get("fast"), got.get("events")
-            main_r = f if f is not None else e
+            main_r = next(got[p] for p in ("fast", "waves", "events") if p in got)
             if "error" in main_r:
                 print(f"{case:<20} {P:>5} {main_r['error']}  (load {load:.1f})", flush=True)
                 continue

@@ -93,6 +93,13 @@ def _trunc_moments(mu, sd, lo, hi, js: tuple = (0,)) -> list:
     return [sum(math.comb(j, i) * mu ** (j - i) * sd ** i * m[i] for i in range(j + 1)) for j in js]
 
 
+def _bounded(law: PathLaw, f: np.ndarray, coords: list) -> list:
+    """The coordinates of ``coords`` whose bound lies within ``REACH``
+    standard deviations: the others are marginalised out (each one's mass
+    beyond its bound is at most 8e-11)."""
+    return [s for s in coords if _tightness(law, f, s) < REACH]
+
+
 def _wide(law: PathLaw, f: np.ndarray) -> bool:
     """Whether every bound lies ``REACH`` standard deviations out: the box
     holds all but 1e-9 of the mass, its integrals are the Gaussian's own."""
@@ -148,7 +155,8 @@ def tail_in_box(law: PathLaw, f: np.ndarray, t: int, y: np.ndarray) -> np.ndarra
     each with a rule of its own, the masses summed from the top."""
     y = np.asarray(y, float)
     sd = math.sqrt(law.cov[t, t])
-    if _wide(law, f):
+    others = _bounded(law, f, [s for s in range(law.T) if s != t])
+    if not others:
         return 2 * (special.ndtr(-y / sd) - special.ndtr(-f[t] / sd))
     top = min(f[t], REACH * sd)
     # the bands: between the thresholds, and no wider than half a standard deviation (the others' bounds,
@@ -156,7 +164,7 @@ def tail_in_box(law: PathLaw, f: np.ndarray, t: int, y: np.ndarray) -> np.ndarra
     edges = np.unique(np.concatenate([np.minimum(y, top), np.linspace(0.0, top, int(math.ceil(top / (0.5 * sd))) + 1)]))
     rules = [_rule(a, b, _BAND_NODES) for a, b in zip(edges[:-1], edges[1:])]
     xs, ws = np.concatenate([r[0] for r in rules]), np.concatenate([r[1] for r in rules])
-    _, W, _, c, mu, sd_c, root = _region(law, f, [s for s in range(law.T) if s != t], (t, xs, ws))
+    _, W, _, c, mu, sd_c, root = _region(law, f, others, (t, xs, ws))
     mass = W * _trunc_moments(mu, sd_c, -f[c], f[c])[0]
     per_band = np.bincount(root // _BAND_NODES, weights=mass, minlength=len(rules))
     above = np.append(2 * np.cumsum(per_band[::-1])[::-1], 0.0)   # the mass above each edge

@@ -61,6 +61,63 @@ def _walk(E, scale, m, end, kept):
 _WALK = njit(_walk)
 
 
+def kept_in_layers(rng, starts: np.ndarray, sizes: np.ndarray, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_bernoulli` for each layer in turn (its positions offset by its
+    start), concatenated, and each layer's count: compiled, one call that
+    draws from ``rng`` what the loop would, in its order (the same positions)."""
+    starts, sizes = np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
+    p = np.asarray(p, dtype=np.float64)
+    if _LAYERS is not None:
+        return _LAYERS(rng, starts, sizes, p)
+    parts = [a + _bernoulli(rng, int(m), float(q)) for a, m, q in zip(starts.tolist(), sizes.tolist(), p.tolist())]
+    counts = np.array([len(x) for x in parts], dtype=np.int64)
+    return (np.concatenate(parts) if parts else np.zeros(0, np.int64)), counts
+
+
+def _kept_layers(rng, starts, sizes, p):
+    """:func:`kept_in_layers` in one loop: per layer the batches of
+    exponentials :func:`_bernoulli` draws (``want`` each), walked."""
+    counts = np.zeros(starts.shape[0], dtype=np.int64)
+    out, c = np.empty(1024, dtype=np.int64), 0
+    for layer in range(starts.shape[0]):
+        m, q, a = sizes[layer], p[layer], starts[layer]
+        if q <= 0.0 or m == 0:
+            continue
+        first = c
+        if q >= 1.0:
+            out = _room(out, c, m)
+            out[c:c + m] = a + np.arange(m)
+            c += m
+        else:
+            scale, end = -1.0 / np.log1p(-q), np.int64(-1)
+            while end < m:
+                want = int(m * q + 6.0 * np.sqrt(m * q) + 16)
+                out = _room(out, c, want)
+                E = np.empty(want)
+                for i in range(want):
+                    E[i] = rng.standard_exponential()
+                k, end = _WALK(E, scale, m, end, out[c:])
+                out[c:c + k] += a
+                c += k
+        counts[layer] = c - first
+    return out[:c].copy(), counts
+
+
+def _room(out, c, extra):
+    """``out`` (its first c filled) with room for ``extra`` more."""
+    if c + extra <= out.shape[0]:
+        return out
+    grown = np.empty(2 * (c + extra), dtype=out.dtype)
+    grown[:c] = out[:c]
+    return grown
+
+
+_LAYERS = None
+if _WALK is not None:   # (the loop calls _room: compiled too)
+    _room = njit(_room)
+    _LAYERS = njit(_kept_layers)
+
+
 def selected(density: float, n: int) -> int:
     """k of a vector of n entries: round(density n), at least 1 (``Setup.k``)."""
     return max(1, min(n, int(round(density * n))))

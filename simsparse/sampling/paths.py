@@ -16,7 +16,7 @@ from ..compression.rng import _M32, _fmix, seed_of
 from ..compute.sampled import Sampled
 from ..jit import njit
 from ..quantile import _PHI_INV, COEFFICIENTS, ndtri
-from .draws import _bernoulli, salt_of, span_layers
+from .draws import kept_in_layers, salt_of, span_layers
 from .box import box_moments, drawn_probability, tail_in_box
 from .law import PathLaw
 
@@ -88,8 +88,10 @@ def draw_paths(rng, law: PathLaw, f: np.ndarray, rows: np.ndarray, tail: np.ndar
     """One vector A for each entry of ``rows`` (its layer, whose bounds are
     ``f[layer]``, (L, T); ``tail[layer, t] = P(|A_t| >= f_t)``), conditioned
     on some |A_t| >= f_t: the union proposal of the module docstring
-    (exact), in rounds over the rows not yet accepted. A round's arithmetic
-    is :func:`_round` (compiled) or :func:`_round_numpy`."""
+    (exact), in rounds over the rows not yet accepted, each round's
+    uniforms (m, 4) and then its normals (m, T - 1) from ``rng``. Compiled,
+    the rounds run in one call that draws from ``rng`` itself, in the same
+    order: the same vectors (:func:`_rounds`); else numpy (:func:`_round_numpy`)."""
     N, T = len(rows), law.T
     sd = np.sqrt(np.diag(law.cov))
     cum = np.cumsum(tail, axis=1)
@@ -99,14 +101,17 @@ def draw_paths(rng, law: PathLaw, f: np.ndarray, rows: np.ndarray, tail: np.ndar
         o = [s for s in range(T) if s != t]
         mean, L = law.rest_given(t)
         means[t, o], chol[t, o] = mean, L
-    out, todo = np.empty((N, T)), np.arange(N)
+    out = np.empty((N, T))
+    if _ROUNDS is not None:
+        return _ROUNDS(rng, np.ascontiguousarray(rows, dtype=np.int64), f, tail, cum, sd, means, chol, COEFFICIENTS, out)
+    todo = np.arange(N)
     while len(todo):
         m = len(todo)
         r = rng.random((m, 4))          # the iteration t*, A_t*'s tail, its sign, the acceptance
         z = rng.standard_normal((m, T - 1))
         layer = rows[todo]
         A, keep = np.empty((m, T)), np.empty(m, dtype=np.bool_)
-        (_ROUND or _round_numpy)(layer, f, tail, cum, sd, means, chol, r, z, COEFFICIENTS, A, keep)
+        _round_numpy(layer, f, tail, cum, sd, means, chol, r, z, COEFFICIENTS, A, keep)
         out[todo[keep]] = A[keep]
         todo = todo[~keep]
     return out
@@ -159,7 +164,38 @@ def _round_numpy(layer, f, tail, cum, sd, means, chol, r, z, K, A, keep):
     keep[:] = r[:, 3] * reach < 1.0
 
 
+def _rounds(rng, rows, f, tail, cum, sd, means, chol, K, out):
+    """:func:`draw_paths`' rounds in one compiled call: each round's uniforms
+    and normals drawn from ``rng`` in the order of numpy's ``rng.random((m,
+    4))`` and ``rng.standard_normal((m, T - 1))`` (numba's Generator draws
+    numpy's streams), then :func:`_round`, the rows kept written out."""
+    N, T = rows.shape[0], out.shape[1]
+    todo = np.arange(N)
+    r, z = np.empty((N, 4)), np.empty((N, max(T - 1, 1)))
+    A, keep = np.empty((N, T)), np.empty(N, dtype=np.bool_)
+    m = N
+    while m:
+        for i in range(m):
+            for j in range(4):
+                r[i, j] = rng.random()
+        for i in range(m):
+            for j in range(T - 1):
+                z[i, j] = rng.standard_normal()
+        layer = rows[todo[:m]]
+        _ROUND(layer, f, tail, cum, sd, means, chol, r[:m], z[:m], K, A[:m], keep[:m])
+        left = 0
+        for i in range(m):
+            if keep[i]:
+                out[todo[i]] = A[i]
+            else:
+                todo[left] = todo[i]
+                left += 1
+        m = left
+    return out
+
+
 _ROUND = njit(_round)
+_ROUNDS = None if _ROUND is None else njit(_rounds)
 
 
 def values_at(A: np.ndarray, law: PathLaw, t: int) -> np.ndarray:
@@ -212,14 +248,8 @@ def _paths(workload, rank: int, plan: PathPlan, span: tuple):
     iteration ((T, N) in the workload's dtype)."""
     law = plan.law
     rng = np.random.default_rng([workload.seed, _TAG_PATHS, rank, *span])
-    idx_parts, counts = [], []
-    for layer, (a, m) in enumerate(zip(plan.starts.tolist(), plan.sizes.tolist())):
-        pos = a + _bernoulli(rng, m, float(plan.p[layer]))
-        counts.append(len(pos))
-        idx_parts.append(pos)
-    counts = np.asarray(counts, dtype=np.int64)
+    idx, counts = kept_in_layers(rng, plan.starts, plan.sizes, plan.p)
     n = int(plan.sizes.sum())
-    idx = np.concatenate(idx_parts) if idx_parts else np.zeros(0, np.int64)
     rows = np.repeat(np.arange(len(counts)), counts)   # each drawn coordinate's layer
     A = draw_paths(rng, law, plan.f, rows, plan.tail)
     values = np.stack([(plan.scales[rows] * values_at(A, law, t)).astype(workload.dtype) for t in range(law.T)])

@@ -204,6 +204,77 @@ def test_the_compiled_round_is_the_numpy_rounds():
         assert np.array_equal(got[1], want[1]) and 0.2 < got[1].mean() < 1
 
 
+def test_the_compiled_rounds_draw_what_numpy_draws(monkeypatch):
+    """draw_paths compiled (its rounds in one call, drawing from the
+    generator itself) and in numpy, from one seed: the same vectors to
+    1e-12, and the generator left in the same state."""
+    from simsparse.sampling import paths
+
+    if paths._ROUNDS is None:
+        pytest.skip("numba disabled")
+    w = Workload(n=60000, density=0.01, drift=0.3, layers=(15000, 25000, 20000), layer_spread=1.0)
+    for ef, T in ((True, 2), (True, 4), (False, 3)):
+        law = path_law(w, ef, T)
+        plan = path_plan(w, 4.0, None, law)
+        rows = np.random.default_rng(T).integers(0, 3, 20000)
+        got = []
+        for rounds in (paths._ROUNDS, None):
+            monkeypatch.setattr(paths, "_ROUNDS", rounds)
+            rng = np.random.default_rng(7)
+            got.append((draw_paths(rng, law, plan.f, rows, plan.tail), rng.random()))
+        np.testing.assert_allclose(got[0][0], got[1][0], rtol=1e-12, atol=1e-12)
+        assert got[0][1] == got[1][1]
+
+
+def test_the_compiled_layer_coins_are_the_numpy_coins(monkeypatch):
+    """Which coordinates of each layer are kept, compiled in one call and
+    layer by layer in numpy: the same positions and counts, the generator
+    left in the same state (layers empty, never kept, always kept)."""
+    from simsparse.sampling import draws
+
+    if draws._LAYERS is None:
+        pytest.skip("numba disabled")
+    rng = np.random.default_rng(0)
+    sizes = rng.integers(0, 50000, 40)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    p = rng.random(40) ** 4 * 0.1
+    p[3], p[5], sizes[7] = 0.0, 1.0, 0
+    got = []
+    for fn in (draws._LAYERS, None):
+        monkeypatch.setattr(draws, "_LAYERS", fn)
+        g = np.random.default_rng(3)
+        got.append((*draws.kept_in_layers(g, starts, sizes, p), g.random()))
+    assert np.array_equal(got[0][0], got[1][0]) and np.array_equal(got[0][1], got[1][1])
+    assert got[0][2] == got[1][2] and got[0][1][5] == sizes[5] and got[0][1][3] == 0
+
+
+def test_coordinates_bounded_far_out_are_marginalised_in_the_tails():
+    """tail_in_box leaves out the coordinates whose bound lies 6.5 standard
+    deviations out or more: within 1e-9 of the nested rule over all of them."""
+    from simsparse.sampling import box
+
+    for law in LAWS:
+        if law.T < 3:
+            continue
+        sd = np.sqrt(np.diag(law.cov))
+        f = sd * np.where(np.arange(law.T) == 1, 2.0, 7.0)
+        f[0] = 2.5 * sd[0]
+        y = np.linspace(0.0, f[1], 9)
+        got = tail_in_box(law, f, 1, y)
+        want = _tail_over_all(box, law, f, 1, y)
+        assert np.max(np.abs(got - want)) < 1e-9, (law, got, want)
+
+
+def _tail_over_all(box, law, f, t, y):
+    """tail_in_box with every other coordinate in the nested rule (none marginalised)."""
+    keep = box._bounded
+    try:
+        box._bounded = lambda law, f, coords: list(coords)
+        return box.tail_in_box(law, f, t, y)
+    finally:
+        box._bounded = keep
+
+
 def test_a_run_below_a_floor_widens_that_iteration_and_the_later_ones():
     """The next run's factors: the entries the query needed plus eight
     standard deviations over what the floor carried, at least 1.25 times as
