@@ -99,7 +99,8 @@ def reduce_in_rotation(reqs, CT: np.ndarray) -> list:
     coos = [q.blocks.coo for q in reqs]
     first = np.array([int(q.blocks.cuts[0]) for q in reqs], dtype=np.int64)
     if jit.enabled() and _REDUCE_FLAT is not None:
-        if int(CT.sum()) >= LIST_FROM * len(reqs) ** 2 and _same_types(accs) \
+        total = int(CT.sum())
+        if total >= LIST_FROM * len(reqs) ** 2 and total >= LIST_MIN_TOTAL and _same_types(accs) \
                 and _same_types([c.indices for c in coos]) and _same_types([c.values for c in coos]):
             _REDUCE_LISTS(_typed(accs), _typed([c.indices for c in coos]), _typed([c.values for c in coos]),
                           CT, first, bounds)
@@ -123,6 +124,9 @@ def reduce_in_rotation(reqs, CT: np.ndarray) -> list:
 #: the copy, 64 to 70 s without), and copying 137 M entries (BERT at P = 1024, 130 a block) cost
 #: 3 s a call, mostly in the new memory's first touch
 LIST_FROM = 32
+#: ... and only where the blocks hold this many entries in all: numba compiles a typed list's methods
+#: in every process (not cached on disk; 0.8 s here), the time a copy of some 36 M entries takes
+LIST_MIN_TOTAL = 32_000_000
 
 
 def _same_types(arrays) -> bool:

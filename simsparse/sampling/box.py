@@ -86,6 +86,8 @@ def _rule(lo: float, hi: float, n: int) -> tuple[np.ndarray, np.ndarray]:
 def _trunc_moments(mu, sd, lo, hi, js: tuple = (0,)) -> list:
     """E[X^j 1{lo < X < hi}] for X ~ N(mu, sd^2), elementwise, for each j in ``js``."""
     a, b = (lo - mu) / sd, (hi - mu) / sd
+    if max(js) == 0:   # (the mass alone: the tails' and the drawn probability's case)
+        return [special.ndtr(b) - special.ndtr(a)] * len(js)
     pa, pb = np.exp(-0.5 * a * a) / math.sqrt(2 * math.pi), np.exp(-0.5 * b * b) / math.sqrt(2 * math.pi)
     m = [special.ndtr(b) - special.ndtr(a), pa - pb]
     for i in range(2, max(js) + 1):   # standard truncated moments: m_i = (i-1) m_{i-2} + a^{i-1} phi(a) - b^{i-1} phi(b)
@@ -145,8 +147,9 @@ def box_moments(law: PathLaw, f: np.ndarray) -> tuple[float, np.ndarray, np.ndar
     return P, E2 / P, E4 / P
 
 
-#: Gauss-Legendre nodes of each band between the thresholds of :func:`tail_in_box`
-_BAND_NODES = 8
+#: Gauss-Legendre nodes of each band between the thresholds of :func:`tail_in_box` (bands of at
+#: most half a standard deviation: 5 nodes are within 1e-12 of 8 on the Ok-Topk paper's BERT layers)
+_BAND_NODES = 5
 
 
 def tail_in_box(law: PathLaw, f: np.ndarray, t: int, y: np.ndarray) -> np.ndarray:

@@ -40,6 +40,7 @@ def test_the_compiled_reduction_adds_as_numpy_and_as_received(monkeypatch, P, li
     copied side by side first), the numpy path and a plain loop that adds
     each block in the order its region's owner receives it."""
     monkeypatch.setattr(rs, "LIST_FROM", list_from)
+    monkeypatch.setattr(rs, "LIST_MIN_TOTAL", 0)
     if rs._REDUCE_FLAT is None:
         pytest.skip("numba is not installed")
     reqs, bounds = _requests(P, seed=P)
