@@ -315,6 +315,17 @@ class GradReady:
     index: int
 
 
+@dataclass(slots=True)
+class GradsReady:
+    """Wait for the gradients of tensors ``end - 1`` down to ``first`` (the
+    backward's order), returned in that order: what :class:`GradReady` of
+    each in turn gives, where nothing else of the rank uses its device
+    meanwhile (:meth:`ContextBase.grads_ready` asks only then)."""
+
+    first: int
+    end: int
+
+
 class TraceRecord(NamedTuple):
     """One span of a rank's timeline, the same schema in both backends:
     ``lane`` is the program that issued it (``main``, or a spawned task's
@@ -426,6 +437,22 @@ class ContextBase:
     @staticmethod
     def grad_ready(index: int) -> GradReady:
         return GradReady(index)
+
+    def grads_ready(self, first: int, end: int):
+        """The gradients of tensors ``end - 1`` down to ``first``, in that
+        order (``parts = yield from ctx.grads_ready(first, end)``): one
+        :class:`GradsReady` where the backend answers it for the same times
+        (:meth:`_grads_at_once`), else ``grad_ready`` of each in turn."""
+        if self._grads_at_once():
+            return (yield GradsReady(first, end))
+        parts = []
+        for i in range(end - 1, first - 1, -1):
+            parts.append((yield GradReady(i)))
+        return parts
+
+    def _grads_at_once(self) -> bool:
+        """Whether this backend answers :class:`GradsReady` now (the real one never does)."""
+        return False
 
     # -- phases -----------------------------------------------------------
     def phase(self, name: str):

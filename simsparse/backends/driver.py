@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from ..ops import Collective, Compute, Delay, Forward, GradReady, Task, Waitall, Waitany, scope_id
+from ..ops import Collective, Compute, Delay, Forward, GradReady, GradsReady, Task, Waitall, Waitany, scope_id
 
 #: a handler's answer when the program must wait
 BLOCKED = object()
@@ -37,7 +37,7 @@ EXPANDED = object()
 
 #: request type -> name of the backend's handler method
 DISPATCH = {Waitall: "on_waitall", Waitany: "on_waitany", Compute: "on_compute", Forward: "on_forward",
-            GradReady: "on_grad_ready", Delay: "on_delay"}
+            GradReady: "on_grad_ready", GradsReady: "on_grads_ready", Delay: "on_delay"}
 
 
 @dataclass
@@ -116,7 +116,7 @@ class Driver:
     and ``task_done``."""
 
     def __init__(self):
-        self._table = {t: getattr(self, name) for t, name in DISPATCH.items()}
+        self._table = {t: getattr(self, name) for t, name in DISPATCH.items() if hasattr(self, name)}
 
     # -- programs -----------------------------------------------------------
     def start(self, ctx, gen) -> Program:

@@ -31,7 +31,9 @@ and the issuing program resumes when it ends. ``forward`` and ``grad_ready``
 are charged from the model's per-tensor times (:class:`TrainingModel`);
 ``grad_ready(i)`` runs the backward of every tensor from the last one not yet
 computed down to ``i`` (backward order is reverse registration order) and
-returns the rank's gradient of tensor ``i``.
+returns the rank's gradient of tensor ``i``; ``GradsReady`` (a bucket's
+tensors, asked only where nothing else of the rank can use the device) is
+``grad_ready`` of each in turn with one wake-up.
 
 Requests that take no simulated time (an all-complete waitall, a zero-cost
 kernel on an idle device) do not create SimPy events, which keeps large runs
@@ -51,7 +53,7 @@ from __future__ import annotations
 
 import gc
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
@@ -69,22 +71,8 @@ from .waves_ab import APPROX_FROM
 from .driver import BLOCKED, Driver, IterationStats, post
 from .memo import memo_call
 from .sim_cpu import HostCPU
+from .sim_model import ModelHandlers, TrainingModel  # noqa: F401 (TrainingModel: the model's costs, imported from here)
 from .sim_messages import Messages, _Message, _scaled_nbytes, _Wait
-
-
-@dataclass(frozen=True)
-class TrainingModel:
-    """What ``forward`` and ``grad_ready`` cost on every rank's device, and
-    where each tensor's gradient lies in the rank's flat gradient vector.
-    ``t_backward`` and ``sizes`` are in registration order."""
-
-    t_forward: float
-    t_backward: tuple
-    sizes: tuple
-
-    @property
-    def offsets(self) -> list:
-        return list(np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(int)) if self.sizes else []
 
 
 class _Rank:
@@ -162,8 +150,14 @@ class SimContext(ContextBase):
     def spawn(self, program, stream=None, lane=None):
         return self.sim.spawn(self, program, stream, lane)
 
+    def _grads_at_once(self) -> bool:
+        """The rank's main program with no task alive, on a device of its own:
+        nothing else can use the device until the gradients are ready."""
+        prog = self.program
+        return self.sim.cores is None and prog.task is None and not prog.live_children
 
-class Simulator(Messages, HostCPU, Driver):
+
+class Simulator(Messages, HostCPU, ModelHandlers, Driver):
     """Runs one iteration of P rank programs on a network and device model."""
 
     def __init__(self, network: NetworkModel, device: Device | None = None, eager_threshold_B: int = 65536,
@@ -406,40 +400,8 @@ class Simulator(Messages, HostCPU, Driver):
         self.env.at(wait, self._resume, (prog, None))
         return BLOCKED
 
-    def on_forward(self, prog, req):
-        return self._device(prog, self._model("forward").t_forward, None, "forward", "forward")
-
-    def on_grad_ready(self, prog, req):
-        m, rs = self._model("grad_ready"), prog.ctx.r
-        i = req.index
-        L = len(m.sizes)
-        if not 0 <= i < L:
-            raise IndexError(f"grad_ready({i}): the model has {L} tensors")
-        a, b = self._views[i]
-        value = self.grads[rs.rank][a:b]
-        pos = L - 1 - i
-        if pos >= rs.next_bwd:  # run the backward of tensors next_bwd..pos
-            dt = self._bwd_cum[pos + 1] - self._bwd_cum[rs.next_bwd]
-            covered = range(rs.next_bwd, pos + 1)
-            rs.next_bwd = pos + 1
-            out = self._device(prog, dt, value, "backward", "backward", covered)
-            end = max(rs.device_free, self.env.now)
-            for p in covered:   # (with shared cores: when the backward has run, see _core_done)
-                rs.ready_at[p] = end
-            return out
-        delay = rs.ready_at[pos] - self.env.now
-        if delay <= 0:
-            return value
-        self.env.at(delay, self._resume, (prog, value))
-        return BLOCKED
-
     def _resume(self, prog_value) -> None:
         self.step(*prog_value)
-
-    def _model(self, what) -> TrainingModel:
-        if self.model is None:
-            raise RuntimeError(f"ctx.{what}() needs a model: this run simulates a bare collective")
-        return self.model
 
     def _device(self, prog, dt, value, op, category, covered=()):
         """Occupy the rank's device for dt after everything issued before

@@ -111,9 +111,7 @@ class Schedule:
         yield ctx.forward()
         tasks = []
         for g, ((lo, hi), a) in enumerate(zip(self.buckets, self.algs)):
-            parts = []
-            for i in range(hi - 1, lo - 1, -1):
-                parts.append((yield ctx.grad_ready(i)))
+            parts = yield from ctx.grads_ready(lo, hi)
             if len(parts) == 1:
                 buf = parts[0]
             else:

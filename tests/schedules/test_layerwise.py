@@ -176,3 +176,29 @@ def test_trace_has_a_device_lane_and_one_lane_per_bucket():
     main_ops = {t["op"] for t in out.trace if t["lane"] == "main"}
     assert {"forward", "backward"} <= main_ops
     assert any(t["op"] == "send" and t["lane"].startswith("comm/") for t in out.trace)
+
+
+@pytest.mark.parametrize("schedule,algorithm,fewer", [("topk_sgd", "topka", True), ("dense_ovlp", "rabenseifner", True),
+                                                      ("mg_wfbp", "ring", False), ("wfbp", "ring", False)])
+def test_a_buckets_gradients_at_once_are_the_gradients_in_turn(monkeypatch, schedule, algorithm, fewer):
+    """A bucket's gradients in one request (the rank's main program alone on
+    its device: the simulator chains the tensors' backward on the clocks
+    each would have resumed at) and one tensor at a time: the same times,
+    busy seconds and spans of the trace, bit for bit, with fewer events
+    where a bucket of several tensors comes first (WFBP's buckets are one
+    tensor each; MG-WFBP's later ones wait behind communication)."""
+    from simsparse.backends.sim import SimContext
+
+    pt = point(schedule, algorithm, P=3, iterations=2, warmup=1)
+    got = {}
+    for at_once in (True, False):
+        if not at_once:
+            monkeypatch.setattr(SimContext, "_grads_at_once", lambda self: False)
+        got[at_once] = simulate_point(pt, trace=True)
+    a, b = got[True], got[False]
+    keys = [k for k in a.row if k.startswith(("t_", "time")) or k in ("correct", "bytes_max")]
+    assert {k: a.row[k] for k in keys} == {k: b.row[k] for k in keys}
+    def spans(out):   # (in the order the ranks recorded them: interleaved differently)
+        return sorted(tuple(sorted(t.items())) for t in out.trace)
+    assert spans(a) == spans(b)
+    assert (a.row["sim_events"] < b.row["sim_events"]) if fewer else (a.row["sim_events"] <= b.row["sim_events"])

@@ -1,0 +1,102 @@
+"""The training model on every rank's device (the simulator's handlers of
+``forward``, ``grad_ready`` and ``grads_ready``): the model profile's
+forward time, and the backward of tensors in reverse registration order,
+each gradient ready when the backward has reached it (:mod:`.sim`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ops import TraceRecord
+from .driver import BLOCKED
+
+
+@dataclass(frozen=True)
+class TrainingModel:
+    """What ``forward`` and ``grad_ready`` cost on every rank's device, and
+    where each tensor's gradient lies in the rank's flat gradient vector.
+    ``t_backward`` and ``sizes`` are in registration order."""
+
+    t_forward: float
+    t_backward: tuple
+    sizes: tuple
+
+    @property
+    def offsets(self) -> list:
+        return list(np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(int)) if self.sizes else []
+
+
+class ModelHandlers:
+    """The :class:`~.sim.Simulator`'s handlers of the model's requests (its
+    ``model``, ``grads``, ``_views``, ``_bwd_cum``, ``_device`` and clock)."""
+
+    def on_forward(self, prog, req):
+        return self._device(prog, self._model("forward").t_forward, None, "forward", "forward")
+
+    def on_grad_ready(self, prog, req):
+        m, rs = self._model("grad_ready"), prog.ctx.r
+        i = req.index
+        L = len(m.sizes)
+        if not 0 <= i < L:
+            raise IndexError(f"grad_ready({i}): the model has {L} tensors")
+        a, b = self._views[i]
+        value = self.grads[rs.rank][a:b]
+        pos = L - 1 - i
+        if pos >= rs.next_bwd:  # run the backward of tensors next_bwd..pos
+            dt = self._bwd_cum[pos + 1] - self._bwd_cum[rs.next_bwd]
+            covered = range(rs.next_bwd, pos + 1)
+            rs.next_bwd = pos + 1
+            out = self._device(prog, dt, value, "backward", "backward", covered)
+            end = max(rs.device_free, self.env.now)
+            for p in covered:   # (with shared cores: when the backward has run, see _core_done)
+                rs.ready_at[p] = end
+            return out
+        delay = rs.ready_at[pos] - self.env.now
+        if delay <= 0:
+            return value
+        self.env.at(delay, self._resume, (prog, value))
+        return BLOCKED
+
+    def on_grads_ready(self, prog, req):
+        """:meth:`on_grad_ready` of tensors ``end - 1`` down to ``first`` in
+        turn, on the clock each would have resumed at (``now + (end - now)``,
+        as the engine adds a delay), with one wake-up at the last: the same
+        device spans, busy time and trace, one event instead of one a tensor
+        (BERT: 207 a rank and iteration)."""
+        m, rs = self._model("grad_ready"), prog.ctx.r
+        L, now, parts = len(m.sizes), self.env.now, []
+        grads, cum, ctx = self.grads[rs.rank], self._bwd_cum, prog.ctx
+        for i in range(req.end - 1, req.first - 1, -1):
+            if not 0 <= i < L:
+                raise IndexError(f"grad_ready({i}): the model has {L} tensors")
+            a, b = self._views[i]
+            parts.append(grads[a:b])
+            pos = L - 1 - i
+            if pos >= rs.next_bwd:   # as _device: the backward of tensors next_bwd..pos
+                dt = cum[pos + 1] - cum[rs.next_bwd]
+                covered = range(rs.next_bwd, pos + 1)
+                rs.next_bwd = pos + 1
+                start = rs.device_free if rs.device_free > now else now
+                end = start + dt
+                if dt > 0:
+                    rs.busy["backward"] += dt
+                if self.trace_on:
+                    self.trace.append(TraceRecord(rs.rank, ctx._phase, "backward", -1, 0, start, end, ctx.lane))
+                if end > now:
+                    rs.device_free = end
+                for p in covered:
+                    rs.ready_at[p] = rs.device_free if rs.device_free > now else now
+                if end > now:
+                    now = now + (end - now)
+            elif rs.ready_at[pos] - now > 0:
+                now = now + (rs.ready_at[pos] - now)
+        if now > self.env.now:
+            self.env.at_time(now, self._resume, (prog, parts))
+            return BLOCKED
+        return parts
+
+    def _model(self, what) -> TrainingModel:
+        if self.model is None:
+            raise RuntimeError(f"ctx.{what}() needs a model: this run simulates a bare collective")
+        return self.model
