@@ -109,11 +109,47 @@ def coo_add(parts):
     """Sum of sparse vectors: the union of their indices (SparCML's sum of streams)."""
     parts = list(parts)
     n = parts[0].n
+    if _merge_add is not None and len(parts) == 2 and all(_ascending(p.indices) for p in parts) \
+            and parts[0].values.dtype == parts[1].values.dtype:
+        a, b = parts
+        ia, ib = a.indices.astype(np.int64, copy=False), b.indices.astype(np.int64, copy=False)
+        idx, val = np.empty(len(ia) + len(ib), dtype=np.int64), np.empty(len(ia) + len(ib), dtype=a.values.dtype)
+        m = _merge_add(ia, a.values, ib, b.values, idx, val)
+        return COO(idx[:m].astype(_idx_dtype(n)), val[:m].copy(), n)
     idx = np.concatenate([p.indices for p in parts])
     val = np.concatenate([p.values for p in parts])
     uniq, inv = np.unique(idx, return_inverse=True)
     out = np.bincount(inv, weights=val, minlength=len(uniq)).astype(val.dtype)
     return COO(uniq.astype(_idx_dtype(n)), out, n)
+
+
+def _ascending(idx) -> bool:
+    return len(idx) < 2 or bool((idx[1:] > idx[:-1]).all())
+
+
+def _merged_sum(ia, va, ib, vb, idx, val):
+    """Two vectors of strictly ascending indices merged into ``idx``/``val``,
+    a shared index's values added in float64 and stored in ``val``'s dtype
+    (as ``np.bincount`` of the concatenation sums them: the same values, in
+    one pass instead of a sort); returns how many entries."""
+    i = j = m = 0
+    while i < ia.shape[0] or j < ib.shape[0]:
+        if j >= ib.shape[0] or (i < ia.shape[0] and ia[i] < ib[j]):
+            idx[m], val[m] = ia[i], 0.0 + np.float64(va[i])   # (bincount's 0 + v: -0 becomes 0)
+            i += 1
+        elif i >= ia.shape[0] or ib[j] < ia[i]:
+            idx[m], val[m] = ib[j], 0.0 + np.float64(vb[j])
+            j += 1
+        else:
+            idx[m] = ia[i]
+            val[m] = 0.0 + np.float64(va[i]) + np.float64(vb[j])
+            i += 1
+            j += 1
+        m += 1
+    return m
+
+
+_merge_add = njit(_merged_sum)
 
 
 @coo_add.torch
@@ -220,7 +256,9 @@ def coo_topk(coo, k):
     m = coo.nnz
     if k >= m:
         return coo
-    sel = np.sort(np.argpartition(np.abs(coo.values), m - k)[m - k:])
+    keep = np.zeros(m, dtype=bool)   # (the chosen positions ascending: a mask, not a sort of k of them)
+    keep[np.argpartition(np.abs(coo.values), m - k)[m - k:]] = True
+    sel = np.flatnonzero(keep)
     return COO(coo.indices[sel], coo.values[sel], coo.n)
 
 

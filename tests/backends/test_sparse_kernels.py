@@ -132,6 +132,34 @@ def test_intersect_compiled_merge_agrees_with_the_binary_search():
         np.testing.assert_array_equal(pure, want)
 
 
+def test_the_compiled_merge_adds_two_sparse_vectors_as_the_sort_does(monkeypatch):
+    """coo_add of two vectors of ascending indices, merged in one compiled
+    pass and by numpy's unique and bincount: the same indices and dtypes
+    and the same values to the bit (signed zeros included), shared indices,
+    empty parts and both index and value widths."""
+    from simsparse.compute import sparse_kernels as sk
+
+    if sk._merge_add is None:
+        pytest.skip("numba disabled")
+    rng = np.random.default_rng(5)
+    for trial in range(120):
+        n = int(rng.integers(1, 4000))
+        dt, it = (np.float32, np.float64)[trial % 2], (np.int32, np.int64)[trial // 2 % 2]
+        parts = []
+        for _ in range(2):
+            idx = np.sort(rng.choice(n, size=int(rng.integers(0, min(n, 300) + 1)), replace=False)).astype(it)
+            v = rng.standard_normal(len(idx)).astype(dt)
+            v[::5] = -0.0
+            parts.append(COO(idx, v, n))
+        got = K("coo_add")(parts)
+        monkeypatch.setattr(sk, "_merge_add", None)
+        want = K("coo_add")(parts)
+        monkeypatch.undo()
+        assert got.indices.dtype == want.indices.dtype and got.values.dtype == want.values.dtype
+        np.testing.assert_array_equal(got.indices, want.indices)
+        assert got.values.tobytes() == want.values.tobytes()
+
+
 def test_the_merged_cuts_are_binary_searches():
     """coo_split's merge pass (compiled and Python) gives ``np.searchsorted``'s
     positions, on sorted random indices and bounds with repeats, bounds
