@@ -6,6 +6,7 @@ under a floor, values at given indices)."""
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from functools import lru_cache, partial
 
 import numpy as np
@@ -216,7 +217,8 @@ def path_gradient(workload, rank: int, it: int, margin: float, layers: tuple | N
     iteration to its last (drawn once, not at each: the same values)."""
     plan = path_plan(workload, margin, layers, law, widen)
     span = (() if layers is None else (layers[0] + 1,)) + salt_of(widen)
-    idx, undrawn, values = _kept(kept, (rank, span), it == law.T - 1, partial(_paths, workload, rank, plan, span))
+    drawn = partial(_shared, (workload, rank, margin, layers, law, widen), partial(_paths, workload, rank, plan, span))
+    idx, undrawn, values = _kept(kept, (rank, span), it == law.T - 1, drawn)
     n = int(plan.sizes.sum())
     # the entries not drawn: their sum and sum of squares by the central limit theorem (mean 0: the box is symmetric)
     s2 = plan.scales ** 2
@@ -242,6 +244,33 @@ def _kept(kept: dict | None, key, last: bool, draw):
     return got
 
 
+#: the most a process keeps of ranks' paths for the points after (:func:`_shared`)
+SHARED_PATHS_MAX_B = 512 << 20
+_SHARED: OrderedDict = OrderedDict()
+_shared_B = [0]
+
+
+def _shared(key: tuple, draw):
+    """A rank's paths drawn for an earlier point of this process with the
+    same ``key`` (workload, rank, margin, span, law, widening: they do not
+    depend on P or the algorithm, so TopkA, TopkDSA and gTopk of one config,
+    and the ranks of every smaller P, draw alike), else ``draw()``; the
+    least recently used are let go past ``SHARED_PATHS_MAX_B``, and a rank's
+    paths over an eighth of it are not kept."""
+    got = _SHARED.get(key)
+    if got is not None:
+        _SHARED.move_to_end(key)
+        return got
+    got = draw()
+    size = sum(a.nbytes for a in got)
+    if size <= SHARED_PATHS_MAX_B // 8:
+        _SHARED[key] = got
+        _shared_B[0] += size
+        while _shared_B[0] > SHARED_PATHS_MAX_B:
+            _shared_B[0] -= sum(a.nbytes for a in _SHARED.popitem(last=False)[1])
+    return got
+
+
 def _paths(workload, rank: int, plan: PathPlan, span: tuple):
     """A rank's paths (the same at every iteration): the indices drawn, each
     layer's count not drawn, and the gradient's values there at every
@@ -254,9 +283,10 @@ def _paths(workload, rank: int, plan: PathPlan, span: tuple):
     A = draw_paths(rng, law, plan.f, rows, plan.tail)
     values = np.stack([(plan.scales[rows] * values_at(A, law, t)).astype(workload.dtype) for t in range(law.T)])
     idx = idx.astype(np.int32 if n < 2**31 else np.int64)
-    idx.setflags(write=False)
-    values.setflags(write=False)
-    return idx, plan.sizes - counts, values
+    undrawn = plan.sizes - counts
+    for a in (idx, undrawn, values):
+        a.setflags(write=False)
+    return idx, undrawn, values
 
 
 class _PathRest:

@@ -318,6 +318,36 @@ def test_paths_kept_between_iterations_are_the_paths_drawn_at_each():
     assert kept == {}
 
 
+def test_points_that_draw_alike_share_a_ranks_paths(monkeypatch):
+    """Exact top-k selectors of one config (TopkA, gTopk: the same margin,
+    law and span) draw each rank's paths once per process: the second
+    point draws nothing and gets the times it gets from fresh draws; past
+    the cap the least recently used paths are let go."""
+    from simsparse.sampling import paths
+
+    base = make_point("topka", 6, n=20000, density=0.01, iterations=1, warmup=1, values="sampled",
+                      params={"error_feedback": True})
+    base = dataclasses.replace(base, workload={**base.workload, "drift": 0.3}, check=False)
+    other = dataclasses.replace(base, algorithm="gtopk")
+    def fresh():
+        monkeypatch.setattr(paths, "_SHARED", paths.OrderedDict())
+        monkeypatch.setattr(paths, "_shared_B", [0])
+
+    fresh()
+    calls, real = [], paths.draw_paths
+    monkeypatch.setattr(paths, "draw_paths", lambda *a: calls.append(1) or real(*a))
+    simulate_point(base)
+    first = len(calls)
+    shared = simulate_point(other).row["time_s"]
+    assert first == 6 and len(calls) == first
+    fresh()
+    assert simulate_point(other).row["time_s"] == shared and len(calls) == 2 * first
+    one = sum(a.nbytes for a in next(iter(paths._SHARED.values())))
+    monkeypatch.setattr(paths, "SHARED_PATHS_MAX_B", 8 * one + 1)
+    simulate_point(dataclasses.replace(other, P=12))
+    assert paths._shared_B[0] <= 8 * one + 1 and len(paths._SHARED) <= 9
+
+
 def test_ok_topk_under_error_feedback_learns_its_floors_from_a_pilot(monkeypatch):
     """Ok-Topk's reused thresholds under error feedback: a pilot at PILOT_P
     ranks runs (and widens) first, the point itself then once, with the

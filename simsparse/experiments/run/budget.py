@@ -28,7 +28,8 @@ project's simulator:
   4 k unless the algorithm says; T times that where the draws span T
   iterations, :mod:`simsparse.sampling.paths`, with their values at the
   T - 1 other iterations where those take at most 2 GiB: they are kept
-  then, :func:`kept_paths_B`) and 12 k entries for its selections and the
+  then, :func:`kept_paths_B`; and the paths a process keeps for later
+  points, at most 512 MiB) and 12 k entries for its selections and the
   messages made of them, and what its results hold (a union of
   the selections, or a dense sum of n elements: :func:`sampled_results_B`);
   plus 300 bytes per trace record. Peak RSS measured
@@ -59,6 +60,7 @@ from dataclasses import dataclass, field
 
 from ...period import iterations_run
 from ...sampling import point_law
+from ...sampling.paths import SHARED_PATHS_MAX_B
 from ..config.point import Point
 
 #: the slowest simulator speed measured (flow-level model, events per second):
@@ -139,7 +141,7 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
         drawn = point.algorithm_cls.sampled_margin_for(k) * T
         kept = kept_paths_B(point)
         carried = point.P * k * (drawn * (w + 4) + 12 * (w + 4)) + kept * (kept <= KEEP_PATHS_MAX_B) \
-            + sampled_results_B(point, n, k, w)
+            + sampled_results_B(point, n, k, w) + (SHARED_PATHS_MAX_B if law is not None else 0.0)
     elif not (sim and point.size_only):
         T = iterations_run(point)
         per = 2 * w + (2 * w if T > 1 else 0) + (8 + w if point.check else 0)
