@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops import Dense, Payload
+from ..ops import Dense, Payload, Scalars
 from .bulk_timing import BulkTiming
 
 
@@ -57,6 +57,8 @@ def freeze(p: Payload) -> Payload:
     """The payload as the event path delivers it: read-only, shared."""
     if type(p) is Dense:
         return p if not p.values.flags.writeable else Dense(_freeze(p.values))
+    if type(p) is Scalars:   # (Ok-Topk's counts: P^2 a call, already read-only)
+        return p if not p.values.flags.writeable else Scalars(_freeze(p.values))
     return p.map(_freeze)
 
 

@@ -30,12 +30,14 @@ _TAG_PATHS, _TAG_SUMS, _TAG_BELOW, _TAG_REST = 2**40 + 7, 2**40 + 8, 2**40 + 9, 
 
 class PathPlan:
     """Floors F (T,); per layer: start, size, scale, the probability of
-    being drawn, and E[A_t^2 | box], E[A_t^4 | box] (L, T)."""
+    being drawn, and E[A_t^2 | box], E[A_t^4 | box] (L, T; integrated when
+    first asked: only a Gaussian-k threshold's moments read them)."""
 
-    def __init__(self, law: PathLaw, F, starts, sizes, scales, p, E2, E4):
+    def __init__(self, law: PathLaw, F, starts, sizes, scales, p):
         self.law, self.F, self.starts, self.sizes, self.scales = law, F, starts, sizes, scales
-        self.p, self.E2, self.E4 = p, E2, E4
+        self.p = p
         self._tails: dict = {}
+        self._moments: tuple | None = None
 
         #: per layer its bounds f = F / s and P(|A_t| >= f_t) (L, T)
         self.f = F[None, :] / scales[:, None]
@@ -43,6 +45,20 @@ class PathPlan:
 
     def bounds(self, layer: int) -> np.ndarray:
         return self.f[layer]
+
+    @property
+    def E2(self) -> np.ndarray:
+        return self.moments()[0]
+
+    @property
+    def E4(self) -> np.ndarray:
+        return self.moments()[1]
+
+    def moments(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._moments is None:
+            got = [box_moments(self.law, f)[1:] for f in self.f]
+            self._moments = (np.array([g[0] for g in got]), np.array([g[1] for g in got]))
+        return self._moments
 
     def tails(self, t: int) -> np.ndarray:
         """Per layer, Chebyshev coefficients of r -> P(|A_t| >= r f_t | box)
@@ -73,14 +89,8 @@ def path_plan(workload, margin: float, layers: tuple | None, law: PathLaw, widen
             above = float(np.dot(sizes, 2 * special.ndtr(-math.exp(mid) / (scales * sd[t]))))
             lo_, hi_ = (mid, hi_) if above > want else (lo_, mid)
         F[t] = math.exp(hi_)
-    p, E2, E4 = [], [], []
-    for s in scales:
-        f = F / s
-        p.append(min(1.0, drawn_probability(law, f)))
-        _, e2, e4 = box_moments(law, f)
-        E2.append(e2)
-        E4.append(e4)
-    return PathPlan(law, F, starts, sizes, scales, np.array(p), np.array(E2), np.array(E4))
+    p = np.array([min(1.0, drawn_probability(law, F / s)) for s in scales])
+    return PathPlan(law, F, starts, sizes, scales, p)
 
 
 # -- drawing -------------------------------------------------------------------------
@@ -220,12 +230,7 @@ def path_gradient(workload, rank: int, it: int, margin: float, layers: tuple | N
     drawn = partial(_shared, (workload, rank, margin, layers, law, widen), partial(_paths, workload, rank, plan, span))
     idx, undrawn, values = _kept(kept, (rank, span), it == law.T - 1, drawn)
     n = int(plan.sizes.sum())
-    # the entries not drawn: their sum and sum of squares by the central limit theorem (mean 0: the box is symmetric)
-    s2 = plan.scales ** 2
-    e2 = undrawn * s2 * plan.E2[:, it]
-    v4 = undrawn * s2 * s2 * np.maximum(plan.E4[:, it] - plan.E2[:, it] ** 2, 0.0)
-    sums = np.random.default_rng([workload.seed, _TAG_SUMS, it, rank, *span])
-    rest_sums = (float(sums.normal(0.0, math.sqrt(e2.sum()))), float(e2.sum() + sums.normal(0.0, math.sqrt(v4.sum()))))
+    rest_sums = _RestSums(plan, it, undrawn, [workload.seed, _TAG_SUMS, it, rank, *span])
     seed = seed_of(workload.seed, _TAG_REST, rank, *span)
     return Sampled(n, idx, values[it], float(plan.F[it]), _PathRest(plan, it, seed, workload.dtype), None,
                    undrawn=rest_sums, below=_Below(plan, it, undrawn, seed_of(workload.seed, _TAG_BELOW, it, rank, *span)),
@@ -287,6 +292,30 @@ def _paths(workload, rank: int, plan: PathPlan, span: tuple):
     for a in (idx, undrawn, values):
         a.setflags(write=False)
     return idx, undrawn, values
+
+
+class _RestSums:
+    """The sum and the sum of squares of the entries not drawn (by the
+    central limit theorem; mean 0: the box is symmetric), as the pair
+    :class:`~simsparse.compute.sampled.Sampled` unpacks, drawn from their
+    own stream when first unpacked (only a Gaussian-k threshold's moments
+    do: the plan's moments below the floors are integrated then)."""
+
+    __slots__ = ("plan", "it", "undrawn", "seed", "_pair")
+
+    def __init__(self, plan: PathPlan, it: int, undrawn: np.ndarray, seed: list):
+        self.plan, self.it, self.undrawn, self.seed, self._pair = plan, it, undrawn, seed, None
+
+    def __iter__(self):
+        if self._pair is None:
+            plan, it, undrawn = self.plan, self.it, self.undrawn
+            s2 = plan.scales ** 2
+            e2 = undrawn * s2 * plan.E2[:, it]
+            v4 = undrawn * s2 * s2 * np.maximum(plan.E4[:, it] - plan.E2[:, it] ** 2, 0.0)
+            sums = np.random.default_rng(self.seed)
+            self._pair = (float(sums.normal(0.0, math.sqrt(e2.sum()))),
+                          float(e2.sum() + sums.normal(0.0, math.sqrt(v4.sum()))))
+        return iter(self._pair)
 
 
 class _PathRest:
