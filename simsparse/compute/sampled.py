@@ -192,10 +192,8 @@ class SampledPart:
 
     __slots__ = ("owner", "start", "end", "dtype", "itemsize")
 
-    def __init__(self, owner, start: int, end: int, dtype):
-        self.owner, self.start, self.end = owner, start, end
-        self.dtype = np.dtype(dtype)
-        self.itemsize = self.dtype.itemsize
+    def __init__(self, owner, start: int, end: int, dtype: np.dtype):
+        self.owner, self.start, self.end, self.dtype, self.itemsize = owner, start, end, dtype, dtype.itemsize
 
     def __len__(self) -> int:
         return self.end - self.start

@@ -87,12 +87,13 @@ class SampledModel:
         self.workload, self.rank, self.iteration, self.margin_for, self.law = workload, rank, iteration, margin_for, law
         self.widen, self.kept = widen, kept
         self.spans = {(offs[lo], offs[hi]): (lo, hi) for lo, hi in buckets}
+        self.dtype = np.dtype(workload.dtype)
 
     def __getitem__(self, where: slice):
         a, b = where.start, where.stop
         if (a, b) in self.spans:
             return self._draw(a, b)
-        return SampledPart(self, a, b, self.workload.dtype)
+        return SampledPart(self, a, b, self.dtype)
 
     def join(self, parts) -> Sampled:
         """The bucket that ``parts`` (in order, side by side) make up."""
