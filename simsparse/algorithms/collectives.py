@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..compute.sparse_kernels import COOParts
 from ..ops import Bundle, Collective, Payload, Scalars
 from .base import pof2_floor
 from .collectives_bulk import HOST_OPS, allgather_bulk, allreduce_host_bulk, alltoall_bulk
@@ -259,6 +260,17 @@ class Reduce:
     kwargs: dict = field(default_factory=dict)
     each: bool = False
     overlap: bool = True
+
+
+def count_blocks(parts) -> list:
+    """Each destination's entry count as a block of its own (one int32) for
+    an :class:`Alltoall` of the counts before a split: rows of one read-only
+    array, from the split's counts where it has them (no part object is
+    made: P^2 a call)."""
+    counts = parts.counts() if isinstance(parts, COOParts) else [q.nnz for q in parts]
+    rows = np.asarray(counts, dtype=np.int32).reshape(-1, 1)
+    rows.setflags(write=False)
+    return [Scalars(row) for row in rows]
 
 
 @dataclass(slots=True)

@@ -70,10 +70,10 @@ import numpy as np
 from pydantic import Field
 
 from ..compute.kernels import Work, _isz, kernel
-from ..compute.sparse_kernels import COOParts, kth_abs
+from ..compute.sparse_kernels import kth_abs
 from ..ops import COO, Scalars
 from .base import Algorithm, SparseParams, register
-from .collectives import Allgather, AllreduceHost, Alltoall, Reduce
+from .collectives import Allgather, AllreduceHost, Alltoall, Reduce, count_blocks
 from .dense import _bounds
 from .oktopk_select import ThresholdTuning, as_dtype, radix_select, rescale
 
@@ -272,7 +272,7 @@ class OkTopk(Algorithm):
         parts = yield ctx.compute("coo_split", sel, bounds)
         if p.count_exchange and P > 1:
             with ctx.phase("counts"):
-                yield Alltoall(_count_blocks(parts), TAG_COUNTS)
+                yield Alltoall(count_blocks(parts), TAG_COUNTS)
         lo, hi = int(bounds[r]), int(bounds[r + 1])
         buf = yield ctx.compute("zeros", hi - lo, sel.values)   # (like the gradient: its dtype and device)
         red = Reduce("scatter_add_region", buf, (lo,), overlap=p.overlap)
@@ -379,12 +379,3 @@ class OkTopk(Algorithm):
                 return np.full(setup.n, np.nan)
             gthr = used.pop()
         return np.where((np.abs(total) >= gthr) & (total != 0), total, 0.0)
-
-
-def _count_blocks(parts) -> list:
-    """Each destination's entry count as a block of its own (one int32),
-    rows of one read-only array: no part object is made (P^2 a call)."""
-    counts = parts.counts() if isinstance(parts, COOParts) else [q.nnz for q in parts]
-    rows = np.asarray(counts, dtype=np.int32).reshape(-1, 1)
-    rows.setflags(write=False)
-    return [Scalars(row) for row in rows]

@@ -28,7 +28,7 @@ from ..compression.qsgd import levels
 from ..compression.rng import seed_of
 from ..ops import Dense, Scalars
 from .base import Algorithm, SparseParams, host_indices, register, topk_choice
-from .collectives import Allgather, Alltoall, Fold, Reduce, Sendrecv, received, recursive_doubling
+from .collectives import Allgather, Alltoall, Fold, Reduce, Sendrecv, count_blocks, received, recursive_doubling
 from .streams import DenseRange, stream_result
 
 TAG_FOLD, TAG_SPLIT, TAG_GATHER, TAG_COUNTS, TAG_SIZES = 1, 2, 3, 4, 5
@@ -350,14 +350,14 @@ class TopkDSA(_LocalTopkSum):
     sampled_result = "dense"
 
     def run(self, ctx, x):
-        P, r, n = ctx.size, ctx.rank, self.setup.n
+        P, n = ctx.size, self.setup.n
         prm = self.params
         sel, bounds, lo, hi = yield from self.select_regions(ctx, x)
         with ctx.phase("split"):
             parts = yield ctx.compute("coo_split", sel, bounds)
         if prm.count_exchange and P > 1:
             with ctx.phase("counts"):
-                yield Alltoall([Scalars.of([p.nnz], "int32") for p in parts], TAG_COUNTS)
+                yield Alltoall(count_blocks(parts), TAG_COUNTS)
         with ctx.phase("split_reduce"):
             zeros = yield ctx.compute("zeros", hi - lo, x)
             # each part is reduced while the next bucket is in flight
