@@ -44,9 +44,7 @@ class ModelHandlers:
         value = self.grads[rs.rank][a:b]
         pos = L - 1 - i
         if pos >= rs.next_bwd:  # run the backward of tensors next_bwd..pos
-            dt = self._bwd_cum[pos + 1] - self._bwd_cum[rs.next_bwd]
-            covered = range(rs.next_bwd, pos + 1)
-            rs.next_bwd = pos + 1
+            dt, covered = self._issue_backward(rs, pos)
             out = self._device(prog, dt, value, "backward", "backward", covered)
             end = max(rs.device_free, self.env.now)
             for p in covered:   # (with shared cores: when the backward has run, see _core_done)
@@ -66,17 +64,15 @@ class ModelHandlers:
         (BERT: 207 a rank and iteration)."""
         m, rs = self._model("grad_ready"), prog.ctx.r
         L, now, parts = len(m.sizes), self.env.now, []
-        grads, cum, ctx = self.grads[rs.rank], self._bwd_cum, prog.ctx
+        grads, ctx = self.grads[rs.rank], prog.ctx
         for i in range(req.end - 1, req.first - 1, -1):
             if not 0 <= i < L:
                 raise IndexError(f"grad_ready({i}): the model has {L} tensors")
             a, b = self._views[i]
             parts.append(grads[a:b])
             pos = L - 1 - i
-            if pos >= rs.next_bwd:   # as _device: the backward of tensors next_bwd..pos
-                dt = cum[pos + 1] - cum[rs.next_bwd]
-                covered = range(rs.next_bwd, pos + 1)
-                rs.next_bwd = pos + 1
+            if pos >= rs.next_bwd:   # as on_grad_ready's _device
+                dt, covered = self._issue_backward(rs, pos)
                 start = rs.device_free if rs.device_free > now else now
                 end = start + dt
                 if dt > 0:
@@ -95,6 +91,14 @@ class ModelHandlers:
             self.env.at_time(now, self._resume, (prog, parts))
             return BLOCKED
         return parts
+
+    def _issue_backward(self, rs, pos: int) -> tuple[float, range]:
+        """The backward of the rank's tensors from the first not yet issued
+        to ``pos`` (backward order), issued: its seconds and the tensors."""
+        dt = self._bwd_cum[pos + 1] - self._bwd_cum[rs.next_bwd]
+        covered = range(rs.next_bwd, pos + 1)
+        rs.next_bwd = pos + 1
+        return dt, covered
 
     def _model(self, what) -> TrainingModel:
         if self.model is None:
