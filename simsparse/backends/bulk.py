@@ -30,7 +30,11 @@ the other order, i.e. ready at the same time), no message was ready while
 its port or link was busy with traffic from outside the collective, the
 kernels found the rank's device idle, and no message of the event
 simulation later finds a port or link the evaluation still held
-(``bulk_touched``: the gaps between its messages are not kept). Otherwise
+(``bulk_touched``: the gaps between its messages are not kept), and no
+other program of a rank issues device work before that rank's exit from a
+collective that ran kernels there (the evaluation queued them all at once;
+the event simulation would have queued that work between them:
+``_Rank.bulk_until``). Otherwise
 it is an approximation, and the run says so: ``IterationStats.collectives``
 is ``events`` (nothing ran in bulk), ``bulk`` (exact) or ``bulk~``
 (approximate), and so does the row's ``collectives`` column. A traced run
@@ -115,6 +119,7 @@ def _evaluate(sim, g: Gathering) -> None:
         if busy[r]:
             rs.busy["compute"] += busy[r]
             rs.device_free = max(rs.device_free, float(run.device[r]))
+            rs.bulk_until = max(rs.bulk_until, float(exits[r]))
     for r in run.done:
         sim.env.at_time(float(exits[r]), sim._resume, (g.progs[r], results[r]))
 

@@ -78,7 +78,7 @@ class _Rank:
     """Per-rank state shared by the rank's programs: device, streams, counters."""
 
     __slots__ = ("rank", "device_free", "streams", "bytes_sent", "msgs_sent", "busy", "next_bwd", "ready_at",
-                 "core_q", "waking", "unseen")
+                 "core_q", "waking", "unseen", "bulk_until")
 
     def __init__(self, rank: int, n_tensors: int):
         self.rank = rank
@@ -92,6 +92,7 @@ class _Rank:
         self.core_q: deque = deque()            # with shared cores: device work not yet run, in issue order
         self.waking = 0                         # with shared cores and a trace: its completed waits not yet woken
         self.unseen: list = []                  # likewise: (handle, bytes, when) completed, its driver not yet told
+        self.bulk_until = -1.0                  # the last exit from a bulk collective that ran kernels here
 
 
 class SimContext(ContextBase):
@@ -413,6 +414,8 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         end = start + dt
         if dt > 0:
             rs.busy[category] += dt
+            if now < rs.bulk_until:   # queued behind a bulk collective's kernels issued later
+                self.bulk_inexact += 1
         if self.trace_on:
             self.trace.append(TraceRecord(rs.rank, ctx._phase, op, -1, 0, start, end, ctx.lane))
         if end > now:

@@ -77,6 +77,8 @@ class ModelHandlers:
                 end = start + dt
                 if dt > 0:
                     rs.busy["backward"] += dt
+                    if now < rs.bulk_until:   # as _device
+                        self.bulk_inexact += 1
                 if self.trace_on:
                     self.trace.append(TraceRecord(rs.rank, ctx._phase, "backward", -1, 0, start, end, ctx.lane))
                 if end > now:
