@@ -232,7 +232,8 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         if model is not None:
             L = len(model.sizes)
             offs = model.offsets
-            self._bwd_cum = np.concatenate([[0.0], np.cumsum(model.t_backward[::-1])]).tolist()
+            self._bwd_cum_a = np.concatenate([[0.0], np.cumsum(model.t_backward[::-1])])
+            self._bwd_cum = self._bwd_cum_a.tolist()
             self._views = [(offs[i], offs[i] + model.sizes[i]) for i in range(L)]
         self.stack_backlog: dict[int, float] = {}   # sender -> stack work issued while its piece runs (_stack_piece)
         self.ranks = [_Rank(r, len(model.sizes) if model else 0) for r in range(P)]

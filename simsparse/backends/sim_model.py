@@ -8,8 +8,42 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..jit import njit
 from ..ops import TraceRecord
 from .driver import BLOCKED
+
+
+def _chain(cum, ready_at, lo, hi, next_bwd, device_free, now, busy, bulk_until):
+    """:meth:`ModelHandlers.on_grads_ready`'s clock for backward positions
+    ``lo`` to ``hi - 1`` on arrays, the same floating-point operations in
+    the same order (compiled: 207 tensors a BERT iteration and rank at
+    3.6 us each in Python). Returns (next_bwd, device_free, now, busy,
+    kernels queued behind a bulk collective's)."""
+    late = 0
+    for pos in range(lo, hi):
+        if pos >= next_bwd:
+            dt = cum[pos + 1] - cum[next_bwd]
+            first = next_bwd
+            next_bwd = pos + 1
+            start = device_free if device_free > now else now
+            end = start + dt
+            if dt > 0:
+                busy += dt
+                if now < bulk_until:
+                    late += 1
+            if end > now:
+                device_free = end
+            at = device_free if device_free > now else now
+            for q in range(first, pos + 1):
+                ready_at[q] = at
+            if end > now:
+                now = now + (end - now)
+        elif ready_at[pos] - now > 0:
+            now = now + (ready_at[pos] - now)
+    return next_bwd, device_free, now, busy, late
+
+
+_CHAIN = njit(_chain)
 
 
 @dataclass(frozen=True)
@@ -65,6 +99,8 @@ class ModelHandlers:
         m, rs = self._model("grad_ready"), prog.ctx.r
         L, now, parts = len(m.sizes), self.env.now, []
         grads, ctx = self.grads[rs.rank], prog.ctx
+        if _CHAIN is not None and not self.trace_on and 0 <= req.first <= req.end <= L:
+            return self._grads_compiled(prog, req, rs, grads, L)
         for i in range(req.end - 1, req.first - 1, -1):
             if not 0 <= i < L:
                 raise IndexError(f"grad_ready({i}): the model has {L} tensors")
@@ -89,6 +125,23 @@ class ModelHandlers:
                     now = now + (end - now)
             elif rs.ready_at[pos] - now > 0:
                 now = now + (rs.ready_at[pos] - now)
+        if now > self.env.now:
+            self.env.at_time(now, self._resume, (prog, parts))
+            return BLOCKED
+        return parts
+
+    def _grads_compiled(self, prog, req, rs, grads, L: int):
+        """:meth:`on_grads_ready` with the clock compiled (:func:`_chain`)."""
+        ready = np.array(rs.ready_at)
+        nb, rs.device_free, now, rs.busy["backward"], late = _CHAIN(
+            self._bwd_cum_a, ready, L - req.end, L - req.first, rs.next_bwd, rs.device_free, self.env.now,
+            rs.busy["backward"], rs.bulk_until)
+        if nb != rs.next_bwd:
+            rs.ready_at[rs.next_bwd:nb] = ready[rs.next_bwd:nb].tolist()
+            rs.next_bwd = nb
+        self.bulk_inexact += late
+        views = self._views
+        parts = [grads[a:b] for a, b in (views[i] for i in range(req.end - 1, req.first - 1, -1))]
         if now > self.env.now:
             self.env.at_time(now, self._resume, (prog, parts))
             return BLOCKED

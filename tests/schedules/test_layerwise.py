@@ -202,3 +202,20 @@ def test_a_buckets_gradients_at_once_are_the_gradients_in_turn(monkeypatch, sche
         return sorted(tuple(sorted(t.items())) for t in out.trace)
     assert spans(a) == spans(b)
     assert (a.row["sim_events"] < b.row["sim_events"]) if fewer else (a.row["sim_events"] <= b.row["sim_events"])
+
+
+@pytest.mark.parametrize("schedule,algorithm", [("topk_sgd", "topka"), ("dense_ovlp", "rabenseifner")])
+def test_the_compiled_chain_of_backward_spans_is_its_python_twin(monkeypatch, schedule, algorithm):
+    """Untraced, a bucket's gradients at once run the clock compiled
+    (``sim_model._chain``): the same row, events and busy seconds included,
+    as the Python loop."""
+    import simsparse.backends.sim_model as sm
+
+    if sm._CHAIN is None:
+        pytest.skip("numba disabled")
+    pt = point(schedule, algorithm, P=3, iterations=2, warmup=1)
+    a = simulate_point(pt).row
+    monkeypatch.setattr(sm, "_CHAIN", None)
+    b = simulate_point(pt).row
+    drop = ("wall_s", "started_at", "host", "worker")
+    assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
