@@ -145,11 +145,17 @@ class Sampled:
 
     def zero_at(self, idx) -> "Sampled":
         """The vector with ``idx`` zeroed (an error-feedback residual)."""
-        pos, found = self._find(np.asarray(idx))
-        keep = np.ones(len(self.indices), dtype=bool)
-        keep[pos[found]] = False
-        return Sampled(self.n, self.indices[keep], self.values[keep], self.floor, self.rest, self._moments,
-                       self.undrawn)
+        idx = np.asarray(idx)
+        if _DROP is not None and len(idx) > 1 and bool((idx[1:] >= idx[:-1]).all()):
+            ind, val = np.empty_like(self.indices), np.empty_like(self.values)
+            m = _DROP(self.indices, self.values, idx, ind, val)   # (one merge pass, no mask: 4x)
+            ind, val = ind[:m], val[:m]
+        else:
+            pos, found = self._find(idx)
+            keep = np.ones(len(self.indices), dtype=bool)
+            keep[pos[found]] = False
+            ind, val = self.indices[keep], self.values[keep]
+        return Sampled(self.n, ind, val, self.floor, self.rest, self._moments, self.undrawn)
 
     def plus(self, residual: "Sampled") -> "Sampled":
         """This iteration's gradient plus the last residual: the vector error
@@ -181,6 +187,25 @@ def _locate(a, q, pos, found):
 
 
 _LOCATE = njit(_locate)
+
+
+def _drop(a, v, q, out_a, out_v):
+    """The entries of ascending ``a`` (values ``v``) that ascending ``q``
+    does not hold, in order, into ``out_a`` and ``out_v``; returns how many."""
+    j, nq, m = 0, q.shape[0], 0
+    for i in range(a.shape[0]):
+        x = a[i]
+        while j < nq and q[j] < x:
+            j += 1
+        if j < nq and q[j] == x:
+            continue
+        out_a[m] = x
+        out_v[m] = v[i]
+        m += 1
+    return m
+
+
+_DROP = njit(_drop)
 
 
 class SampledPart:

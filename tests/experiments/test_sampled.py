@@ -244,8 +244,9 @@ def test_a_widened_single_iteration_draw_admits_more_from_streams_of_its_own():
 
 
 def test_the_compiled_merge_finds_what_the_binary_search_finds(monkeypatch):
-    """Sampled._find for ascending queries (one compiled merge pass) and by
-    searchsorted: the same positions and the same carried flags, with
+    """Sampled._find and zero_at for ascending queries (one compiled merge
+    pass each) and by searchsorted and a mask: the same positions, carried
+    flags and entries left, with
     queries repeated, beyond the last index and into an empty vector."""
     from simsparse.compute import sampled as sm
 
@@ -255,11 +256,14 @@ def test_the_compiled_merge_finds_what_the_binary_search_finds(monkeypatch):
     for _ in range(100):
         n = int(rng.integers(1, 3000))
         carried = np.sort(rng.choice(n, size=int(rng.integers(0, min(n, 400) + 1)), replace=False)).astype(np.int32)
-        v = sm.Sampled(n, carried, np.ones(len(carried), np.float32), 1.0, None, (0.0, 1.0))
+        v = sm.Sampled(n, carried, rng.standard_normal(len(carried)).astype(np.float32), 1.0, None, (0.0, 1.0))
         q = np.sort(rng.integers(0, n + 5, int(rng.integers(2, 300)))).astype(np.int32)
-        got = v._find(q)
+        got, kept = v._find(q), v.zero_at(q)
         monkeypatch.setattr(sm, "_LOCATE", None)
-        want = v._find(q)
+        monkeypatch.setattr(sm, "_DROP", None)
+        want, wkept = v._find(q), v.zero_at(q)
         monkeypatch.undo()
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_array_equal(kept.indices, wkept.indices)   # zero_at: one merge pass, and by a mask
+        np.testing.assert_array_equal(kept.values, wkept.values)
