@@ -17,7 +17,7 @@ import numpy as np
 
 from ..ops import Dense, nbytes_of
 from .base import Algorithm, register
-from .collectives import Fold, Sendrecv, recursive_doubling
+from .collectives import Fold, recursive_doubling
 
 
 def _bounds(n: int, parts: int) -> list[int]:
@@ -144,7 +144,8 @@ def rabenseifner_allreduce(ctx, buf, tag=0):
         for phase, newdst, s_lo, s_hi, r_lo, r_hi, kernel in _rabenseifner_steps(f.pof2, nr):
             with ctx.phase(phase):
                 dst = f.real(newdst)
-                got = yield Sendrecv(dst, Dense(buf[b[s_lo]:b[s_hi]]), dst, tag)
+                # Sendrecv, inlined as in the ring (no generator per step)
+                got, _ = yield ctx.waitall([ctx.irecv(dst, tag), ctx.isend(dst, Dense(buf[b[s_lo]:b[s_hi]]), tag)])
                 yield ctx.compute(kernel, buf[b[r_lo]:b[r_hi]], got.values)
     with ctx.phase("unfold"):
         yield from f.fold_out(ctx, buf, Dense, _copy_into(ctx), tag)
