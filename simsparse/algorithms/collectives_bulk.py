@@ -18,6 +18,7 @@ from ..compute.sparse_kernels import COOParts
 from ..ops import Scalars
 from .base import pof2_floor
 from .rotation_sums import reduce_in_rotation, step_sums, transposed
+from .streams import DenseRange
 
 HOST_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
@@ -62,8 +63,9 @@ def alltoall_bulk(reqs, run):
     receives and sends, reduces the previous bucket (``overlap``), waits.
     The reduction kernels run per rank, as ``compute`` would run them."""
     P, q0 = run.P, reqs[0]
-    if _scatter_split(reqs):
-        return _alltoall_scatter(reqs, run)
+    kind = _scatter_split(reqs)
+    if kind:
+        return _alltoall_scatter(reqs, run, kind)
     blocks = [[run.freeze(b) for b in q.blocks] for q in reqs]
     size = np.array([[run.size(b) for b in row] for row in blocks], dtype=np.int64)
     ranks = np.arange(P)
@@ -140,36 +142,54 @@ def _rotation(P: int, bucket: range):
     return src, dst, pos
 
 
-#: the reduction :func:`_alltoall_scatter` evaluates on arrays: ``acc[idx - offset] += values``
-#: part by part (:func:`simsparse.algorithms.oktopk.scatter_add_region`)
+#: the reductions :func:`_alltoall_scatter` evaluates on arrays, both ``acc[idx - offset] += values``
+#: part by part: Ok-Topk's once per bucket (:func:`simsparse.algorithms.oktopk.scatter_add_region`),
+#: TopkDSA's once per part into a dense range in place (:func:`simsparse.algorithms.streams.stream_add`)
 SCATTER = "scatter_add_region"
+STREAM = "stream_add"
 
 
-def _scatter_split(reqs) -> bool:
-    """Whether every rank sends one COO selection cut at the regions its
-    receivers scatter-add into (:class:`~simsparse.compute.sparse_kernels.COOParts`,
-    numpy, one dtype), with destination rotation: Ok-Topk's split and reduce."""
+def _scatter_split(reqs) -> str | None:
+    """Which of the reductions on arrays applies (:data:`SCATTER`,
+    :data:`STREAM`), or None: every rank sends one COO selection cut at the
+    regions its receivers scatter-add into
+    (:class:`~simsparse.compute.sparse_kernels.COOParts`, numpy, one dtype),
+    with destination rotation: Ok-Topk's and TopkDSA's split and reduce."""
     q0 = reqs[0]
     red = q0.reduce
-    if red is None or red.kernel != SCATTER or red.each or red.kwargs or not q0.rotation:
-        return False
-    if not isinstance(q0.blocks, COOParts):
-        return False
+    if red is None or not q0.rotation or not isinstance(q0.blocks, COOParts):
+        return None
+    if red.kernel == SCATTER and not red.each and not red.kwargs:
+        kind = SCATTER
+    elif red.kernel == STREAM and red.each and red.kwargs == {"inplace": True}:
+        kind = STREAM
+    else:
+        return None
     shared = q0.blocks.bounds
     bounds = np.asarray(shared, dtype=np.int64)
     for r, q in enumerate(reqs):
         b, acc = q.blocks, q.reduce.acc
+        if kind == STREAM:   # a dense range of the region, written in place (stream_add's "scatter" path)
+            if not (isinstance(acc, DenseRange) and q.reduce.args == (bounds[r], bounds[r + 1])
+                    and acc.offset == bounds[r]):
+                return None
+            acc = acc.values
+            if not (isinstance(acc, np.ndarray) and acc.flags.writeable):
+                return None
+        elif q.reduce.args != (bounds[r],):
+            return None
         if not (isinstance(b, COOParts) and isinstance(b.coo.values, np.ndarray) and isinstance(acc, np.ndarray)
                 and acc.dtype == b.coo.values.dtype and len(b) == len(reqs)
                 and (b.bounds is shared or np.array_equal(np.asarray(b.bounds, dtype=np.int64), bounds))
-                and q.reduce.args == (bounds[r],) and len(acc) == bounds[r + 1] - bounds[r]):
-            return False
-    return True
+                and len(acc) == bounds[r + 1] - bounds[r]):
+            return None
+    return kind
 
 
-def _alltoall_scatter(reqs, run):
+def _alltoall_scatter(reqs, run, kind: str = SCATTER):
     """:func:`alltoall_bulk` of split selections, on arrays: the sizes from
-    the cut positions, the reductions' seconds from their work, and the
+    the cut positions, the reductions' seconds from their work (one kernel
+    per bucket, or with :data:`STREAM` one per part, in step order), and the
     reduced regions summed in the order the receivers add them (source r,
     r-1, ..., r-P+1 for region r; :mod:`.rotation_sums`), so every value is
     the event path's to the last bit. No part object is made."""
@@ -182,30 +202,39 @@ def _alltoall_scatter(reqs, run):
     nbytes = C * unit[:, None]
     size = run.sizes(nbytes)
     buckets = q0.buckets(P)
-    starts = [b.start for b in buckets]
-    nnz, nb = step_sums(C, unit, starts)   # what each rank adds per bucket
-    isz = reqs[0].reduce.acc.itemsize
+    each = kind == STREAM   # a kernel per part (step), else per bucket
+    starts = list(range(P)) if each else [b.start for b in buckets]
+    nnz, nb = step_sums(C, unit, starts)   # what each rank adds per bucket (or step)
+    accs = [q.reduce.acc.values if each else q.reduce.acc for q in reqs]
+    isz = accs[0].itemsize
     # one kernel time per distinct (entries, bytes): unique on one int64 key, not on pairs (axis=1 sorts rows)
     m = int(nb.max()) + 1 if nb.size else 1
     key, inv = np.unique(nnz.ravel() * m + nb.ravel(), return_inverse=True)
     e_of, b_of = np.divmod(key, m)
-    dts = [run.work_seconds(SCATTER, Work(e, b + 2 * e * isz)) for e, b in zip(e_of.tolist(), b_of.tolist())]
-    dt = np.asarray(dts)[inv.reshape(-1)].reshape(P, len(buckets)).T   # dt[bucket, rank]
+    dts = [run.work_seconds(kind, Work(e, b + 2 * e * isz, path="scatter" if each else ""))
+           for e, b in zip(e_of.tolist(), b_of.tolist())]
+    dt = np.asarray(dts)[inv.reshape(-1)].reshape(P, len(starts)).T   # dt[bucket or step, rank]
+    del nnz, nb, inv
+    runs = [list(b) for b in buckets] if each else [[j] for j in range(len(buckets))]   # dt's rows per bucket
     overlap = q0.reduce.overlap
     for j, bucket in enumerate(buckets):
         src, dst, pos = _rotation(P, bucket)
         if len(src):
             run.wave(src, dst, size[src, dst], pos)
         if overlap and j:   # the previous bucket, while this one is in flight
-            run.timed_all(dt[j - 1], during=True)
+            for i in runs[j - 1]:
+                run.timed_all(dt[i], during=True)
         if not overlap:
-            run.timed_all(dt[j])
+            for i in runs[j]:
+                run.timed_all(dt[i])
     if overlap and buckets:
-        run.timed_all(dt[-1])
-    del nbytes, size   # (P x P each, while the values are reduced: the peak of the run)
+        for i in runs[-1]:
+            run.timed_all(dt[i])
+    del nbytes, size, dt   # (P x P each, while the values are reduced: the peak of the run)
     CT = transposed(C)
     del C   # (the counts once, transposed, at that peak)
-    return reduce_in_rotation(reqs, CT)
+    reduce_in_rotation(reqs, CT, accs)
+    return [q.reduce.acc for q in reqs]
 
 
 def _reduce(run, r, red, acc, blocks, during=False):

@@ -87,15 +87,15 @@ def _step_sums(CT, unit, bucket, J):
     return nnz, nb
 
 
-def reduce_in_rotation(reqs, CT: np.ndarray) -> list:
-    """Every rank's region (its request's ``reduce.acc``, updated in place)
-    plus the blocks the sources cut for it (``reqs[s].blocks``, a
+def reduce_in_rotation(reqs, CT: np.ndarray, accs: list | None = None) -> list:
+    """Every rank's region (``accs[r]``, default its request's ``reduce.acc``,
+    updated in place) plus the blocks the sources cut for it (``reqs[s].blocks``, a
     :class:`~simsparse.compute.sparse_kernels.COOParts`; ``CT[d, s]``
     entries for region d, the counts :func:`transposed`), added in receiving
     order: step, then source, then index (region by region:
     :func:`_reduce_flat`)."""
     bounds = np.asarray(reqs[0].blocks.bounds, dtype=np.int64)
-    accs = [q.reduce.acc for q in reqs]
+    accs = [q.reduce.acc for q in reqs] if accs is None else accs
     coos = [q.blocks.coo for q in reqs]
     first = np.array([int(q.blocks.cuts[0]) for q in reqs], dtype=np.int64)
     if jit.enabled() and _REDUCE_FLAT is not None:

@@ -173,18 +173,23 @@ def test_bulk_schedules_return_what_the_messages_deliver(which):
         assert bk.results[0][0] == [10 * s for s in range(P)]   # rank 0 got 10 s + 0 from every s
 
 
-def test_split_selections_are_reduced_on_arrays(monkeypatch):
-    """Ok-Topk's split and reduce (a split selection per rank, scatter-add)
-    takes the array path: no part objects, every value and time the event
-    path's (also with P100 kernel times, where the reductions overlap the
-    next bucket)."""
+@pytest.mark.parametrize("algorithm,kind", [("oktopk", "scatter_add_region"), ("topkdsa", "stream_add")])
+def test_split_selections_are_reduced_on_arrays(monkeypatch, algorithm, kind):
+    """Ok-Topk's and TopkDSA's split and reduce (a split selection per rank,
+    scatter-added into the receiver's region: once per bucket, or once per
+    part into a dense range) take the array path: no part objects, every
+    value and time the event path's (also with P100 kernel times, where the
+    reductions overlap the next bucket)."""
     import simsparse.algorithms.collectives_bulk as cb
 
     calls = []
     real = cb._alltoall_scatter
-    monkeypatch.setattr(cb, "_alltoall_scatter", lambda reqs, run: calls.append(len(reqs)) or real(reqs, run))
-    p = make_point("oktopk", 12, n=4000, density=0.05, iterations=2, warmup=1, compute=P100, seed=3)
-    assert check(p) in ("bulk", "bulk~") and calls and set(calls) == {12}
+    monkeypatch.setattr(cb, "_alltoall_scatter",
+                        lambda reqs, run, k: calls.append((len(reqs), k)) or real(reqs, run, k))
+    for P in (5, 12):
+        calls.clear()
+        p = make_point(algorithm, P, n=4000, density=0.05, iterations=2, warmup=1, compute=P100, seed=3)
+        assert check(p) in ("bulk", "bulk~") and calls and set(calls) == {(P, kind)}
 
 
 def test_ranks_posting_different_collectives_is_an_error():
