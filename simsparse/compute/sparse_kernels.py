@@ -32,7 +32,7 @@ def _nnz_bytes(parts) -> int:
 
 # -- thresholds ---------------------------------------------------------------
 
-@kernel("kth_abs", work=lambda out, x, k: Work(len(x), len(x) * _isz(x)))
+@kernel("kth_abs", work=lambda out, x, k: Work(len(x), len(x) * _isz(x)), memo=True)
 def kth_abs(x, k):
     """The exact k-th largest |x| (the threshold that selects the top k)."""
     n = len(x)
@@ -272,7 +272,7 @@ def _coo_topk_torch(coo, k):
     return COO(coo.indices[sel], coo.values[sel], coo.n)
 
 
-@kernel("coo_threshold", work=lambda out, coo, thr: Work(coo.nnz, coo.nbytes + out.nbytes))
+@kernel("coo_threshold", work=lambda out, coo, thr: Work(coo.nnz, coo.nbytes + out.nbytes), memo=True)
 def coo_threshold(coo, thr):
     """The entries of a sparse vector with |value| >= thr."""
     keep = np.abs(coo.values) >= thr
