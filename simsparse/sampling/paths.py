@@ -286,7 +286,8 @@ def _paths(workload, rank: int, plan: PathPlan, span: tuple):
     n = int(plan.sizes.sum())
     rows = np.repeat(np.arange(len(counts)), counts)   # each drawn coordinate's layer
     A = draw_paths(rng, law, plan.f, rows, plan.tail)
-    values = np.stack([(plan.scales[rows] * values_at(A, law, t)).astype(workload.dtype) for t in range(law.T)])
+    scale = plan.scales[rows]
+    values = np.stack([(scale * values_at(A, law, t)).astype(workload.dtype) for t in range(law.T)])
     idx = idx.astype(np.int32 if n < 2**31 else np.int64)
     undrawn = plan.sizes - counts
     for a in (idx, undrawn, values):
