@@ -140,8 +140,9 @@ class ModelHandlers:
             rs.ready_at[rs.next_bwd:nb] = ready[rs.next_bwd:nb].tolist()
             rs.next_bwd = nb
         self.bulk_inexact += late
-        views = self._views
-        parts = [grads[a:b] for a, b in (views[i] for i in range(req.end - 1, req.first - 1, -1))]
+        views = self._views[req.first:req.end][::-1]
+        cut = getattr(grads, "tensors", None)   # (a sampled model cuts its tensors in one call)
+        parts = cut(views) if cut is not None else [grads[a:b] for a, b in views]
         if now > self.env.now:
             self.env.at_time(now, self._resume, (prog, parts))
             return BLOCKED

@@ -95,6 +95,11 @@ class SampledModel:
             return self._draw(a, b)
         return SampledPart(self, a, b, self.dtype)
 
+    def tensors(self, spans) -> list:
+        """``[self[a:b] for a, b in spans]``, in one call (a bucket's tensors)."""
+        own, dtype = self.spans, self.dtype
+        return [self._draw(a, b) if (a, b) in own else SampledPart(self, a, b, dtype) for a, b in spans]
+
     def join(self, parts) -> Sampled:
         """The bucket that ``parts`` (in order, side by side) make up."""
         a, b = parts[0].start, parts[-1].end
