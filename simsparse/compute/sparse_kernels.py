@@ -12,7 +12,7 @@ import numpy as np
 
 from ..jit import njit
 from ..ops import COO
-from .sampled import _LOCATE, Sampled
+from .sampled import _LOCATE, Sampled, count_at_least
 from .kernels import Work, _isz, kernel
 
 
@@ -53,24 +53,9 @@ def count_above(x, thr):
     """How many |x| >= thr."""
     if type(x) is Sampled:
         return x.count_above(thr)
-    if _count_compiled is not None and type(x) is np.ndarray and x.ndim == 1 and x.dtype.kind == "f" \
-            and len(x) >= 4096:
-        # one pass, no |x| and mask temporaries (5.3 MB each for BERT at data_scale 0.01: 0.85 ms a
-        # call, mostly page faults); thr in the type numpy compares in (a Python float: x's dtype)
-        return int(_count_compiled(x, np.result_type(x, thr).type(thr)))
-    return int(np.count_nonzero(np.abs(x) >= thr))
-
-
-def _count_at_least(x, t):
-    """How many |x[i]| >= t."""
-    c = 0
-    for i in range(x.shape[0]):
-        if abs(x[i]) >= t:
-            c += 1
-    return c
-
-
-_count_compiled = njit(_count_at_least)
+    # one pass, no |x| and mask temporaries (5.3 MB each for BERT at data_scale 0.01: 0.85 ms a call, mostly
+    # page faults)
+    return count_at_least(x, thr)
 
 
 @count_above.torch
