@@ -322,10 +322,12 @@ def test_points_that_draw_alike_share_a_ranks_paths(monkeypatch):
 def test_ok_topk_under_error_feedback_learns_its_floors_from_a_pilot(monkeypatch):
     """Ok-Topk's reused thresholds under error feedback: a pilot at PILOT_P
     ranks runs (and widens) first, the point itself then once, with the
-    pilot's floors; TopkA (exact top-k) runs no pilot."""
+    pilot's floors, and the same point at another P reuses the pilot; TopkA
+    (exact top-k) runs no pilot."""
     import simsparse.experiments.run.simulate as simulate
 
     made, real = [], simulate.SimBackend
+    monkeypatch.setattr(simulate, "_PILOTS", {})
 
     def counting(point, *a, **kw):
         made.append((point.P, kw.get("widen", a[2] if len(a) > 2 else None)))
@@ -342,5 +344,8 @@ def test_ok_topk_under_error_feedback_learns_its_floors_from_a_pilot(monkeypatch
             pilot = [w for P, w in made if P == simulate.PILOT_P]
             assert len(pilot) >= 2 and pilot[0] is None and row["sampled_widen"]
             assert [w for P, w in made if P == 8] == [pilot[-1]]
+            made.clear()
+            again = simulate_point(dataclasses.replace(p, P=12)).row
+            assert made == [(12, pilot[-1])] and again["sampled_widen"] == row["sampled_widen"]
         else:
             assert made == [(8, None)] and row["sampled_widen"] == ""

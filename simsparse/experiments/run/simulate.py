@@ -3,6 +3,7 @@ schedule plan is resolved; :mod:`.runner` resolves it)."""
 from __future__ import annotations
 
 import gc
+import json
 from dataclasses import replace
 
 from ...backends.rounds import run_rounds
@@ -180,4 +181,14 @@ def _pilot(point: Point) -> tuple | None:
     if point.values != "sampled" or point.P <= PILOT_P or point_law(point) is None \
             or not point.algorithm_cls.sampled_floors_learnt(point.params_model()):
         return None
-    return _attempts(replace(point, P=PILOT_P), False, False, None, None)[2]
+    pilot = replace(point, P=PILOT_P)
+    key = json.dumps(pilot.to_dict(), sort_keys=True, default=str)   # (every field: the same pilot, the same floors)
+    if key not in _PILOTS:
+        if len(_PILOTS) >= 64:
+            _PILOTS.clear()
+        _PILOTS[key] = _attempts(pilot, False, False, None, None)[2]
+    return _PILOTS[key]
+
+
+#: the pilots this process ran, by their point: a P sweep runs one pilot (3 s for Ok-Topk of BERT)
+_PILOTS: dict = {}
