@@ -64,8 +64,9 @@ def _links(net, order, src, dst) -> tuple[np.ndarray, np.ndarray]:
     m = net._m
     if _compiled_routes(m):
         ep_a = np.asarray(ep)
-        return wave_routes(m.fabric, rt.watched, ep_a[src], ep_a[dst], order, u,
-                           np.array(net._load, dtype=np.int64), rt.dummy)
+        load = np.zeros(len(net._load), dtype=np.int64) if net._routed == 0 else \
+            np.array(net._load, dtype=np.int64)   # (nothing in flight: 50,918 zeros, not a list's copy)
+        return wave_routes(m.fabric, rt.watched, ep_a[src], ep_a[dst], order, u, load, rt.dummy)
     load, watch, drawn = net._load, rt.watch, Drawn(u)
     rid = np.empty(len(src), dtype=np.intp)
     for i in order.tolist():

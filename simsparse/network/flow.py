@@ -170,6 +170,7 @@ class FlowNetwork(FlowBulk, FlowSolve):
         self._slot_port = np.zeros(0, dtype=bool)    # number -> a switch's output port
         self._loc = np.zeros(0, dtype=np.int64)       # scratch of the compiled solve (maxmin._solve_shared)
         self._load = [0] * n                    # flows per watched link incl. those about to start (adaptive)
+        self._routed = 0                        # adaptive flows in flight: none, every _load is 0
         self._rng = random.Random(self.seed)
         self._nic_free: dict[int, float] = {}
         # shared flows, as parallel arrays
@@ -226,6 +227,7 @@ class FlowNetwork(FlowBulk, FlowSolve):
             rid = self.route_id(es, ed, self._m.select(es, ed, self._load, self._rng))
             for x in rt.watch[rid]:
                 self._load[x] += 1
+            self._routed += 1
         else:
             rid = rt.pair.get(es * self._n_ep + ed)
             if rid is None:
@@ -296,6 +298,7 @@ class FlowNetwork(FlowBulk, FlowSolve):
                 load = self._load
                 for x in self._routes.watch[f.rid]:
                     load[x] -= 1
+                self._routed -= 1
             f.done()
 
     def _unsolo(self, links: list[int], now: float, into: list) -> None:
@@ -331,6 +334,7 @@ class FlowNetwork(FlowBulk, FlowSolve):
         if self._adaptive:
             for x in self._routes.watch[rid]:
                 self._load[x] -= 1
+            self._routed -= 1
         done()
 
     # -- shared flows: event handling -----------------------------------------------------

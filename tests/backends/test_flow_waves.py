@@ -84,3 +84,26 @@ def test_the_compiled_sweep_gives_the_numpy_sweeps_ends_to_the_bit():
         size = rng.uniform(0.1, 3.0, n)
         want = waves_flow._ends_numpy(L, cap, start, size)
         assert np.array_equal(waves_flow._ends(L, cap, start, size), want)
+
+
+def test_the_count_of_adaptive_flows_in_flight_says_when_every_load_is_zero(monkeypatch):
+    """With no adaptive flow in flight (``FlowNetwork._routed`` 0) every
+    watched link's load is 0, at every message the event path routes and
+    every wave: the waves then route on zeros without copying the loads (a
+    flow in flight may watch no link: then the count is above 0 and the
+    loads are 0)."""
+    import simsparse.backends.waves_flow as wf
+    from simsparse.network.flow import FlowNetwork
+
+    seen = []
+
+    def same(net):
+        seen.append(net._routed)
+        assert net._routed >= 0 and (net._routed > 0 or not any(net._load))
+
+    links, transfer = wf._links, FlowNetwork.transfer
+    monkeypatch.setattr(wf, "_links", lambda net, *a: same(net) or links(net, *a))
+    monkeypatch.setattr(FlowNetwork, "transfer", lambda net, *a: same(net) or transfer(net, *a))
+    for collectives in ("waves", "events"):
+        _row("topka", 8, "piz_daint_aries", collectives)
+    assert 0 in seen and max(seen) > 0
