@@ -66,7 +66,8 @@ def alltoall_bulk(reqs, run):
     kind = _scatter_split(reqs)
     if kind:
         return _alltoall_scatter(reqs, run, kind)
-    blocks, size = _frozen(reqs, run)
+    blocks = [[run.freeze(b) for b in q.blocks] for q in reqs]
+    size = np.array([[run.size(b) for b in row] for row in blocks], dtype=np.int64)
     ranks = np.arange(P)
     red = q0.reduce
     acc = [q.reduce.acc for q in reqs] if red else None
@@ -114,19 +115,6 @@ def alltoall_bulk(reqs, run):
         if pending[r]:
             acc[r] = _reduce(run, r, reqs[r].reduce, acc[r], pending[r])
     return acc
-
-
-def _frozen(reqs, run):
-    """Every rank's blocks as the receivers get them (frozen) and their wire
-    sizes [source, destination]; read-only host metadata (the count exchange:
-    :func:`.collectives.count_blocks`, P^2 blocks a call) as it is, its
-    bytes unscaled, without the payload calls."""
-    blocks, size = [], []
-    for q in reqs:
-        row = [b if type(b) is Scalars and not b.values.flags.writeable else run.freeze(b) for b in q.blocks]
-        blocks.append(row)
-        size.append([b.values.nbytes if type(b) is Scalars else run.size(b) for b in row])
-    return blocks, np.array(size, dtype=np.int64)
 
 
 #: (P, steps) -> the read-only src and pos of a rotation wave of that many steps

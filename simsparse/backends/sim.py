@@ -64,7 +64,7 @@ from ..compute.noise import KernelNoise
 from ..engine import make_engine
 from ..network.flow_bulk import FlowBulk
 from ..network.model import NetworkModel
-from ..ops import ContextBase, Dense, Handle, Payload, TraceRecord
+from ..ops import ContextBase, Dense, Handle, Payload, Scalars, TraceRecord
 from .bulk import _freeze, gather
 from .waves_ab import APPROX_FROM
 from .driver import BLOCKED, Driver, IterationStats, post
@@ -375,6 +375,8 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
 
     def wire_bytes(self, payload: Payload) -> int:
         """Bytes on the wire: data scaled back to full size, host metadata as is."""
+        if type(payload) is Scalars:   # host metadata, never scaled (the count exchange: P^2 blocks a call)
+            return payload.values.nbytes
         if self.byte_scale == 1.0:
             return payload.nbytes
         if type(payload) is Dense:

@@ -126,7 +126,7 @@ class Sampled:
     def _find(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Where each of ``idx`` lies among the carried indices (which
         ascend: a binary search), and whether it is carried."""
-        if _LOCATE is not None and len(idx) > 1 and bool((idx[1:] >= idx[:-1]).all()):
+        if _LOCATE is not None and _ascends(idx):
             pos, found = np.empty(len(idx), dtype=np.int64), np.empty(len(idx), dtype=np.bool_)
             _LOCATE(self.indices, idx, pos, found)   # (ascending: one merge pass, 3 to 10x the search)
             return pos, found
@@ -148,7 +148,7 @@ class Sampled:
     def zero_at(self, idx) -> "Sampled":
         """The vector with ``idx`` zeroed (an error-feedback residual)."""
         idx = np.asarray(idx)
-        if _DROP is not None and len(idx) > 1 and bool((idx[1:] >= idx[:-1]).all()):
+        if _DROP is not None and _ascends(idx):
             ind, val = np.empty_like(self.indices), np.empty_like(self.values)
             m = _DROP(self.indices, self.values, idx, ind, val)   # (one merge pass, no mask: 4x)
             ind, val = ind[:m], val[:m]
@@ -174,6 +174,11 @@ class Sampled:
         values[pos] += residual.values
         values.setflags(write=False)
         return Sampled(self.n, self.indices, values, self.floor, self.rest, None, self.undrawn, self.below)
+
+
+def _ascends(idx: np.ndarray) -> bool:
+    """Whether ``idx`` (more than one) never descends: the merge passes below apply."""
+    return len(idx) > 1 and bool((idx[1:] >= idx[:-1]).all())
 
 
 def count_at_least(x, thr) -> int:

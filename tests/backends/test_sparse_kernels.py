@@ -113,7 +113,7 @@ def test_intersect_compiled_merge_agrees_with_the_binary_search():
     same sorted intersection, on random sorted unique indices of both widths."""
     from simsparse.compute import sparse_kernels as sk
 
-    if sk._merge_compiled is None:
+    if sk._LOCATE is None:
         pytest.skip("numba disabled")
     rng = np.random.default_rng(11)
     for trial in range(200):
@@ -122,11 +122,11 @@ def test_intersect_compiled_merge_agrees_with_the_binary_search():
         b = np.unique(rng.integers(0, n, int(rng.integers(0, 300)))).astype(np.int64 if trial % 3 == 0 else np.int32)
         want = np.intersect1d(a, b).astype(np.int32)
         got = K("intersect")(a, b)
-        compiled, sk._merge_compiled = sk._merge_compiled, None
+        compiled, sk._LOCATE = sk._LOCATE, None
         try:
             pure = K("intersect")(a, b)
         finally:
-            sk._merge_compiled = compiled
+            sk._LOCATE = compiled
         assert got.dtype == a.dtype and pure.dtype == a.dtype
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(pure, want)
