@@ -68,7 +68,7 @@ class Sampled:
         if self._moments is None:
             total, squares = self.undrawn
             v = self.values.astype(np.float64)
-            total, squares, n = float(v.sum()) + total, float(np.dot(v, v)) + squares, self.n
+            total, squares, n = float(v.sum()) + total, sum_of_squares(v) + squares, self.n
             mean = total / n
             self._moments = (mean, float(np.sqrt(max(squares - n * mean * mean, 0.0) / max(n - 1, 1))))
         return self._moments
@@ -179,6 +179,14 @@ class Sampled:
 def _ascends(idx: np.ndarray) -> bool:
     """Whether ``idx`` (more than one) never descends: the merge passes below apply."""
     return len(idx) > 1 and bool((idx[1:] >= idx[:-1]).all())
+
+
+def sum_of_squares(v: np.ndarray) -> float:
+    """sum(v^2) by numpy's pairwise summation, not BLAS's dot, whose sum is
+    split among its threads (the last bits would depend on the machine's
+    cores) and whose idle threads then spin on a second core (a third of a
+    sampled Ok-Topk run's CPU time)."""
+    return float(np.square(v).sum())
 
 
 def count_at_least(x, thr) -> int:

@@ -75,32 +75,37 @@ def kept_in_layers(rng, starts: np.ndarray, sizes: np.ndarray, p: np.ndarray) ->
 
 
 def _kept_layers(rng, starts, sizes, p):
-    """:func:`kept_in_layers` in one loop: per layer the batches of
-    exponentials :func:`_bernoulli` draws (``want`` each), walked."""
+    """:func:`kept_in_layers` in one loop of :func:`_kept_layer`."""
     counts = np.zeros(starts.shape[0], dtype=np.int64)
     out, c = np.empty(1024, dtype=np.int64), 0
     for layer in range(starts.shape[0]):
-        m, q, a = sizes[layer], p[layer], starts[layer]
-        if q <= 0.0 or m == 0:
-            continue
         first = c
-        if q >= 1.0:
-            out = _room(out, c, m)
-            out[c:c + m] = a + np.arange(m)
-            c += m
-        else:
-            scale, end = -1.0 / np.log1p(-q), np.int64(-1)
-            while end < m:
-                want = int(m * q + 6.0 * np.sqrt(m * q) + 16)
-                out = _room(out, c, want)
-                E = np.empty(want)
-                for i in range(want):
-                    E[i] = rng.standard_exponential()
-                k, end = _WALK(E, scale, m, end, out[c:])
-                out[c:c + k] += a
-                c += k
+        out, c = _kept_layer(rng, sizes[layer], p[layer], starts[layer], out, c)
         counts[layer] = c - first
     return out[:c].copy(), counts
+
+
+def _kept_layer(rng, m, q, a, out, c):
+    """One layer's :func:`_bernoulli` (m coordinates from ``a``, probability
+    q), the same batches of exponentials (``want`` each) walked, appended to
+    ``out`` after its first c; returns (out, the new c)."""
+    if q <= 0.0 or m == 0:
+        return out, c
+    if q >= 1.0:
+        out = _room(out, c, m)
+        out[c:c + m] = a + np.arange(m)
+        return out, c + m
+    scale, end = -1.0 / np.log1p(-q), np.int64(-1)
+    while end < m:
+        want = int(m * q + 6.0 * np.sqrt(m * q) + 16)
+        out = _room(out, c, want)
+        E = np.empty(want)
+        for i in range(want):
+            E[i] = rng.standard_exponential()
+        k, end = _WALK(E, scale, m, end, out[c:])
+        out[c:c + k] += a
+        c += k
+    return out, c
 
 
 def _room(out, c, extra):
@@ -113,8 +118,9 @@ def _room(out, c, extra):
 
 
 _LAYERS = None
-if _WALK is not None:   # (the loop calls _room: compiled too)
+if _WALK is not None:   # (the loop's helpers are called compiled: rebound to their compiled selves)
     _room = njit(_room)
+    _kept_layer = njit(_kept_layer)
     _LAYERS = njit(_kept_layers)
 
 

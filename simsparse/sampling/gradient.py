@@ -36,8 +36,11 @@ import numpy as np
 from scipy import special
 
 from ..compression.rng import _M32, _fmix, seed_of
-from ..compute.sampled import Sampled
-from ..quantile import ndtri, tail_values
+from ..compute.sampled import Sampled, sum_of_squares
+from .. import quantile
+from ..jit import njit
+from ..quantile import COEFFICIENTS, ndtri, tail_values
+from . import draws
 from .draws import _bernoulli, span_layers
 
 #: entropy tag of the sampled draws (never an iteration number)
@@ -118,7 +121,7 @@ def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0,
     if workload.drift == 0:
         iteration = 0   # the same gradient every iteration
     F, starts, sizes, scales, T, below = _plan(workload, margin, layers)
-    n, d = int(np.sum(sizes)), workload.k / workload.n
+    n = int(np.sum(sizes))
     span = (() if layers is None else (layers[0] + 1,)) + salt   # (the whole vector keeps its draws)
     rng = np.random.default_rng([workload.seed, _TAG_SAMPLED, iteration, rank, *span])
     q = _abs_quantile(workload.distribution, workload.df)
@@ -126,8 +129,39 @@ def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0,
     if hot is not None and layers is not None:   # the span's hot coordinates, counted from its start
         first = 0 if layers[0] == 0 else int(np.sum(workload.layers[:layers[0]]))
         hot = hot[(hot >= first) & (hot < first + n)] - first
+    idx, values, rest_mean, rest_var = _drawn(rng, workload, hot, starts, sizes, scales, T, below, q)
+    if hot is not None:   # a layer's hot and cold parts interleave (without hot sets, the parts are sorted already)
+        order = np.argsort(idx, kind="stable")
+        idx, values = idx[order], values[order]
+    values.setflags(write=False)
+    rest = _Rest(workload, rank, iteration, hot, starts, scales, T, span)
+    idx = idx.astype(np.int32 if n < 2**31 else np.int64)   # the index dtype of the selection kernels
+    idx.setflags(write=False)
+    # the vector's mean and standard deviation: its drawn entries as they are, the
+    # sums over the others (many, i.i.d. below the floor, symmetric) by the central limit theorem
+    v = values.astype(np.float64)
+    total = float(v.sum()) + rng.normal(0.0, math.sqrt(rest_mean))
+    squares = sum_of_squares(v) + rest_mean + rng.normal(0.0, math.sqrt(rest_var))
+    mean = total / n
+    std = math.sqrt(max(squares - n * mean * mean, 0.0) / max(n - 1, 1))
+    return Sampled(n, idx, values, F, rest, (mean, std))
+
+
+def _drawn(rng, workload, hot, starts, sizes, scales, T, below, q):
+    """Each layer's (and class's) entries reaching the floor, in layer
+    order: their positions and values, and the mean and variance of the sum
+    of squares of the entries not drawn. A normal gradient without hot sets
+    draws compiled (:func:`_drawn_layers`: the same draws and sums)."""
+    rest_mean, rest_var = 0.0, 0.0
+    if hot is None and workload.distribution == "normal" and _DRAWN is not None:
+        idx, values, counts = _DRAWN(rng, starts, sizes, T, scales, COEFFICIENTS, np.empty(1024, dtype=workload.dtype))
+        for li, (m, count) in enumerate(zip(sizes.tolist(), counts.tolist())):
+            e2, v2 = below[li][0]
+            rest_mean += (m - count) * e2 * scales[li] ** 2
+            rest_var += (m - count) * v2 * scales[li] ** 4
+        return idx, values, rest_mean, rest_var
+    d = workload.k / workload.n
     idx_parts, value_parts = [], []
-    rest_mean, rest_var = 0.0, 0.0   # of the sum of squares of the entries not drawn
     for li, (a, m, t) in enumerate(zip(starts.tolist(), sizes.tolist(), T.tolist())):
         if hot is None:
             classes = [(None, m, 0.0, 1.0)]
@@ -157,21 +191,35 @@ def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0,
         idx, values = np.concatenate(idx_parts), np.concatenate(value_parts)
     else:
         idx, values = np.zeros(0, np.int64), np.zeros(0, workload.dtype)
-    if hot is not None:   # a layer's hot and cold parts interleave (without hot sets, the parts are sorted already)
-        order = np.argsort(idx, kind="stable")
-        idx, values = idx[order], values[order]
-    values.setflags(write=False)
-    rest = _Rest(workload, rank, iteration, hot, starts, scales, T, span)
-    idx = idx.astype(np.int32 if n < 2**31 else np.int64)   # the index dtype of the selection kernels
-    idx.setflags(write=False)
-    # the vector's mean and standard deviation: its drawn entries as they are, the
-    # sums over the others (many, i.i.d. below the floor, symmetric) by the central limit theorem
-    v = values.astype(np.float64)
-    total = float(v.sum()) + rng.normal(0.0, math.sqrt(rest_mean))
-    squares = float(np.dot(v, v)) + rest_mean + rng.normal(0.0, math.sqrt(rest_var))
-    mean = total / n
-    std = math.sqrt(max(squares - n * mean * mean, 0.0) / max(n - 1, 1))
-    return Sampled(n, idx, values, F, rest, (mean, std))
+    return idx, values, rest_mean, rest_var
+
+
+def _drawn_layers(rng, starts, sizes, T, scales, K, values):
+    """:func:`_drawn`'s loop over the layers of a normal gradient
+    without hot sets, compiled: each layer's kept positions
+    (:func:`.draws._kept_layer`), then a uniform each turned into its value
+    (:func:`.quantile._tail_values`), drawn from ``rng`` in the loop's order
+    (the same entries); ``values``: an array of the workload's dtype to
+    grow. Returns the positions, the values and each layer's count."""
+    counts = np.zeros(starts.shape[0], dtype=np.int64)
+    idx, c = np.empty(1024, dtype=np.int64), 0
+    for layer in range(starts.shape[0]):
+        first, top = c, min(T[layer], 1.0)
+        idx, c = _kept_layer(rng, sizes[layer], top if top > 0.0 else 0.0, starts[layer], idx, c)
+        counts[layer] = c - first
+        if c > first:
+            values = _room(values, first, c - first)
+            r = np.empty(c - first)
+            for i in range(c - first):
+                r[i] = rng.random()
+            _tail(r, 0.0, top, scales[layer], K, values[first:c])
+    return idx[:c].copy(), values[:c].copy(), counts
+
+
+_DRAWN = None
+if draws._LAYERS is not None:   # (its helpers compiled)
+    _kept_layer, _room, _tail = draws._kept_layer, draws._room, quantile._TAIL
+    _DRAWN = njit(_drawn_layers)
 
 
 def _tail_and_sign(r: np.ndarray, lo: float, top: float) -> tuple[np.ndarray, np.ndarray]:

@@ -200,6 +200,28 @@ def test_the_fused_draws_equal_the_numpy_path_bit_for_bit():
         assert got.dtype == want.dtype and np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("layers", [None, [1500, 4000, 2500, 7]])
+def test_the_compiled_layer_loop_draws_the_python_loops_gradient(monkeypatch, layers):
+    """A normal gradient drawn in one compiled pass over its layers has the
+    Python loop's indices, values and moments bit for bit (float32 and
+    float64, a layer every coordinate of which reaches the floor)."""
+    from simsparse.sampling import gradient
+
+    if gradient._DRAWN is None:
+        pytest.skip("numba disabled")
+    for dtype, margin in [("float32", 4.0), ("float64", 1.3), ("float32", 9000.0)]:
+        w = Workload(n=8007 if layers else 20000, density=0.01, dtype=dtype, seed=3,
+                     **({"layers": layers, "layer_spread": 2.0} if layers else {}))
+        got = []
+        for fn in (gradient._DRAWN, None):
+            monkeypatch.setattr(gradient, "_DRAWN", fn)
+            g = sampled_gradient(w, 2, 1, margin)
+            got.append((g.indices, g.values, g.moments))
+        (i1, v1, m1), (i2, v2, m2) = got
+        assert i1.dtype == i2.dtype and np.array_equal(i1, i2) and len(i1) > 0
+        assert v1.dtype == v2.dtype and np.array_equal(v1, v2) and m1 == m2
+
+
 def test_a_sampled_top_k_is_the_k_largest_magnitudes_with_the_first_of_tied_ones():
     from simsparse.compute.sampled import Sampled
 
