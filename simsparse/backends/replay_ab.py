@@ -130,7 +130,7 @@ def transfer(m, firm, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, p
     """``bulk_transfer``: book message m's ports and note its arrival at its
     two steps; returns (sequence, whether the booking order is the event
     path's). Its ports have room (:func:`room`)."""
-    s, q = msrc[m], P + mdst[m]
+    s, q = np.int64(msrc[m]), P + np.int64(mdst[m])   # (int64: one compiled fit and book)
     d = mdur[m]
     ok = True
     if plast[s] <= now and plast[q] <= now:
@@ -204,10 +204,14 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
     busy = np.zeros(P)
     exact_dev = True
     exact_net = True
+    yes, no = np.bool_(True), np.bool_(False)   # (not literals, as seq: one compiled transfer for every call)
     # ports (0..P-1 send, P..2P-1 receive): row p holds port p's pn[p] busy intervals
     pn = port_off[1:] - port_off[:-1]
     plo = np.zeros(2 * P, dtype=pn.dtype)
-    cap = 2 * max(pn.max(), 32)
+    cap = 32
+    for p in range(2 * P):   # (a loop: numba's array max compiles for 0.3 s)
+        cap = max(cap, pn[p])
+    cap *= 2
     PS, PE = np.empty((2 * P, cap)), np.empty((2 * P, cap))
     plast = port_last.copy()
     for p in range(2 * P):
@@ -241,7 +245,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
     ndone = 0
     heap = [(0.0, 0, 0, 0, 0, 0)]
     heap.pop()
-    seq = 0
+    seq = np.int64(0)
     for j in range(P):
         r = order[j]
         seq += 1
@@ -313,14 +317,14 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
                         heapq.heappush(heap, (now + rtt, seq, MOVE, m, 0, 0))
                     else:
                         PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[m]), P + np.int64(mdst[m])), now)
-                        seq, ok = transfer(m, False, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
+                        seq, ok = transfer(m, no, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
                                            chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d,
                                            border, nbook, heap, seq, unbooked, last_t, last_s)
                         exact_net = ok and exact_net
             for m in range(np.int64(send_lo[j]), np.int64(send_hi[j])):   # (messages numbered in posting order)
                 if mnb[m] <= eager or ((mnb[m] <= window or posted[ritem[m]]) and not rtt > 0):
                     PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[m]), P + np.int64(mdst[m])), now)
-                    seq, ok = transfer(m, True, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
+                    seq, ok = transfer(m, yes, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
                                        chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d,
                                        border, nbook, heap, seq, unbooked, last_t, last_s)
                     exact_net = ok and exact_net

@@ -77,7 +77,7 @@ def kept_in_layers(rng, starts: np.ndarray, sizes: np.ndarray, p: np.ndarray) ->
 def _kept_layers(rng, starts, sizes, p):
     """:func:`kept_in_layers` in one loop of :func:`_kept_layer`."""
     counts = np.zeros(starts.shape[0], dtype=np.int64)
-    out, c = np.empty(1024, dtype=np.int64), 0
+    out, c = np.empty(1024, dtype=np.int64), np.int64(0)
     for layer in range(starts.shape[0]):
         first = c
         out, c = _kept_layer(rng, sizes[layer], p[layer], starts[layer], out, c)
@@ -93,7 +93,8 @@ def _kept_layer(rng, m, q, a, out, c):
         return out, c
     if q >= 1.0:
         out = _room(out, c, m)
-        out[c:c + m] = a + np.arange(m)
+        for i in range(m):   # (loops, not slice expressions, in these helpers: numba compiles those for seconds)
+            out[c + i] = a + i
         return out, c + m
     scale, end = -1.0 / np.log1p(-q), np.int64(-1)
     while end < m:
@@ -103,7 +104,8 @@ def _kept_layer(rng, m, q, a, out, c):
         for i in range(want):
             E[i] = rng.standard_exponential()
         k, end = _WALK(E, scale, m, end, out[c:])
-        out[c:c + k] += a
+        for i in range(c, c + k):
+            out[i] += a
         c += k
     return out, c
 
@@ -113,7 +115,8 @@ def _room(out, c, extra):
     if c + extra <= out.shape[0]:
         return out
     grown = np.empty(2 * (c + extra), dtype=out.dtype)
-    grown[:c] = out[:c]
+    for i in range(c):
+        grown[i] = out[i]
     return grown
 
 

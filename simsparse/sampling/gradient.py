@@ -202,7 +202,7 @@ def _drawn_layers(rng, starts, sizes, T, scales, K, values):
     (the same entries); ``values``: an array of the workload's dtype to
     grow. Returns the positions, the values and each layer's count."""
     counts = np.zeros(starts.shape[0], dtype=np.int64)
-    idx, c = np.empty(1024, dtype=np.int64), 0
+    idx, c = np.empty(1024, dtype=np.int64), np.int64(0)
     for layer in range(starts.shape[0]):
         first, top = c, min(T[layer], 1.0)
         idx, c = _kept_layer(rng, sizes[layer], top if top > 0.0 else 0.0, starts[layer], idx, c)

@@ -197,7 +197,8 @@ def _rounds(rng, rows, f, tail, cum, sd, means, chol, K, out):
         left = 0
         for i in range(m):
             if keep[i]:
-                out[todo[i]] = A[i]
+                for j in range(T):   # (not a row assignment: its shape check compiled for 1.4 s)
+                    out[todo[i], j] = A[i, j]
             else:
                 todo[left] = todo[i]
                 left += 1
