@@ -35,7 +35,10 @@ runs ``collectives: waves`` (on flow-level networks, adaptive routing
 included, the collectives timed wave after wave: approximate). Each point runs
 in a fresh process that writes the case as a YAML config, loads it with the
 config loader and simulates every point with ``simulate_point``. Peak RSS is
-the process's own (``ru_maxrss``). A point is killed at ``--cap`` seconds; a
+the process's own (``ru_maxrss``). ``jit s`` is the part of the wall time
+numba spent compiling: 0 once its disk cache holds the point's functions,
+some 10 s on the first run from a fresh clone (then included in the wall
+time, as a user's first run would see it). A point is killed at ``--cap`` seconds; a
 larger P is skipped when the last one, scaled by the growth seen so far
 (P^2 before two points exist), would pass the cap, or when its peak RSS
 scaled linearly in P would pass ``--max-rss-gb``. The load average is
@@ -110,16 +113,39 @@ def points_of(cfg: dict) -> list:
         return load_config(file).points
 
 
+def compile_clock() -> list:
+    """A one-item list that numba's compilations (the outermost of nested
+    ones) add their seconds to: 0 where its disk cache already held them."""
+    spent, depth = [0.0], []
+    try:
+        from numba.core import event
+    except ImportError:
+        return spent
+
+    class Clock(event.Listener):
+        def on_start(self, ev):
+            depth.append(time.perf_counter())
+
+        def on_end(self, ev):
+            t0 = depth.pop()
+            if not depth:
+                spent[0] += time.perf_counter() - t0
+
+    event.register("numba:compile", Clock())
+    return spent
+
+
 def child(case: str, P: int, path: str) -> dict:
     """Run one point (every point of the case's config) in this process and describe it."""
     from simsparse.experiments.run.runner import simulate_point
 
     points = points_of(config(case, P, path))
+    jit = compile_clock()
     t0 = time.perf_counter()
     rows = [simulate_point(p).row for p in points]
     wall = time.perf_counter() - t0
     paths = {r["collectives"] for r in rows}
-    return {"wall_s": wall, "rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    return {"wall_s": wall, "jit_s": jit[0], "rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "time_s": [r["time_s"] for r in rows], "points": len(rows),
             "coll": "bulk~" if "bulk~" in paths else "bulk" if "bulk" in paths else "events",
             "values": "+".join(sorted({r["values"] for r in rows}))}
@@ -178,7 +204,7 @@ def main():
     paths = ["fast", "events"] if a.path == "both" else [a.path]
     print(f"bench_scale: {os.cpu_count()} cores, cap {a.cap:.0f} s and {a.max_rss_gb:g} GB per point, "
           f"python {sys.version.split()[0]}, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"{'case':<20} {'P':>5} {'wall s':>8} {'RSS MB':>7} {'coll':>6} {'values':>7} {'sim time s':>12} "
+    print(f"{'case':<20} {'P':>5} {'wall s':>8} {'jit s':>6} {'RSS MB':>7} {'coll':>6} {'values':>7} {'sim time s':>12} "
           f"{'events wall s':>13} {'err':>9} {'load':>5}")
     summary = []
     for case in a.case:
@@ -213,7 +239,7 @@ def main():
             err = ""
             if f is not None and e is not None and "error" not in e:
                 err = f"{max(abs(x - y) / y for x, y in zip(f['time_s'], e['time_s'])):.2e}"
-            print(f"{case:<20} {P:>5} {main_r['wall_s']:8.2f} {main_r['rss_MB']:7.0f} {main_r['coll']:>6} "
+            print(f"{case:<20} {P:>5} {main_r['wall_s']:8.2f} {main_r['jit_s']:6.1f} {main_r['rss_MB']:7.0f} {main_r['coll']:>6} "
                   f"{main_r['values']:>7} {max(main_r['time_s']):12.6g} {ev:>13} {err:>9} {load:5.1f}", flush=True)
         for path in paths:
             k = exponent(seen[path])
