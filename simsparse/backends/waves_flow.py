@@ -156,7 +156,8 @@ def _sweep(L, cap, start, size, batch, tol):
             i += 1
         R = np.empty((nl, H), dtype=np.int64)
         for a in range(nl):
-            R[a] = L[live[a]]
+            for h in range(H):   # (not a row assignment: its shape check compiled for 1.5 s)
+                R[a, h] = L[live[a], h]
         rate = _SOLVE(R, cap, tol)
         e = np.empty(nl)
         for a in range(nl):

@@ -127,7 +127,7 @@ def _leg(ra, rb, avoid, a, S, rr, out, k):
 def _intra(ra, rb, a, S, rr, out, k):
     """Append the links of the minimal path ra -> rb inside a group
     (``Dragonfly._intra``; none when ra = rb) to ``out`` at k."""
-    return k if ra == rb else _leg(ra, rb, -1, a, S, rr, out, k)
+    return k if ra == rb else _leg(ra, rb, np.int64(-1), a, S, rr, out, k)
 
 
 def _via(ra, ri, rb, a, S, rr, out, k):
@@ -159,13 +159,14 @@ def _choose(es, ed, order, u, load, shape, rr, gw, land, glid, up, down, inv, la
     tail = np.zeros(n)
     mn = np.empty(W, dtype=np.int64)
     va = np.empty(W, dtype=np.int64)
+    none, one = np.int64(-1), np.int64(1)   # (not literals: each helper compiles once)
     for i in order:
         s, d = es[i], ed[i]
         ra, rb = s // p, d // p
         A, B = ra // a, rb // a
         mn[0] = up[s]
-        k = 1
-        kv = 0
+        k = one
+        kv = np.int64(0)
         if A == B:
             k = _intra(ra, rb, a, S, rr, mn, k)
             if ra != rb and local == 1 and mode > 0:
@@ -173,7 +174,7 @@ def _choose(es, ed, order, u, load, shape, rr, gw, land, glid, up, down, inv, la
                 ri = base + _skip(_pick(u[i], a - 2), ra - base, rb - base)
                 if mode == 1:
                     va[0] = up[s]
-                    kv = _via(ra, ri, rb, a, S, rr, va, 1)
+                    kv = _via(ra, ri, rb, a, S, rr, va, one)
                 else:
                     busy = False
                     for h in range(1, k):
@@ -184,18 +185,18 @@ def _choose(es, ed, order, u, load, shape, rr, gw, land, glid, up, down, inv, la
                         for h in range(1, k):
                             q_min = max(q_min, (load[mn[h]] + 1.0) * inv[mn[h]])
                         va[0] = up[s]
-                        kv = _via(ra, ri, rb, a, S, rr, va, 1)
+                        kv = _via(ra, ri, rb, a, S, rr, va, one)
                         q_val = 0.0
                         for h in range(1, kv):
                             q_val = max(q_val, (load[va[h]] + 1.0) * inv[va[h]])
                         if not q_val <= q_min * (1 + 1e-12):
                             kv = 0
         else:
-            k = _between(ra, rb, A, B, -1, d, a, S, m, rr, gw, land, glid, mn, k)
+            k = _between(ra, rb, A, B, none, d, a, S, m, rr, gw, land, glid, mn, k)
             if g >= 3 and mode > 0:
                 inter = _skip(_pick(u[i], g - 2), A, B)
                 va[0] = up[s]
-                kv = _between(ra, rb, A, B, inter, d, a, S, m, rr, gw, land, glid, va, 1)
+                kv = _between(ra, rb, A, B, inter, d, a, S, m, rr, gw, land, glid, va, one)
                 if mode == 2:
                     f_min = load[glid[A, B, d % m]]
                     f_val = load[glid[A, inter, d % m]]
