@@ -38,7 +38,9 @@ config loader and simulates every point with ``simulate_point``. Peak RSS is
 the process's own (``ru_maxrss``). ``jit s`` is the part of the wall time
 numba spent compiling: 0 once its disk cache holds the point's functions,
 some 10 s on the first run from a fresh clone (then included in the wall
-time, as a user's first run would see it). A point is killed at ``--cap`` seconds; a
+time, as a user's first run would see it). ``msgs/it`` is the points'
+simulated messages in one timed iteration (``msgs_total``, summed over the
+points; a plan's microbenchmarks and Ok-Topk's pilot not counted). A point is killed at ``--cap`` seconds; a
 larger P is skipped when the last one, scaled by the growth seen so far
 (P^2 before two points exist), would pass the cap, or when its peak RSS
 scaled linearly in P would pass ``--max-rss-gb``. The load average is
@@ -146,7 +148,7 @@ def child(case: str, P: int, path: str) -> dict:
     wall = time.perf_counter() - t0
     paths = {r["collectives"] for r in rows}
     return {"wall_s": wall, "jit_s": jit[0], "rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "time_s": [r["time_s"] for r in rows], "points": len(rows),
+            "time_s": [r["time_s"] for r in rows], "points": len(rows), "msgs": sum(int(r["msgs_total"]) for r in rows),
             "coll": "bulk~" if "bulk~" in paths else "bulk" if "bulk" in paths else "events",
             "values": "+".join(sorted({r["values"] for r in rows}))}
 
@@ -205,7 +207,7 @@ def main():
     print(f"bench_scale: {os.cpu_count()} cores, cap {a.cap:.0f} s and {a.max_rss_gb:g} GB per point, "
           f"python {sys.version.split()[0]}, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'case':<20} {'P':>5} {'wall s':>8} {'jit s':>6} {'RSS MB':>7} {'coll':>6} {'values':>7} {'sim time s':>12} "
-          f"{'events wall s':>13} {'err':>9} {'load':>5}")
+          f"{'events wall s':>13} {'err':>9} {'msgs/it':>9} {'load':>5}")
     summary = []
     for case in a.case:
         ladder = a.P or [p for p in (64, 256, 1024, 4096) if p <= CASES[case][1]]
@@ -240,7 +242,8 @@ def main():
             if f is not None and e is not None and "error" not in e:
                 err = f"{max(abs(x - y) / y for x, y in zip(f['time_s'], e['time_s'])):.2e}"
             print(f"{case:<20} {P:>5} {main_r['wall_s']:8.2f} {main_r['jit_s']:6.1f} {main_r['rss_MB']:7.0f} {main_r['coll']:>6} "
-                  f"{main_r['values']:>7} {max(main_r['time_s']):12.6g} {ev:>13} {err:>9} {load:5.1f}", flush=True)
+                  f"{main_r['values']:>7} {max(main_r['time_s']):12.6g} {ev:>13} {err:>9} {main_r['msgs']:>9.3g} "
+                  f"{load:5.1f}", flush=True)
         for path in paths:
             k = exponent(seen[path])
             summary.append(f"{case:<20} {path:<6} wall ~ P^{k:.2f} over P = {', '.join(str(p) for p, _ in seen[path])}"
