@@ -53,7 +53,7 @@ Synthetic gradients are ``g[r,t] = L * F(u[r,t])``:
 
 **source** ``{path, key}`` replays recorded gradients instead: rank r at
 iteration t reads array ``key`` of ``path.format(rank=r, iteration=t)`` (an
-``.npz``, relative to the working directory). :func:`record_gradients` writes
+``.npz``, relative to the working directory). :func:`.gradient_files.record_gradients` writes
 such files from a torch model's ``.grad``\\ s.
 """
 from __future__ import annotations
@@ -63,42 +63,16 @@ import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
-from pathlib import Path
 
 import numpy as np
 from scipy import special
 
+from .gradient_files import FileSource
+from .lru import LRU
+
 DISTRIBUTIONS = ("normal", "laplace", "student_t")
 #: entropy tags of the auxiliary random streams (never an iteration number)
 _TAG_HOT, _TAG_LAYERS = 2**40 + 1, 2**40 + 2
-
-
-@dataclass(frozen=True)
-class FileSource:
-    """Recorded gradients: array ``key`` of ``path.format(rank=, iteration=)``."""
-
-    path: str
-    key: str = "grad"
-
-    def file(self, rank: int, iteration: int) -> Path:
-        try:
-            return Path(self.path.format(rank=rank, iteration=iteration))
-        except (KeyError, IndexError, ValueError) as e:
-            raise ValueError(f"workload.source.path {self.path!r}: only {{rank}} and {{iteration}} may appear "
-                             f"in braces ({e})") from None
-
-    def read(self, rank: int, iteration: int) -> tuple[np.ndarray, tuple | None]:
-        """The flat gradient and the layer sizes stored with it (if any)."""
-        f = self.file(rank, iteration)
-        if not f.is_file():
-            raise FileNotFoundError(f"workload.source: {f} not found (rank {rank}, iteration {iteration}; "
-                                    f"pattern {self.path!r})")
-        with np.load(f) as z:
-            if self.key not in z.files:
-                raise ValueError(f"workload.source: {f} has no array {self.key!r}; it has {', '.join(z.files)}")
-            g = np.asarray(z[self.key]).reshape(-1)
-            layers = tuple(int(s) for s in z["layers"]) if "layers" in z.files else None
-        return g, layers
 
 
 @dataclass(frozen=True)
@@ -192,7 +166,7 @@ class Workload:
         vector each, up to :data:`STATE_MAX_B`) when it drifts, dropping
         other streams' states first: a simulation that draws every rank's
         gradient each iteration then draws one noise vector per rank and
-        iteration (:class:`_LRU`)."""
+        iteration (:class:`.lru.LRU`)."""
         need = P * self.n * np.dtype(self.dtype).itemsize if 0 < self.drift < 1 else 0
         _STATE.resize(max(STATE_MIN_B, min(need, STATE_MAX_B)))
 
@@ -387,82 +361,10 @@ def _abs_quantile(distribution: str, df: float):
     return q
 
 
-# -- recording -----------------------------------------------------------------------
-
-def record_gradients(parameters, path: str, rank: int, iteration: int, key: str = "grad") -> Path:
-    """Save the ``.grad`` of torch ``parameters`` (registration order, zeros
-    where a gradient is missing) as one flat float32 vector under ``key``,
-    with the per-tensor sizes under ``layers``, to
-    ``path.format(rank=rank, iteration=iteration)``: a file a
-    ``source: {path, key}`` workload replays."""
-    parts, sizes = [], []
-    for p in parameters:
-        g = p.grad
-        flat = np.zeros(p.numel(), np.float32) if g is None else g.detach().cpu().reshape(-1).float().numpy()
-        parts.append(flat)
-        sizes.append(p.numel())
-    out = FileSource(path, key).file(rank, iteration)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(out, **{key: np.concatenate(parts), "layers": np.asarray(sizes, dtype=np.int64)})
-    return out
-
-
 # -- caches --------------------------------------------------------------------------
 
-class _LRU:
-    """Keeps recently generated gradient sets (consecutive points of a sweep
-    usually share them), bounded by total bytes.
-
-    ``sweeps``: keys are (stream..., rank), read rank after rank, over and
-    over (the AR(1) noise states: each iteration reads every rank's). An LRU
-    smaller than one sweep then misses every time: it drops the state the
-    sweep reads next. Such a cache makes room by dropping other streams'
-    entries, least recent first; when the newcomer's own stream fills it,
-    it keeps what it holds and turns the newcomer away (a held state is
-    still replaced by its next iteration's): the ranks it holds hit, the
-    others draw their noise from iteration 0. Ok-Topk's BERT at P = 256
-    (the paper's Fig. 12 config, data_scale 0.01: 256 states of 5.3 MB
-    against 1 GiB) drew 10 noise vectors per rank over its 4 iterations
-    with the plain LRU, 45 of its 90 s."""
-
-    def __init__(self, max_bytes: int, sweeps: bool = False):
-        self.max_bytes, self.sweeps = max_bytes, sweeps
-        self.items: dict = {}
-        self.size = 0
-
-    def get(self, key):
-        val = self.items.pop(key, None)
-        if val is not None:
-            self.items[key] = val  # most recent last
-            return val[0]
-        return None
-
-    def put(self, key, val, nbytes: int) -> None:
-        old = self.items.pop(key, None)
-        if old is not None:
-            self.size -= old[1]
-        if nbytes > self.max_bytes:
-            return
-        while self.sweeps and self.size + nbytes > self.max_bytes:
-            other = next((k for k in self.items if k[:-1] != key[:-1]), None)
-            if other is None:   # this stream's sweep fills the cache
-                return
-            self.size -= self.items.pop(other)[1]
-        while self.items and self.size + nbytes > self.max_bytes:
-            oldest = next(iter(self.items))
-            self.size -= self.items.pop(oldest)[1]
-        self.items[key] = (val, nbytes)
-        self.size += nbytes
-
-    def resize(self, max_bytes: int) -> None:
-        """A new bound; the least recent entries go until the cache fits it."""
-        self.max_bytes = max_bytes
-        while self.items and self.size > max_bytes:
-            self.size -= self.items.pop(next(iter(self.items)))[1]
-
-
-_CACHE = _LRU(max_bytes=1 << 30)
+_CACHE = LRU(max_bytes=1 << 30)
 #: the last AR(1) noise state per (stream, rank): iteration t costs one draw after t-1; at least
 #: STATE_MIN_B, and as large as a simulated point's every rank up to STATE_MAX_B (Workload.hold_states)
 STATE_MIN_B, STATE_MAX_B = 1 << 30, 4 << 30
-_STATE = _LRU(max_bytes=STATE_MIN_B, sweeps=True)
+_STATE = LRU(max_bytes=STATE_MIN_B, sweeps=True)

@@ -1,5 +1,5 @@
 """The workload's caches: AR(1) noise states kept across a sweep of every rank
-(simsparse.workload._LRU with sweeps, Workload.hold_states), and the full
+(simsparse.lru.LRU with sweeps, Workload.hold_states), and the full
 collection after a point that carried much (experiments/run/simulate.py)."""
 import gc
 
@@ -7,14 +7,15 @@ import numpy as np
 import pytest
 
 import simsparse.workload as wlmod
-from simsparse.workload import Workload, _LRU
+from simsparse.lru import LRU
+from simsparse.workload import Workload
 
 from tests.helpers import make_point
 
 
 @pytest.fixture
 def fresh_states(monkeypatch):
-    monkeypatch.setattr(wlmod, "_STATE", _LRU(max_bytes=1 << 30, sweeps=True))
+    monkeypatch.setattr(wlmod, "_STATE", LRU(max_bytes=1 << 30, sweeps=True))
     return wlmod._STATE
 
 
@@ -39,7 +40,7 @@ def test_a_sweep_larger_than_the_cache_keeps_the_ranks_it_holds(monkeypatch, fre
         w.grads(P, t)
     # the 5 held ranks draw once per iteration; the 3 others every iteration from 0: 1 + 2 + 3 + 4
     assert len(calls) == 5 * 4 + 3 * 10
-    plain = _LRU(max_bytes=5 * n * 4)               # an LRU drops what the sweep reads next: all miss
+    plain = LRU(max_bytes=5 * n * 4)               # an LRU drops what the sweep reads next: all miss
     monkeypatch.setattr(wlmod, "_STATE", plain)
     wlmod._CACHE.items.clear(), setattr(wlmod._CACHE, "size", 0)
     calls.clear()

@@ -183,7 +183,7 @@ def test_npz_replay(tmp_path):
 def test_record_gradients_from_a_torch_model(tmp_path):
     import torch
 
-    from simsparse.workload import record_gradients
+    from simsparse.gradient_files import record_gradients
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))

@@ -5,7 +5,8 @@ import typing
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from ...workload import FileSource, Workload, model_layer_params, resolve_layers
+from ...gradient_files import FileSource
+from ...workload import Workload, model_layer_params, resolve_layers
 from .hints import did_you_mean
 
 

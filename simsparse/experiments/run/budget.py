@@ -67,7 +67,7 @@ from ..config.point import Point
 #: a point may run max_events / this many seconds before the watchdog stops it
 MIN_EVENT_RATE = 10_000
 BASE_B = 200e6  # the interpreter, numpy, pandas and the network model
-_CACHE_B = float(1 << 30)  # the bound of each of the workload's caches (simsparse.workload._LRU)
+_CACHE_B = float(1 << 30)  # the bound of each of the workload's caches (simsparse.lru.LRU)
 _STATES_MAX_B = float(4 << 30)  # the most the noise states' cache grows to (simsparse.workload.STATE_MAX_B)
 #: sampled paths are kept from a rank's first iteration to its last (drawn once) while their values at
 #: every iteration take at most this; beyond it they are drawn again at each (the same values)
