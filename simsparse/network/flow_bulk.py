@@ -141,7 +141,7 @@ class FlowBulk:
         out[f] = nf + (((end + tail[f]) + self.o_r) - nf)
         return out, True
 
-    def bulk_scratch(self, env, P: int) -> "FlowNetwork":
+    def bulk_scratch(self, env, P: int):
         """This model (same machine, placement and routes) idle on ``env``."""
         twin = copy.copy(self)
         twin.reset(env, P)

@@ -129,7 +129,8 @@ def placement(m, eps) -> list[str]:
     if used:
         kind = m.topo.kind[next(iter(used))]
         groups = {where(m, v).split(" of ")[-1] for v in used} if kind == ROUTER else set()
-        lines.append(f"the ranks use {len(used)} {kind}{'es' if kind == SWITCH and len(used) > 1 else 's' if len(used) > 1 else ''}"
+        plural = "" if len(used) == 1 else "es" if kind == SWITCH else "s"
+        lines.append(f"the ranks use {len(used)} {kind}{plural}"
                      + (f" in {len(groups)} group{'s' if len(groups) > 1 else ''}" if groups else "")
                      + f" of the machine's {m.topo.count(kind)}")
     return lines
@@ -233,7 +234,6 @@ def draw(spec, P: int, path) -> str:
     from ..files import atomic_write
 
     m, eps = spec.machine(P)
-    t = m.topo
     keep = _drawn(m, eps)
     fig, ax = plt.subplots(figsize=(12, 7))
     if len(keep) > DRAW_LIMIT:

@@ -75,11 +75,11 @@ def main(names: list[str], out: str | None = None, smoke: bool = False, run: boo
     papers = load_papers()
     chosen = select(papers, names)
     results, walls = {}, {}
-    for paper, name, exp in chosen:
+    for _paper, name, exp in chosen:
         t0 = time.perf_counter()
         results[name] = run_experiment(exp, base / Path(exp.config).stem, smoke, run)
         walls[name] = time.perf_counter() - t0
-    for paper, name, exp in chosen:   # experiments a claim reads with from: but not named: their results on disk
+    for _paper, _name, exp in chosen:   # experiments a claim reads with from: but not named: their results on disk
         for other in _referenced(exp):
             if other not in results and (base / other).is_dir():
                 results[other] = run_experiment(_by_name(papers, other), base / other, smoke, run=False)
