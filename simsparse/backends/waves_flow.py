@@ -192,12 +192,51 @@ def _sweep(L, cap, start, size, batch, tol):
 _SWEEP = njit(_sweep) if _SOLVE is not None else None
 
 
-def _local(links: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _local(net, links: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The wave's link rows numbered locally (0 .. its distinct links - 1) and
-    those links' capacities: the solves see only the wave's links (max-min
-    rates do not depend on how links are numbered)."""
+    those links' capacities: the solves see only the wave's links. Max-min
+    rates do not depend on how links are numbered (a link's arithmetic runs
+    in the flows' order whatever its number), so the compiled pass numbers
+    them as they first appear (:func:`_first_seen`, O(links of the wave)),
+    its numpy twin sorted (:func:`_local_numpy`, a sort: 0.4 ms at 3,000
+    messages, every wave)."""
+    if _FIRST_SEEN is None:
+        return _local_numpy(links, net._cap)
+    seen = getattr(net, "_wave_seen", None)
+    if seen is None or len(seen) != len(net._cap):
+        seen = net._wave_seen = np.full(len(net._cap), -1, dtype=np.int64)
+    return _FIRST_SEEN(np.ascontiguousarray(links), net._cap, seen)
+
+
+def _local_numpy(links: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_local` numbered in link order, by numpy."""
     ids, inv = np.unique(links, return_inverse=True)
     return inv.reshape(links.shape), cap[ids]
+
+
+def _first_seen(links, cap, seen):
+    """:func:`_local` numbered by first appearance, row after row; ``seen``:
+    scratch of -1 per link of the network, and so again on return."""
+    n, H = links.shape
+    out = np.empty((n, H), dtype=np.int64)
+    ids = np.empty(n * H, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        for h in range(H):
+            x = links[i, h]
+            if seen[x] < 0:
+                seen[x] = k
+                ids[k] = x
+                k += 1
+            out[i, h] = seen[x]
+    local_cap = np.empty(k)
+    for j in range(k):
+        local_cap[j] = cap[ids[j]]
+        seen[ids[j]] = -1
+    return out, local_cap
+
+
+_FIRST_SEEN = njit(_first_seen)
 
 
 def _wave(net, order, src, dst, ready, nb, P: int) -> np.ndarray:
@@ -206,7 +245,7 @@ def _wave(net, order, src, dst, ready, nb, P: int) -> np.ndarray:
     end = ready + net.o_s
     f = np.flatnonzero(nb > 0)
     if len(f):
-        end[f] = _ends(*_local(links[f], net._cap), end[f], nb[f])
+        end[f] = _ends(*_local(net, links[f]), end[f], nb[f])
     arrival = end + tail + net.o_r
     last = np.full(P, -np.inf)
     np.maximum.at(last, src, arrival)

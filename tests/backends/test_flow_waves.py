@@ -86,6 +86,29 @@ def test_the_compiled_sweep_gives_the_numpy_sweeps_ends_to_the_bit():
         assert np.array_equal(waves_flow._ends(L, cap, start, size), want)
 
 
+def test_links_numbered_as_they_first_appear_give_the_sorted_numberings_ends_to_the_bit():
+    """The compiled waves number a wave's links by first appearance, the
+    numpy twin in link order: the same capacities per flow, and the same
+    ends of every flow to the bit (a link's arithmetic does not depend on
+    its number); the scratch is left all -1."""
+    from simsparse.backends import waves_flow
+
+    if waves_flow._FIRST_SEEN is None:
+        pytest.skip("numba disabled")
+    rng = np.random.default_rng(7)
+    for n, links, hops in [(1, 3, 2), (60, 8, 3), (700, 50, 5)]:
+        L = rng.integers(0, links, (n, hops)).astype(np.int32)
+        L[rng.random((n, hops)) < 0.2] = links   # the padding link (capacity inf)
+        cap = np.append(rng.uniform(1.0, 5.0, links), np.inf)
+        seen = np.full(len(cap), -1, dtype=np.int64)
+        first, first_cap = waves_flow._FIRST_SEEN(L, cap, seen)
+        ordered, ordered_cap = waves_flow._local_numpy(L, cap)
+        assert np.array_equal(first_cap[first], ordered_cap[ordered]) and (seen == -1).all()
+        start, size = np.round(rng.uniform(0, 2, n), 1), rng.uniform(0.1, 3.0, n)
+        assert np.array_equal(waves_flow._ends(first, first_cap, start, size),
+                              waves_flow._ends(ordered, ordered_cap, start, size))
+
+
 def test_the_count_of_adaptive_flows_in_flight_says_when_every_load_is_zero(monkeypatch):
     """With no adaptive flow in flight (``FlowNetwork._routed`` 0) every
     watched link's load is 0, at every message the event path routes and
