@@ -96,7 +96,7 @@ def memo_call(memo: dict, digests: dict, k, args, kwargs):
         bound = _signature(k.numpy).bind(*args, **kwargs).arguments.items()
     key = [k.name]                  # one key per argument, not a key of the whole nested tuple of them
     for n, v in bound:
-        part = ("like", v.dtype.str) if n == "like" else _key(v, digests)[0]
+        part = ("like", v.dtype.str) if n == "like" else _memo_key(v, digests)
         if part is None:
             return k.numpy(*args, **kwargs)
         key.append((n, part))

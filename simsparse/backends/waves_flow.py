@@ -63,7 +63,7 @@ def _links(net, order, src, dst) -> tuple[np.ndarray, np.ndarray]:
     u = np.random.default_rng(net._rng.getrandbits(64)).random(len(src))
     m = net._m
     if _compiled_routes(m):   # (no Python lists of the wave's ends: a wave at P = 1024 has some 3,000 messages)
-        ep_a = _endpoints(net)
+        ep_a = net._ep_a
         load = np.zeros(len(net._load), dtype=np.int64) if net._routed == 0 else \
             np.array(net._load, dtype=np.int64)   # (nothing in flight: 50,918 zeros, not a list's copy)
         return wave_routes(m.fabric, rt.watched, ep_a[src], ep_a[dst], order, u, load, rt.dummy)
@@ -80,14 +80,6 @@ def _links(net, order, src, dst) -> tuple[np.ndarray, np.ndarray]:
         for x in watch[r]:
             load[x] -= 1
     return rt.R[rid], rt.lat[rid]
-
-
-def _endpoints(net) -> np.ndarray:
-    """The ranks' endpoints as an array, made once per placement (``net._ep``)."""
-    got = getattr(net, "_wave_ep", None)
-    if got is None or got[0] is not net._ep:
-        got = net._wave_ep = (net._ep, np.asarray(net._ep, dtype=np.int64))
-    return got[1]
 
 
 def _compiled_routes(m) -> bool:

@@ -157,6 +157,7 @@ class FlowNetwork(FlowBulk, FlowSolve):
         carried = self._carry(P)
         self.env = env
         m, self._ep, self._cap, self._routes, self._port = self.machine(P)
+        self._ep_a = np.asarray(self._ep, dtype=np.int64)   # (the bulk waves index it by rank arrays)
         self._m = m
         self._n_ep = m.n_endpoints
         self._adaptive = m.adaptive
