@@ -4,7 +4,7 @@ collectives it is meant for (issue 23).
     python benchmarks/bench_approx.py --algorithms oktopk topkdsa --P 16 48 100 256 1024
 
 The simulator times a bulk collective of at least 2^20 messages that waits
-for ports wave after wave (:mod:`simsparse.backends.waves_ab`, ``bulk~``)
+for ports wave after wave (:mod:`simsparse.backends.fast.waves_ab`, ``bulk~``)
 instead of replaying it in event order; that happens from P = 1025 for an
 alltoall. Each point here (1M float32, 1 %, ``aries_alphabeta``, sampled
 values, one iteration as ``bench_scale.py`` runs it) runs twice in this
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 def simulate(alg: str, P: int, approx_from: int) -> tuple[float, float]:
     """(simulated seconds, wall seconds) of the point with that threshold."""
     import bench_scale
-    import simsparse.backends.sim as sim_mod
+    import simsparse.backends.events.sim as sim_mod
     from simsparse.experiments.run.runner import simulate_point
 
     sim_mod.APPROX_FROM = approx_from

@@ -11,7 +11,7 @@ the event path (there should be none), any difference in bytes or messages
 (none), and the error of the ``bulk~`` rows' times.
 
 ``--approx-from M`` times every bulk collective of at least M messages that
-waits for ports wave after wave (:mod:`simsparse.backends.waves_ab`; the
+waits for ports wave after wave (:mod:`simsparse.backends.fast.waves_ab`; the
 simulator's own threshold is 2^20): the error of that approximation on small
 machines, where it never runs by default.
 """
@@ -47,7 +47,7 @@ def main():
     ap.add_argument("--algorithms", nargs="+", help="draw only these algorithms")
     a = ap.parse_args()
     if a.approx_from is not None:
-        import simsparse.backends.sim as sim_mod
+        import simsparse.backends.events.sim as sim_mod
         sim_mod.APPROX_FROM = a.approx_from
     p100 = load_profile("p100").model_dump()
     rng = random.Random(a.seed)

@@ -25,7 +25,7 @@ import yaml
 
 from simsparse.algorithms import Setup, get_algorithm
 from simsparse.algorithms.deft import assign_k, bin_pack, partition, selection_cost
-from simsparse.backends.sim import Simulator
+from simsparse.backends.events.sim import Simulator
 from simsparse.compute.devices import DeviceProfile, ParametricDevice, load_profile
 from simsparse.compute.kernels import get_kernel
 from simsparse.experiments.config.point import to_dense

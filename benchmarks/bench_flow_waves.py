@@ -9,7 +9,7 @@ Each point (a gradient of ``--n`` float32 at 1 %, or BERT-base's at
 one iteration as ``bench_scale.py`` runs it) is simulated twice in this
 process: with ``collectives: events`` (every message an event of the flow
 model: the reference) and with ``collectives: waves`` (the helper
-collectives in bulk, timed wave after wave: :mod:`simsparse.backends.waves_flow`).
+collectives in bulk, timed wave after wave: :mod:`simsparse.backends.fast.waves_flow`).
 With ``--seeds S`` each runs with the network's ``routing_seed`` 0 .. S - 1:
 adaptive routing and ECMP choices depend on it, and so does the event
 path's own time (by up to 31 % on small bare collectives on Piz Daint).

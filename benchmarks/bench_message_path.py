@@ -25,7 +25,7 @@ def main():
     args = ap.parse_args()
     import torch
 
-    from simsparse.backends import wire
+    from simsparse.backends.real import wire
     from simsparse.ops import COO, Bundle, Dense
 
     torch.set_num_threads(1)

@@ -123,8 +123,8 @@ def _real(alg, P, n, iters, warmup) -> float | None:
 
 #: (label, owner, attribute): the driver's parts, each wrapped to charge its
 #: exclusive time (names of this version and of the one before it; missing ones are skipped)
-_D, _B = "simsparse.backends.mpi:MPIDriver", "simsparse.backends.wire:Mailbox"
-PARTS = [("pack", "simsparse.backends.wire", "pack"), ("unpack", "simsparse.backends.wire", "unpack"),
+_D, _B = "simsparse.backends.real.mpi:MPIDriver", "simsparse.backends.real.wire:Mailbox"
+PARTS = [("pack", "simsparse.backends.real.wire", "pack"), ("unpack", "simsparse.backends.real.wire", "unpack"),
          ("match (Improbe, receive)", _D, "_match"), ("match (Improbe, receive)", _B, "_match"),
          ("match (Improbe, receive)", _B, "_take"),
          ("test, wake", _D, "_poll"), ("test, wake", _D, "_progress"),

@@ -38,7 +38,7 @@ NETWORKS = {"fattree": "ib_edr_fattree", "dragonfly": "piz_daint_aries", "alphab
 
 
 def child(network: str, algorithm: str, P: int, n: int, data_scale: float = 1.0) -> dict:
-    from simsparse.backends.sim import Simulator
+    from simsparse.backends.events.sim import Simulator
     from simsparse.experiments.config.sources import network_variants
     from simsparse.experiments.config.point import Point
     from simsparse.network.spec import NETWORK_SPECS
@@ -111,7 +111,7 @@ def model_bench() -> None:
         print(f"{F:>7} {(time.perf_counter() - t0) / reps * 1e3:>11.2f} {len(np.unique(R)):>13}")
 
     from simsparse.algorithms.collectives import Alltoall
-    from simsparse.backends.sim import Simulator
+    from simsparse.backends.events.sim import Simulator
     from simsparse.ops import Dense
 
     print("all-to-all, random block sizes, on piz_daint_aries")

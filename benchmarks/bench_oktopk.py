@@ -35,7 +35,7 @@ import yaml
 
 from simsparse.algorithms.oktopk import OkTopk, OkTopkParams
 from simsparse.algorithms.base import Setup
-from simsparse.backends.sim import Simulator
+from simsparse.backends.events.sim import Simulator
 from simsparse.compute.devices import load_profile, make_device
 from simsparse.network.spec import NETWORK_SPECS
 from simsparse.workload import Workload

@@ -8,7 +8,7 @@ repeated faults of glibc's default heap against the real backend's caching heap.
   (the kernel's trap, a zeroed page, the page-table update);
 * **fresh outputs**: ``np.add(a, b)`` into a new array of ``--n`` float32,
   ``--reps`` times, in a child interpreter started with glibc's defaults and
-  in one started with :data:`simsparse.backends.rank_env.RANK_ENV` (what every
+  in one started with :data:`simsparse.backends.real.rank_env.RANK_ENV` (what every
   rank of ``simsparse measure`` / ``calibrate`` gets). Prints the median time
   per call and the minor faults per call (``getrusage``).
 """
@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=10_000_000)
     ap.add_argument("--reps", type=int, default=9)
     args = ap.parse_args()
-    from simsparse.backends.rank_env import RANK_ENV, rank_env
+    from simsparse.backends.real.rank_env import RANK_ENV, rank_env
 
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     ft = np.array(first_touch(args.reps)) * 1e6

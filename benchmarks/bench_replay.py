@@ -4,7 +4,7 @@
     python benchmarks/bench_replay.py --P 5 31 --algorithms oktopk topkdsa
 
 Every point runs twice on the alpha-beta network (``SIMSPARSE_NUMBA=0``:
-the Python replay of ``backends/bulk_timing.py``; ``1``: ``backends/replay_ab.py``),
+the Python replay of ``backends/fast/timing.py``; ``1``: ``backends/fast/replay_ab.py``),
 with ideal and P100 compute, and three protocols: eager; rendezvous past
 256 B with a 3 us handshake; rendezvous with an unexpected window of 1000 B
 and reduced data. It prints every point whose rows differ (time, path,
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def main():
     from simsparse.algorithms import ALGORITHMS
-    from simsparse.backends import replay_ab, replay_arrays
+    from simsparse.backends.fast import replay_ab, replay_arrays
     from simsparse.compute.devices import load_profile
     from simsparse.experiments.run.runner import simulate_point
     from tests.helpers import make_point

@@ -284,7 +284,7 @@ class Collective:
 
     __slots__ = ()
     #: ``bulk(reqs, run)``: the collective for all ranks at once (every rank's
-    #: request, a :class:`simsparse.backends.bulk.BulkRun`), returning every
+    #: request, a :class:`simsparse.backends.fast.bulk.BulkRun`), returning every
     #: rank's result; only where every rank's exit waits for every rank's
     #: entry. None: always expanded.
     bulk = None

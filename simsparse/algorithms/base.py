@@ -89,7 +89,7 @@ class Algorithm:
     #: ``run`` of a value-free schedule as lockstep rounds, if it has them:
     #: ``rounds(P, n)`` yields (destination per rank, elements per rank, kernel
     #: the receivers apply) per round; the simulator may then evaluate it in
-    #: bulk (:mod:`simsparse.backends.rounds`)
+    #: bulk (:mod:`simsparse.backends.fast.rounds`)
     rounds: ClassVar = None
     #: works on a sampled gradient (``values: sampled``, :mod:`simsparse.sampling`):
     #: it reads only its input's largest entries (a top-k, thresholds near the

@@ -4,7 +4,7 @@ A rank yields the request and gets the result, ``blocks = yield
 Allgather(block, "rd", tag)``. Its ``expand(ctx)`` is the point-to-point
 schedule below: the real backend always runs it, and so does the
 simulator's event path; the simulator may instead evaluate a ``bulk``
-collective for all P ranks at once (:mod:`simsparse.backends.bulk`).
+collective for all P ranks at once (:mod:`simsparse.backends.fast.bulk`).
 Payloads are any :class:`~simsparse.ops.Payload`, so an allgather of
 variable-size sparse blocks is an allgatherv. Costs in the alpha-beta model
 (``m`` = bytes of one block, all blocks equal, P a power of two):

@@ -2,7 +2,7 @@
 ``expand`` (:mod:`.collectives`), for all P ranks at once.
 
 Each takes every rank's request and a ``run`` (the simulator's
-:class:`~simsparse.backends.bulk.BulkRun`: ``wave``, ``kernel``, ``size``,
+:class:`~simsparse.backends.fast.bulk.BulkRun`: ``wave``, ``kernel``, ``size``,
 ``freeze``), records the schedule and returns every rank's result. A wave is
 the messages the ranks post at once, each rank after its previous wave and
 kernels; each then waits for its messages of the wave, as the ``waitall``

@@ -69,7 +69,7 @@ def ring_allreduce(ctx, buf, tag=0):
 
 
 def ring_rounds(P, n):
-    """:func:`ring_allreduce` as lockstep rounds (:mod:`simsparse.backends.rounds`):
+    """:func:`ring_allreduce` as lockstep rounds (:mod:`simsparse.backends.fast.rounds`):
     for each step, every rank's destination and the elements it sends."""
     ranks = np.arange(P)
     dst = (ranks + 1) % P
@@ -152,7 +152,7 @@ def rabenseifner_allreduce(ctx, buf, tag=0):
     return buf
 
 
-# -- the same schedules as lockstep rounds (simsparse.backends.rounds) ------------------------
+# -- the same schedules as lockstep rounds (simsparse.backends.fast.rounds) ------------------------
 
 def _folded(P, n, pair_steps, unfold_kernel):
     """Rounds of a folded schedule: the fold (even ranks below 2 rem send all

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ..backends.rank_env import meminfo_bytes, rank_env
+from ..backends.real.rank_env import meminfo_bytes, rank_env
 from . import fit
 
 #: where a profile for R ranks goes by default; configs name it with {P} (resolved per point)
@@ -156,7 +156,7 @@ def _launch(mpiexec: str, spec: dict, ranks: int, testbed, timeout_s: float, ext
 
 
 #: a calibration rank's peak memory seen here (the star at P = 8: 3.8 to 4.4 GB; every algorithm at n = 1.2e7
-#: on the caching heap of simsparse.backends.rank_env, which keeps what each one grew to)
+#: on the caching heap of simsparse.backends.real.rank_env, which keeps what each one grew to)
 RANK_PEAK_GB = 4.4
 
 
@@ -253,7 +253,7 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
         if wake:
             compute["wait_cpu_s"] = wake
             if testbed is not None:   # its ranks wait in poll mode (testbed.MPI_ENV): a long wait wakes periodically
-                from ..backends.wire import SocketSleep
+                from ..backends.real.wire import SocketSleep
 
                 compute["wait_poll_s"] = SocketSleep.MAX_S
                 compute["wait_poll_after_s"] = SocketSleep.polling_after()
@@ -297,7 +297,7 @@ def steady_calls(calls) -> tuple[list, int]:
     """The kernel calls of steady state: a call that page-faulted (5th field, the
     minor faults while it ran) is left out where a call of the same kernel and size
     ran without faults -- it paid for growing the heap once, which a measured
-    iteration on the caching heap does not (:mod:`simsparse.backends.rank_env`).
+    iteration on the caching heap does not (:mod:`simsparse.backends.real.rank_env`).
     Returns (the calls kept, how many were left out)."""
     clean = {(c[0], c[1]) for c in calls if len(c) < 5 or not c[4]}
     kept = [c for c in calls if len(c) < 5 or not c[4] or (c[0], c[1]) not in clean]

@@ -121,7 +121,7 @@ def simulate(spec, device, P: int, program):
     """``program`` (a factory ``ctx -> generator`` whose payloads hold numpy
     arrays) on every rank of network ``spec``: per rank, its result and the
     time it finished (the simulator's own run of what :mod:`.worker` times)."""
-    from ..backends.sim import Simulator
+    from ..backends.events.sim import Simulator
 
     sim = Simulator(spec.build(), device, **spec.protocol())
     stats = sim.run([program] * P)

@@ -24,7 +24,7 @@ class KernelProbe:
     (``"name/path"``, :class:`~simsparse.compute.kernels.Work`) where it
     reports one. A call that faulted grew the rank's heap (its first
     touches), which a measured iteration in steady state does not pay
-    (:mod:`simsparse.backends.rank_env`)."""
+    (:mod:`simsparse.backends.real.rank_env`)."""
 
     def __init__(self, sync, now=time.perf_counter):
         from ..compute.kernels import KERNELS
@@ -70,7 +70,7 @@ class StepProbe:
     (``_device``: :class:`KernelProbe`)."""
 
     def __init__(self, now=time.perf_counter):
-        from ..backends.mpi import MPIContext, MPIDriver
+        from ..backends.real.mpi import MPIContext, MPIDriver
 
         self.own: list[float] = []   # per step: its time less what is costed elsewhere
         self.active = False
@@ -145,7 +145,7 @@ class PathProbe:
         self._orig = self._around_calls(now) if calls else self._around_serialisation(now)
 
     def _around_serialisation(self, now) -> list:
-        from ..backends import wire
+        from ..backends.real import wire
 
         orig = [(wire.Mailbox, "pack", wire.Mailbox.pack), (wire, "unpack", wire.unpack)]
         pack, unpack = (fn for _, _, fn in orig)
@@ -170,8 +170,8 @@ class PathProbe:
         return orig
 
     def _around_calls(self, now) -> list:
-        from ..backends import wire
-        from ..backends.mpi import MPIContext
+        from ..backends.real import wire
+        from ..backends.real.mpi import MPIContext
 
         orig = [(MPIContext, "isend", MPIContext.isend), (wire.Mailbox, "_take", wire.Mailbox._take),
                 (wire.Mailbox, "_complete", wire.Mailbox._complete)]

@@ -18,7 +18,7 @@ softirq time (``/proc/stat``, which counts it apart from any process where
 the kernel accounts IRQ time) less that of a quiet interval of the same
 length is the stack's. Per payload byte, with the rate the stream reached
 (the pace at which the simulator charges it:
-:meth:`simsparse.backends.sim.Simulator._stack`). Subtracting the ranks'
+:meth:`simsparse.backends.events.sim.Simulator._stack`). Subtracting the ranks'
 own CPU (``getrusage``, exact) from the host's busy time (sampled at each
 tick) instead left nothing at P = 8: eight polling ranks' short wake-ups
 are not what the tick samples.

@@ -4,7 +4,7 @@
 Everything goes through the real backend's own paths, so the profile
 describes what ``simsparse measure`` pays:
 
-* **point-to-point**, rank programs driven by :class:`~simsparse.backends.mpi.MPIDriver`
+* **point-to-point**, rank programs driven by :class:`~simsparse.backends.real.mpi.MPIDriver`
   (payload packing, ``Isend``, ``Improbe`` matching, unpacking): ping-pong
   half round trips across sizes (latency, bandwidth, the eager/rendezvous
   switch); a window of small messages (LogGP g, and o at the sender: the
@@ -51,7 +51,7 @@ def p2p(driver, comm, sizes, reps, quick, exchange_sizes=(), concurrency_sizes=(
         late_sizes=(), path_calls: bool = True, stack: bool = False) -> dict:
     from mpi4py import MPI
 
-    from ..backends.start import make_start
+    from ..backends.real.start import make_start
     from ..ops import Dense
 
     rs = driver.rs
@@ -335,7 +335,7 @@ def main(argv=None):
     from mpi4py import MPI
     import torch
 
-    from ..backends.mpi import MPIDriver, pick_device
+    from ..backends.real.mpi import MPIDriver, pick_device
 
     spec_path, out_path = (argv or sys.argv[1:])[:2]
     with open(spec_path) as f:

@@ -106,7 +106,7 @@ class DeviceProfile(BaseModel):
                                      "(simsparse calibrate: an all-to-all of small messages against the exchange)")
     wait_poll_s: float | None = Field(None, gt=0, description="with shared_cores and wait_cpu_s: a rank blocked in a "
                                       "wait wakes every this many seconds and spends wait_cpu_s each time (the real "
-                                      "backend's poll on a testbed: backends.wire.SocketSleep's longest timeout)")
+                                      "backend's poll on a testbed: backends.real.wire.SocketSleep's longest timeout)")
     wait_poll_after_s: float | None = Field(None, ge=0, description="with wait_poll_s: the first such wake-up comes "
                                             "this long after the rank blocks (SocketSleep's yielding and its timeouts "
                                             "doubling up to wait_poll_s; shorter waits are in wait_cpu_s itself)")

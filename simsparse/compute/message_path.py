@@ -1,7 +1,7 @@
 """The real backend's send and receive path: the CPU a message costs its
 sender before it leaves and its receiver after it arrives.
 
-A rank program's ``isend`` serialises its payload (:mod:`simsparse.backends.wire`:
+A rank program's ``isend`` serialises its payload (:mod:`simsparse.backends.real.wire`:
 ``.cpu().numpy()``, a copy into one buffer, a pickled header for structured
 payloads) before it posts ``MPI_Isend``, so the message leaves that much
 later; a received message is unpacked into tensors before its handle
@@ -35,7 +35,7 @@ an 800 B transfer of 13 us.
 
 The simulator charges the send side on the sender's cores before the message
 is posted and the receive side on the receiver's cores after it arrived
-(:mod:`simsparse.backends.sim`), for a profile that has measured them.
+(:mod:`simsparse.backends.events.sim`), for a profile that has measured them.
 """
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..ops import Dense
 from ..size_scale import SizeScale, factor_at, log_table
 
-#: the wire formats of :mod:`simsparse.backends.wire` (DNS1, DNS2, PKL1)
+#: the wire formats of :mod:`simsparse.backends.real.wire` (DNS1, DNS2, PKL1)
 FORMATS = ("dense", "split", "packed")
-#: a dense payload from this size on goes out without a copy (:data:`simsparse.backends.wire.SPLIT_MIN`)
+#: a dense payload from this size on goes out without a copy (:data:`simsparse.backends.real.wire.SPLIT_MIN`)
 SPLIT_MIN_B = 1 << 16
 
 
@@ -70,7 +70,7 @@ PathCosts = dict[Literal["dense", "split", "packed"], PathCost]
 
 
 def wire_format(payload, nbytes: int, split: bool = True) -> str:
-    """The format :func:`simsparse.backends.wire.pack` gives ``payload``."""
+    """The format :func:`simsparse.backends.real.wire.pack` gives ``payload``."""
     if type(payload) is Dense:
         return "split" if split and nbytes >= SPLIT_MIN_B else "dense"
     return "packed"

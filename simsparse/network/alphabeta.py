@@ -172,7 +172,7 @@ class AlphaBetaNetwork:
         b.book(t1, d, now)
         self.env.at(t1 + d - now, type(done).__call__, done)
 
-    # -- bulk evaluation (simsparse.backends.bulk) ---------------------------------------
+    # -- bulk evaluation (simsparse.backends.fast.bulk) ---------------------------------------
     # A wave whose ports are each used once and free when its messages are
     # ready is timed as arrays: every message starts when ready, exactly as
     # ``transfer`` would start it. Otherwise the evaluation replays the

@@ -1,5 +1,5 @@
-"""The flow-level model's bulk paths (:mod:`simsparse.backends.bulk`,
-:mod:`simsparse.backends.rounds`): waves of solo flows timed as arrays, and
+"""The flow-level model's bulk paths (:mod:`simsparse.backends.fast.bulk`,
+:mod:`simsparse.backends.fast.rounds`): waves of solo flows timed as arrays, and
 the scratch copy a bulk evaluation replays shared flows on."""
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ BUSY = _Busy()
 class FlowBulk:
     """Mixed into :class:`~simsparse.network.flow.FlowNetwork`."""
 
-    # -- bulk evaluation (simsparse.backends.bulk) ---------------------------------------
+    # -- bulk evaluation (simsparse.backends.fast.bulk) ---------------------------------------
     # A wave is timed as arrays while every flow is solo, as ``transfer``
     # would find it: its links free when it is posted, and flows sharing a
     # link one after another in posting order. Otherwise the evaluation
@@ -115,7 +115,7 @@ class FlowBulk:
 
     def bulk_waves_capable(self) -> bool:
         """Whether ``collectives: waves`` may time collectives wave after wave
-        here (:mod:`simsparse.backends.waves_flow`): with adaptive routing
+        here (:mod:`simsparse.backends.fast.waves_flow`): with adaptive routing
         too, not with a LogGP gap, shaped links or slowed acknowledgements."""
         return self.gap <= 0.0 and not self.burst and self.ack_eff >= 1.0
 

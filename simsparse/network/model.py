@@ -9,7 +9,7 @@ import numpy as np
 class NetworkModel(Protocol):
     """A network model the simulator drives: messages one by one as the
     engine reaches them (``reset``, ``transfer``), and the bulk paths of
-    :mod:`simsparse.backends.bulk` and :mod:`simsparse.backends.rounds`.
+    :mod:`simsparse.backends.fast.bulk` and :mod:`simsparse.backends.fast.rounds`.
     :class:`~.alphabeta.AlphaBetaNetwork` and :class:`~.flow.FlowNetwork`
     implement it."""
 

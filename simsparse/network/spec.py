@@ -32,7 +32,7 @@ class NetworkSpecBase(BaseModel):
         raise NotImplementedError
 
     def protocol(self) -> dict:
-        """The MPI protocol settings, as :class:`~simsparse.backends.sim.Simulator` takes them."""
+        """The MPI protocol settings, as :class:`~simsparse.backends.events.sim.Simulator` takes them."""
         return {"eager_threshold_B": self.eager_threshold_B, "rendezvous_rtt_s": self.rendezvous_rtt_s,
                 "unexpected_window_B": self.unexpected_window_B}
 

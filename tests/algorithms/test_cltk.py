@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from simsparse.algorithms import Setup, get_algorithm
-from simsparse.backends.sim import Simulator
+from simsparse.backends.events.sim import Simulator
 from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.workload import Workload
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from simsparse.algorithms import Setup, get_algorithm
-from simsparse.backends.sim import Simulator
+from simsparse.backends.events.sim import Simulator
 from simsparse.compression import fft, qsgd, rangequant as rq, terngrad
 from simsparse.compression.qsgd import levels
 from simsparse.compute.devices import load_profile

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from simsparse.algorithms import Setup, get_algorithm
 from simsparse.algorithms.deft import assign_k, bin_pack, partition
-from simsparse.backends.sim import Simulator
+from simsparse.backends.events.sim import Simulator
 from simsparse.compute.devices import IdealDevice
 from simsparse.compute.kernels import get_kernel
 from simsparse.network.alphabeta import AlphaBetaNetwork

@@ -15,7 +15,7 @@ def test_topka_with_error_feedback_keeps_unsent_mass():
 
 def test_residual_is_input_minus_what_was_sent():
     from simsparse.algorithms import get_algorithm
-    from simsparse.backends.sim import Simulator
+    from simsparse.backends.events.sim import Simulator
     from simsparse.network.alphabeta import AlphaBetaNetwork
     from simsparse.workload import Workload
 
@@ -46,7 +46,7 @@ SPARSE = ["cltk", "deft", "dsar_split_allgather", "fft_allgather", "gaussiank", 
 def test_an_unchecked_run_updates_its_residual_in_place_to_the_same_values(name):
     """Without keep_input the residual's buffer takes the gradient and is zeroed where it lies: the
     results, residuals and simulated times equal the copying path's, iteration by iteration."""
-    from simsparse.backends.sim import Simulator
+    from simsparse.backends.events.sim import Simulator
     from simsparse.network.alphabeta import AlphaBetaNetwork
     from simsparse.workload import Workload
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from simsparse.algorithms.collectives import Allgather, AllreduceHost, Alltoall, Bcast
-from simsparse.backends.sim import Simulator
+from simsparse.backends.events.sim import Simulator
 from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.ops import COO, Dense
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 from pydantic import ValidationError
 
 from simsparse.algorithms.oktopk import OkTopkParams
-from simsparse.backends.sim import Simulator
+from simsparse.backends.events.sim import Simulator
 from simsparse.experiments.run.loop import check_results
 from simsparse.experiments.config.point import to_dense
 from simsparse.experiments.run.runner import simulate_point

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from simsparse.algorithms.oktopk_select import as_dtype, radix_select, rescale
-from simsparse.backends.sim import Simulator
+from simsparse.backends.events.sim import Simulator
 from simsparse.compute.kernels import get_kernel
 from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.ops import COO

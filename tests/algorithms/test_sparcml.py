@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from simsparse.algorithms import Setup, get_algorithm
 from simsparse.algorithms.sparcml import expected_nnz, region_bounds, sum_of_local_topk
-from simsparse.backends.sim import Simulator
+from simsparse.backends.events.sim import Simulator
 from simsparse.compression.qsgd import levels, wire_bytes
 from simsparse.experiments.config.point import to_dense
 from simsparse.experiments.run.runner import simulate_point

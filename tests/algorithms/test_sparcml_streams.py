@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from simsparse.algorithms.streams import DenseRange, goes_dense
-from simsparse.backends import wire
+from simsparse.backends.real import wire
 from simsparse.compute.kernels import get_kernel
 from simsparse.ops import COO, Bundle
 

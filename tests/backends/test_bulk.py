@@ -1,4 +1,4 @@
-"""Helper collectives evaluated in bulk (simsparse.backends.bulk) give the
+"""Helper collectives evaluated in bulk (simsparse.backends.fast.bulk) give the
 event path's rows: identical times, bytes and results where the row says
 ``bulk`` (exact), bytes and results identical and the time within the
 stated error where it says ``bulk~`` (approximate)."""
@@ -9,7 +9,7 @@ import pytest
 
 from simsparse.algorithms import ALGORITHMS
 from simsparse.algorithms.collectives import Allgather, AllreduceHost, Alltoall, Reduce
-from simsparse.backends.sim import Simulator
+from simsparse.backends.events.sim import Simulator
 from simsparse.compute.devices import load_profile
 from simsparse.compute.sparse_kernels import coo_split
 from simsparse.experiments.config.point import to_dense
@@ -220,13 +220,13 @@ def test_the_network_models_and_backends_are_the_protocols():
 
 @pytest.mark.parametrize("algorithm", ["oktopk", "topkdsa", "dsar_split_allgather", "gtopk"])
 def test_the_compiled_replay_is_the_python_replay(monkeypatch, algorithm):
-    """On the alpha-beta network the replay runs compiled (backends.replay_ab);
+    """On the alpha-beta network the replay runs compiled (backends.fast.replay_ab);
     ``SIMSPARSE_NUMBA=0`` runs the Python replay. Both give the same rows to
     the last bit: times, exactness, bytes and messages; eager, rendezvous
     with a handshake, and an unexpected window with reduced data; P100
     kernels between posting and waiting; a network with factors per size band."""
-    import simsparse.backends.replay_ab as ra
-    import simsparse.backends.replay_arrays as rr
+    import simsparse.backends.fast.replay_ab as ra
+    import simsparse.backends.fast.replay_arrays as rr
 
     if ra.compiled() is None:
         pytest.skip("numba is not installed")
@@ -249,7 +249,7 @@ def test_the_compiled_port_rows_fit_and_book_as_a_port():
     those over by now, is compacted when full and doubled when nothing can
     go (``room``, ``book``); every fit gives ``_Port.fit``'s answer, on
     random bookings ahead of now that backfill each other."""
-    import simsparse.backends.replay_ab as ra
+    import simsparse.backends.fast.replay_ab as ra
     from simsparse.network.alphabeta import _Port
 
     if ra.compiled() is None:
@@ -337,8 +337,8 @@ def test_a_bulk_allgathers_blocks_are_memo_keyed_by_identity():
     """Every rank gets the one tuple a bulk allgather made (``Gathered``): the
     kernels' memo keys it by identity, without hashing its blocks, so ranks
     share one result and a different tuple of equal blocks gets its own key."""
-    from simsparse.backends.bulk import Gathered
-    from simsparse.backends.memo import _memo_key
+    from simsparse.backends.fast.bulk import Gathered
+    from simsparse.backends.events.memo import _memo_key
 
     a = np.arange(5.0)
     a.setflags(write=False)

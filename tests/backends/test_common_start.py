@@ -1,5 +1,5 @@
 """The real backend's common start: every rank of a timed run begins at one
-instant of a shared clock (simsparse.backends.start), run under mpiexec."""
+instant of a shared clock (simsparse.backends.real.start), run under mpiexec."""
 import json
 import subprocess
 import sys
@@ -13,7 +13,7 @@ pytestmark = [requires_mpi, pytest.mark.mpi]
 PROBE = r"""
 import json, sys, time
 from mpi4py import MPI
-from simsparse.backends import start, wire
+from simsparse.backends.real import start, wire
 comm = MPI.COMM_WORLD
 if sys.argv[1] == "measured":          # as across hosts: offsets from ping-pongs, not the shared kernel clock
     start._boot_id = lambda: f"host-{comm.Get_rank()}"

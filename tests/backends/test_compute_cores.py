@@ -74,7 +74,7 @@ def test_requests_cost_cpu_on_shared_cores_beside_the_wire(P):
     CPU-bound (2P requests of c over 2 cores: P c per exchange), large ones
     wire-bound (the CPU work overlaps the wire's); with a core per rank, or
     c = 0, nothing changes."""
-    from simsparse.backends.sim import Simulator
+    from simsparse.backends.events.sim import Simulator
     from simsparse.compute.devices import DeviceProfile, ParametricDevice
     from simsparse.network.spec import EthernetSpec
 
@@ -97,7 +97,7 @@ def test_a_runs_start_costs_cpu_on_shared_cores_once(P):
     """start_cpu_s s: every rank runs s core-seconds before its program, on
     its share of the cores (P s / 2 on 2 cores), once per run: an exchange of
     n steps takes P s / 2 + n P c, whatever n; without shared cores nothing."""
-    from simsparse.backends.sim import Simulator
+    from simsparse.backends.events.sim import Simulator
     from simsparse.compute.devices import DeviceProfile, ParametricDevice
     from simsparse.network.spec import EthernetSpec
 
@@ -220,7 +220,7 @@ def test_a_wake_up_costs_its_rank_cpu_once_per_blocking_wait(P):
     exchange steps of P ranks on 2 cores take n P (2c + w) / 2; an
     all-to-all step (2(P - 1) requests) n P (2(P - 1) c + w) / 2; without
     shared cores nothing."""
-    from simsparse.backends.sim import Simulator
+    from simsparse.backends.events.sim import Simulator
     from simsparse.calibration import patterns
     from simsparse.compute.devices import DeviceProfile, ParametricDevice
     from simsparse.network.spec import EthernetSpec
@@ -247,7 +247,7 @@ def test_the_cpu_a_rank_is_charged_is_reported_per_iteration():
     kernels; P ranks of an exchange of n steps on 2 cores are charged
     s + n (2c + w) each, so (the exchange being CPU-bound) P cpu_s / 2 is
     the span. Without shared cores the model charges no CPU: no ``cpu_s``."""
-    from simsparse.backends.sim import Simulator
+    from simsparse.backends.events.sim import Simulator
     from simsparse.compute.devices import DeviceProfile, ParametricDevice
     from simsparse.experiments.run.loop import _collective_breakdown
     from simsparse.network.spec import EthernetSpec
@@ -280,7 +280,7 @@ def test_a_rank_blocked_past_the_backoff_polls_and_takes_cpu_from_its_core_mate(
     beside its wake-up. Without wait_poll_s (or waits shorter than a) nothing changes."""
     import numpy as np
 
-    from simsparse.backends.sim import Simulator
+    from simsparse.backends.events.sim import Simulator
     from simsparse.compute.devices import DeviceProfile, ParametricDevice
     from simsparse.network.spec import EthernetSpec
     from simsparse.ops import Dense
@@ -324,7 +324,7 @@ def test_a_message_record_ends_when_its_ranks_driver_learns_of_it():
     times of the run do not move."""
     import numpy as np
 
-    from simsparse.backends.sim import Simulator
+    from simsparse.backends.events.sim import Simulator
     from simsparse.compute.devices import DeviceProfile, ParametricDevice
     from simsparse.network.spec import EthernetSpec
     from simsparse.ops import Dense
@@ -368,7 +368,7 @@ def test_the_network_stack_takes_cpu_from_the_senders_cores_as_the_bytes_move():
     the profile's network_stack, or without shared cores, nothing changes."""
     import numpy as np
 
-    from simsparse.backends.sim import Simulator
+    from simsparse.backends.events.sim import Simulator
     from simsparse.compute.devices import DeviceProfile, ParametricDevice
     from simsparse.network.spec import EthernetSpec
     from simsparse.ops import Dense

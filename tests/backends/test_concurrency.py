@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from simsparse.algorithms.dense import ring_allreduce
-from simsparse.backends.sim import Simulator, TrainingModel
+from simsparse.backends.events.sim import Simulator, TrainingModel
 from simsparse.compute.devices import DeviceProfile, ParametricDevice
 from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.ops import Dense

@@ -1,11 +1,11 @@
 """``collectives: waves``: the flow-level network's collectives timed wave
-after wave (simsparse.backends.waves_flow) against the event path."""
+after wave (simsparse.backends.fast.waves_flow) against the event path."""
 import dataclasses
 
 import numpy as np
 import pytest
 
-from simsparse.backends.waves_flow import _ends
+from simsparse.backends.fast.waves_flow import _ends
 from simsparse.experiments.run.runner import simulate_point
 from tests.helpers import make_point, net
 
@@ -61,7 +61,7 @@ def test_with_adaptive_routing_the_waves_stay_inside_the_event_paths_spread_over
 def test_the_compiled_route_choice_gives_the_times_of_the_models_own(monkeypatch):
     """On Piz Daint the waves route through :mod:`simsparse.network.dragonfly_wave`;
     the model's own ``select`` with the same draws gives the same time, to the bit."""
-    from simsparse.backends import waves_flow
+    from simsparse.backends.fast import waves_flow
 
     fast = _row("oktopk", 16, "piz_daint_aries", "waves")
     monkeypatch.setattr(waves_flow, "_compiled_routes", lambda m: False)
@@ -71,7 +71,7 @@ def test_the_compiled_route_choice_gives_the_times_of_the_models_own(monkeypatch
 def test_the_compiled_sweep_gives_the_numpy_sweeps_ends_to_the_bit():
     """Random waves (flows on a few shared links, starts spread and tied):
     the compiled sweep and its numpy twin end every flow at the same time."""
-    from simsparse.backends import waves_flow
+    from simsparse.backends.fast import waves_flow
 
     if waves_flow._SWEEP is None:
         pytest.skip("numba disabled")
@@ -91,7 +91,7 @@ def test_links_numbered_as_they_first_appear_give_the_sorted_numberings_ends_to_
     numpy twin in link order: the same capacities per flow, and the same
     ends of every flow to the bit (a link's arithmetic does not depend on
     its number); the scratch is left all -1."""
-    from simsparse.backends import waves_flow
+    from simsparse.backends.fast import waves_flow
 
     if waves_flow._FIRST_SEEN is None:
         pytest.skip("numba disabled")
@@ -115,7 +115,7 @@ def test_the_count_of_adaptive_flows_in_flight_says_when_every_load_is_zero(monk
     every wave: the waves then route on zeros without copying the loads (a
     flow in flight may watch no link: then the count is above 0 and the
     loads are 0)."""
-    import simsparse.backends.waves_flow as wf
+    import simsparse.backends.fast.waves_flow as wf
     from simsparse.network.flow import FlowNetwork
 
     seen = []

@@ -51,7 +51,7 @@ def test_the_fit_recovers_each_decades_spread_and_merges_thin_bands():
 
 
 def test_the_simulator_charges_each_call_its_drawn_factor_and_a_step_waits_for_the_slowest_rank():
-    from simsparse.backends.sim import Simulator
+    from simsparse.backends.events.sim import Simulator
     from simsparse.network.spec import AlphaBetaSpec
     from simsparse.ops import Dense
 

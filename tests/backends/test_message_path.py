@@ -5,7 +5,7 @@ from samples and keeps the transport's line beyond it."""
 import numpy as np
 import pytest
 
-from simsparse.backends import wire
+from simsparse.backends.real import wire
 from simsparse.calibration.fit import fit_message_path
 from simsparse.compute.message_path import MessagePath, PathCost, wire_format
 from simsparse.ops import COO, Bundle, Dense, Quantized, Scalars
@@ -25,7 +25,7 @@ def test_the_format_is_the_one_the_wire_gives(payload):
 
 
 def _exchange_time(m, payload, cores=2, reps=3, **prof):
-    from simsparse.backends.sim import Simulator
+    from simsparse.backends.events.sim import Simulator
     from simsparse.calibration import patterns
     from simsparse.compute.devices import DeviceProfile, ParametricDevice
     from simsparse.network.spec import AlphaBetaSpec
@@ -123,7 +123,7 @@ def test_a_ping_pong_pays_the_path_on_both_sides_and_its_progress_beside_the_wir
     """Half a round trip: the send path, the wire, the receive path. Each
     request's progress CPU (``message_cpu_s``) starts when it is posted --
     a send's after its serialisation -- and runs beside the transfer."""
-    from simsparse.backends.sim import Simulator
+    from simsparse.backends.events.sim import Simulator
     from simsparse.calibration import patterns
     from simsparse.compute.devices import DeviceProfile, ParametricDevice
     from simsparse.network.spec import AlphaBetaSpec
@@ -165,7 +165,7 @@ def test_the_probe_for_a_testbed_times_serialisation_and_unpacking_and_no_mpi_ca
     """PathProbe(calls=False) records the wire's pack and unpack (what the path
     costs on any transport); the MPI calls around them are not wrapped, so a
     transport's own time stays in the network's fits. Closed, it restores both."""
-    from simsparse.backends.mpi import MPIContext
+    from simsparse.backends.real.mpi import MPIContext
     from simsparse.calibration.probes import PathProbe
 
     before = (wire.Mailbox.pack, wire.unpack, MPIContext.isend, wire.Mailbox._take, wire.Mailbox._complete)
@@ -191,7 +191,7 @@ def test_the_probe_for_a_testbed_times_serialisation_and_unpacking_and_no_mpi_ca
 def test_the_probe_for_this_host_wraps_the_mpi_calls_and_restores_them():
     """PathProbe() (the algorithms run on the profile's own transport) times isend and the receive's
     match, receive and unpacking in place, and leaves the serialisation's functions alone."""
-    from simsparse.backends.mpi import MPIContext
+    from simsparse.backends.real.mpi import MPIContext
     from simsparse.calibration.probes import PathProbe
 
     before = (MPIContext.isend, wire.Mailbox._take, wire.Mailbox._complete, wire.Mailbox.pack, wire.unpack)

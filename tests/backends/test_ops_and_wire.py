@@ -2,7 +2,7 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from simsparse.backends.wire import pack, unpack
+from simsparse.backends.real.wire import pack, unpack
 from simsparse.ops import COO, Bundle, Dense
 
 
@@ -46,7 +46,7 @@ def test_wire_roundtrip(p):
 
 
 def test_wire_large_dense_travels_as_prefix_plus_uncopied_array():
-    from simsparse.backends.wire import SPLIT_MIN, split_size
+    from simsparse.backends.real.wire import SPLIT_MIN, split_size
     a = np.arange(SPLIT_MIN // 4 + 3, dtype=np.float32)
     first, data = pack(Dense(a), np.asarray)
     assert np.shares_memory(data, a) and split_size(first) == a.nbytes  # no copy, size announced

@@ -1,8 +1,8 @@
-"""The environment the real backend's ranks start with (backends/rank_env.py)."""
+"""The environment the real backend's ranks start with (backends/real/rank_env.py)."""
 import subprocess
 import sys
 
-from simsparse.backends.rank_env import RANK_ENV, rank_env
+from simsparse.backends.real.rank_env import RANK_ENV, rank_env
 
 PROBE = """
 import resource, numpy as np
@@ -39,7 +39,7 @@ def test_with_it_a_buffer_freed_in_one_iteration_is_reused_without_faulting():
 
 GROWTH = """
 import resource, sys, numpy as np
-from simsparse.backends.rank_env import heap_bytes, reserve_heap
+from simsparse.backends.real.rank_env import heap_bytes, reserve_heap
 a = np.ones(4_000_000, np.float32); del a        # the warm-up's heap: 16 MB
 reserved = reserve_heap(1) if sys.argv[1] == "1" else 0
 f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -63,14 +63,14 @@ def test_the_reserve_after_the_warm_up_takes_the_heaps_later_growth_without_faul
 
 
 def test_no_reserve_without_the_caching_heap(monkeypatch):
-    from simsparse.backends import rank_env as re
+    from simsparse.backends.real import rank_env as re
 
     monkeypatch.setenv("MALLOC_MMAP_MAX_", "65536")
     assert re.reserve_heap(4) == 0   # freed, the block would go back to the system
 
 
 def test_the_reserve_can_be_turned_off(monkeypatch):
-    from simsparse.backends import rank_env as re
+    from simsparse.backends.real import rank_env as re
 
     monkeypatch.setenv("MALLOC_MMAP_MAX_", "0")
     monkeypatch.setenv("SIMSPARSE_HEAP_RESERVE", "0")

@@ -1,4 +1,4 @@
-"""Lockstep rounds (simsparse.backends.rounds) give exactly the event
+"""Lockstep rounds (simsparse.backends.fast.rounds) give exactly the event
 simulation's rows and event counts, or decline; the ring's rounds are its
 generator's messages."""
 import dataclasses
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, strategies as st
 
 from simsparse.algorithms.dense import ring_rounds
-from simsparse.backends.rounds import run_rounds
-from simsparse.backends.sim import Simulator
+from simsparse.backends.fast.rounds import run_rounds
+from simsparse.backends.events.sim import Simulator
 from simsparse.compute.devices import load_profile
 from simsparse.experiments.run import simulate as runner
 from simsparse.experiments.run.runner import simulate_point

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from simsparse.backends.sim import Simulator
+from simsparse.backends.events.sim import Simulator
 from simsparse.compute.devices import DeviceProfile, ParametricDevice
 from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.ops import Dense
@@ -256,7 +256,7 @@ def test_memo_kernels_run_once_but_charge_every_rank(monkeypatch):
 def test_memo_keys_of_many_blocks_are_one_digest_of_their_contents():
     """A tuple of P read-only blocks (a bulk allgather's result) is keyed by
     one digest: equal contents give equal keys, one changed value another."""
-    from simsparse.backends.memo import _DIGEST_PARTS, _memo_key
+    from simsparse.backends.events.memo import _DIGEST_PARTS, _memo_key
 
     def blocks(change=None):
         out = []

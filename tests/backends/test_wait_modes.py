@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from simsparse.backends import wire
+from simsparse.backends.real import wire
 
 
 def test_wait_mode_follows_the_setting_then_the_cores(monkeypatch):

@@ -1,4 +1,4 @@
-"""The approximate bulk timing, wave after wave (simsparse.backends.waves_ab):
+"""The approximate bulk timing, wave after wave (simsparse.backends.fast.waves_ab):
 within 1 % of the exact replay on the collectives it is meant for, the same
 bytes, its compiled booking equal to its Python twin, and its port rows
 booking as a port does."""
@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-import simsparse.backends.sim as sim_mod
-import simsparse.backends.waves_ab as wa
+import simsparse.backends.events.sim as sim_mod
+import simsparse.backends.fast.waves_ab as wa
 from simsparse.compute.devices import load_profile
 from simsparse.experiments.run.runner import simulate_point
 from simsparse.network.alphabeta import _Port

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simsparse.engine import HeapEngine
-from simsparse.backends.sim import Simulator
+from simsparse.backends.events.sim import Simulator
 from simsparse.network.maxmin import maxmin_rates
 from simsparse.network.spec import DragonflySpec, EthernetSpec, FatTreeSpec
 from simsparse.ops import Dense

@@ -3,7 +3,7 @@ dragonfly structure and routing (minimal, Valiant, UGAL), placement, nodes."""
 import numpy as np
 import pytest
 
-from simsparse.backends.sim import Simulator
+from simsparse.backends.events.sim import Simulator
 from simsparse.network.spec import DragonflySpec, FatTreeSpec
 from simsparse.network.topology import place
 from simsparse.ops import Dense

@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from simsparse.backends.sim import Simulator, TrainingModel
+from simsparse.backends.events.sim import Simulator, TrainingModel
 from simsparse.experiments.run.plan import plan_costs, with_plan
 from simsparse.experiments.config.point import Point
 from simsparse.experiments.run.runner import simulate_point
@@ -208,7 +208,7 @@ def test_a_buckets_gradients_at_once_are_the_gradients_in_turn(monkeypatch, sche
     busy seconds and spans of the trace, bit for bit, with fewer events
     where a bucket of several tensors comes first (WFBP's buckets are one
     tensor each; MG-WFBP's later ones wait behind communication)."""
-    from simsparse.backends.sim import SimContext
+    from simsparse.backends.events.sim import SimContext
 
     pt = point(schedule, algorithm, P=3, iterations=2, warmup=1)
     got = {}
@@ -230,7 +230,7 @@ def test_the_compiled_chain_of_backward_spans_is_its_python_twin(monkeypatch, sc
     """Untraced, a bucket's gradients at once run the clock compiled
     (``sim_model._chain``): the same row, events and busy seconds included,
     as the Python loop."""
-    import simsparse.backends.sim_model as sm
+    import simsparse.backends.events.model as sm
 
     if sm._CHAIN is None:
         pytest.skip("numba disabled")

@@ -194,7 +194,7 @@ class Estimate:
 
 def rounds_may_apply(point: Point, trace: bool = False) -> bool:
     """Whether the simulator tries the point as lockstep rounds in bulk
-    (:mod:`simsparse.backends.rounds`): an algorithm that has them, on sizes
+    (:mod:`simsparse.backends.fast.rounds`): an algorithm that has them, on sizes
     only, the lean engine (SimPy stays the reference), ``collectives: auto``,
     no schedule, no trace, no cores shared between ranks (a kernel's end
     depends on the others') and no kernel noise (each rank's kernel takes its

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ...backends.rank_env import rank_env
+from ...backends.real.rank_env import rank_env
 from ...registry import import_roots
 from ..results.metrics import PointOutcome
 from ..config.point import Point

@@ -6,8 +6,8 @@ import gc
 import json
 from dataclasses import replace
 
-from ...backends.rounds import run_rounds
-from ...backends.sim import Simulator, TrainingModel
+from ...backends.fast.rounds import run_rounds
+from ...backends.events.sim import Simulator, TrainingModel
 from ...compute.kernels import phantom
 from ...compute.sampled import BelowFloor
 from ...period import iterations_run

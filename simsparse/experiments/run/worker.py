@@ -4,9 +4,9 @@ Run as ``mpiexec -n P python -m simsparse.experiments.run.worker POINTS.json OUT
 (``simsparse measure`` does this). Every point runs through the same
 :func:`~.loop.run_point` as in the simulator; rank 0 writes the rows.
 An iteration starts after a barrier (waited without spinning where the
-wait mode allows, :func:`~simsparse.backends.wire.wait_mode`), or with
+wait mode allows, :func:`~simsparse.backends.real.wire.wait_mode`), or with
 ``SIMSPARSE_START=common`` at one instant of a common clock
-(:class:`~simsparse.backends.start.CommonStart`); its time is the maximum
+(:class:`~simsparse.backends.real.start.CommonStart`); its time is the maximum
 over ranks of the time the rank's main program took from its start; the reported time is the mean over
 whole periods of the algorithm's periodic work, from the same iterations as
 in the simulator (:mod:`.period`: the algorithm's counters skip ahead to the
@@ -29,7 +29,7 @@ import numpy as np
 
 from .loop import run_point
 from .measure import point_file
-from ...backends.rank_env import reserve_heap
+from ...backends.real.rank_env import reserve_heap
 from ..config.point import Point
 
 
@@ -44,8 +44,8 @@ class MPIBackend:
         from mpi4py import MPI
         import torch
 
-        from ...backends.mpi import MPIDriver, pick_device
-        from ...backends.start import make_start
+        from ...backends.real.mpi import MPIDriver, pick_device
+        from ...backends.real.start import make_start
 
         self.comm = comm = MPI.COMM_WORLD
         self.rank, P = comm.Get_rank(), comm.Get_size()
@@ -92,7 +92,7 @@ def _trainer(point: Point, rank: int, device):
     import torch
 
     from ... import models
-    from ...backends.mpi import Trainer
+    from ...backends.real.mpi import Trainer
 
     name, bs, seed = point.model, point.batch_size, point.workload["seed"]
     torch.manual_seed(seed)  # the same initial weights on every rank

@@ -10,8 +10,8 @@ import inspect
 
 import numpy as np
 
-from ..ops import Payload
-from .bulk import Gathered, _freeze
+from ...ops import Payload
+from ..fast.bulk import Gathered, _freeze
 
 
 @functools.lru_cache(maxsize=None)

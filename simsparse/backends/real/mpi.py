@@ -38,10 +38,10 @@ from collections import deque
 
 import numpy as np
 
-from ..compute.kernels import get_kernel
-from ..ops import Compute, ContextBase, Forward, GradReady, TraceRecord, Waitany
+from ...compute.kernels import get_kernel
+from ...ops import Compute, ContextBase, Forward, GradReady, TraceRecord, Waitany
 from . import wire
-from .driver import BLOCKED, Driver, IterationStats, post
+from ..driver import BLOCKED, Driver, IterationStats, post
 
 
 class _Rank:

@@ -1,4 +1,4 @@
-"""Timing a recorded bulk collective (:class:`~simsparse.backends.bulk.BulkRun`).
+"""Timing a recorded bulk collective (:class:`~simsparse.backends.fast.bulk.BulkRun`).
 
 :meth:`BulkTiming.evaluate` counts what every rank sent, then times the
 waves and kernels the schedule recorded, the first way that applies:
@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine import HeapEngine
-from ..network.flow_bulk import FlowBulk
+from ...engine import HeapEngine
+from ...network.flow_bulk import FlowBulk
 from .waves_flow import flow_waves_run
 
 
 class BulkTiming:
-    """The timing half of :class:`~simsparse.backends.bulk.BulkRun`: reads
+    """The timing half of :class:`~simsparse.backends.fast.bulk.BulkRun`: reads
     its ``waves``, ``steps``, ``during`` and ``entry``; sets ``t``,
     ``device``, ``busy``, ``done``, ``sent``, ``msgs`` and ``exact``."""
 
@@ -168,7 +168,7 @@ class BulkTiming:
         the previous one arrives, kernels on its device. On the alpha-beta
         network a large replay runs compiled (:mod:`.replay_ab`)."""
         self._reset()
-        from ..network.alphabeta import AlphaBetaNetwork
+        from ...network.alphabeta import AlphaBetaNetwork
         from .replay_ab import compiled
         from .replay_arrays import replay_run
         from .waves_ab import waves_run

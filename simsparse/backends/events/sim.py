@@ -56,22 +56,22 @@ from collections import deque
 
 import numpy as np
 
-from ..compute.cores import core_pools
-from ..compute.devices import Device, IdealDevice
-from ..compute.kernels import KERNELS, Work, get_kernel
-from ..compute.message_path import MessagePath
-from ..compute.noise import KernelNoise
-from ..engine import make_engine
-from ..network.flow_bulk import FlowBulk
-from ..network.model import NetworkModel
-from ..ops import ContextBase, Dense, Handle, Payload, Scalars, TraceRecord
-from .bulk import _freeze, gather
-from .waves_ab import APPROX_FROM
-from .driver import BLOCKED, Driver, IterationStats, post
+from ...compute.cores import core_pools
+from ...compute.devices import Device, IdealDevice
+from ...compute.kernels import KERNELS, Work, get_kernel
+from ...compute.message_path import MessagePath
+from ...compute.noise import KernelNoise
+from ...engine import make_engine
+from ...network.flow_bulk import FlowBulk
+from ...network.model import NetworkModel
+from ...ops import ContextBase, Dense, Handle, Payload, Scalars, TraceRecord
+from ..fast.bulk import _freeze, gather
+from ..fast.waves_ab import APPROX_FROM
+from ..driver import BLOCKED, Driver, IterationStats, post
 from .memo import memo_call
-from .sim_cpu import HostCPU
-from .sim_model import ModelHandlers, TrainingModel  # noqa: F401 (TrainingModel: the model's costs, imported from here)
-from .sim_messages import Messages, _Message, _scaled_nbytes, _Wait
+from .cpu import HostCPU
+from .model import ModelHandlers, TrainingModel  # noqa: F401 (TrainingModel: the model's costs, imported from here)
+from .messages import Messages, _Message, _scaled_nbytes, _Wait
 
 
 class _Rank:

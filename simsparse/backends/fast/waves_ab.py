@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import jit
+from ... import jit
 
 #: a collective of at least this many messages that cannot be timed exactly as arrays is timed
 #: wave after wave (approximate) rather than replayed in event order (exact): the replay
@@ -312,7 +312,7 @@ def drive(run, wave) -> None:
 
 
 def waves_run(run) -> None:
-    """Time ``run`` (a :class:`~simsparse.backends.bulk.BulkRun` on an
+    """Time ``run`` (a :class:`~simsparse.backends.fast.bulk.BulkRun` on an
     alpha-beta network, after ``bulk_restart``) wave after wave (:func:`drive`),
     each message booked on its ports, and hand the network each port's
     bookings that a later message may meet."""

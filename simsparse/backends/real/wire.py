@@ -28,7 +28,7 @@ import time
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
-from ..ops import PAYLOAD_TYPES, Bundle, Dense, Handle, Payload
+from ...ops import PAYLOAD_TYPES, Bundle, Dense, Handle, Payload
 
 _ALIGN = 8
 PREFIX = struct.Struct("<4s4sQ")

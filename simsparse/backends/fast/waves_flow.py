@@ -36,10 +36,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..jit import njit
-from ..network.dragonfly import Dragonfly
-from ..network.dragonfly_wave import Drawn, wave_routes
-from ..network.maxmin import _SOLVE, REL_TOL, maxmin_rates
+from ...jit import njit
+from ...network.dragonfly import Dragonfly
+from ...network.dragonfly_wave import Drawn, wave_routes
+from ...network.maxmin import _SOLVE, REL_TOL, maxmin_rates
 from .waves_ab import drive
 
 #: flows that end (or start) between two solves: this share of those running (at least one)
@@ -246,7 +246,7 @@ def _wave(net, order, src, dst, ready, nb, P: int) -> np.ndarray:
 
 
 def flow_waves_run(run) -> None:
-    """Time ``run`` (a :class:`~simsparse.backends.bulk.BulkRun` on a
+    """Time ``run`` (a :class:`~simsparse.backends.fast.bulk.BulkRun` on a
     flow-level network) wave after wave (:func:`.waves_ab.drive`). The
     network keeps no trace of its flows (later messages find the links free)."""
     run._reset()

@@ -18,14 +18,14 @@ A *local step* ``(None, count, kernel)`` has every rank run
 functions as the algorithm's generator, so the two cannot drift apart.
 
 A round is then a few numpy operations over P ranks instead of 2P events.
-The model is :class:`~simsparse.backends.sim.Simulator`'s:
+The model is :class:`~simsparse.backends.events.sim.Simulator`'s:
 
 * a rank enters a round at its time t_r and posts its receive and send then;
 * an eager send (at most the eager threshold) starts moving at the
   sender's t; a rendezvous send at max(t_sender, t_receiver), plus the
   handshake's round trip when that is > 0;
 * the network model's ``bulk_wave`` gives every message's arrival as its
-  ``transfer`` would (:mod:`simsparse.backends.bulk`);
+  ``transfer`` would (:mod:`simsparse.backends.fast.bulk`);
 * a rank leaves the round when its send and its receive are both complete,
   then runs the kernel for the seconds the simulator's device charges
   (``Simulator.kernel_seconds``). Its device is idle then: the program
@@ -51,14 +51,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compute.kernels import get_kernel, phantom
-from .driver import IterationStats
+from ...compute.kernels import get_kernel, phantom
+from ..driver import IterationStats
 
 
 def run_rounds(sim, P: int, rounds, dtype) -> IterationStats | None:
     """Evaluate ``rounds`` (module docstring) for P ranks on the network
     (reset to idle), device and protocol of ``sim`` (a
-    :class:`~simsparse.backends.sim.Simulator`); None if the network has no
+    :class:`~simsparse.backends.events.sim.Simulator`); None if the network has no
     bulk path or a message would wait."""
     network = sim.network
     network.reset(None, P)

@@ -11,8 +11,8 @@ Cost model: the device profile's calibrated core-seconds (``message_cpu_s``,
 """
 from __future__ import annotations
 
-from ..ops import Handle, TraceRecord
-from .driver import BLOCKED
+from ...ops import Handle, TraceRecord
+from ..driver import BLOCKED
 
 #: a rank blocked this long stops polling (Simulator._poll): a deadlocked run's event queue still empties
 POLL_MAX_S = 3600.0
@@ -87,7 +87,7 @@ class HostCPU:
     def _poll(self, arg) -> None:
         """A blocked rank's periodic wake-up: ``wait_cpu`` core-seconds on its cores, then the next in
         ``wait_poll`` seconds while it stays blocked. The real backend's wait on a testbed
-        (:class:`~simsparse.backends.wire.SocketSleep`) yields for 300 us, then sleeps in ``select`` with a
+        (:class:`~simsparse.backends.real.wire.SocketSleep`) yields for 300 us, then sleeps in ``select`` with a
         timeout that doubles from 50 us to 2 ms; a send's progress (room in its socket's buffer) wakes
         nothing, so a rank waiting on a transfer wakes every 2 ms, and each wake-up runs MPI's progress. On
         the star a rank streaming 4 MiB messages spent 8.6 % of a core at 100 Mb/s and 9.5 % at 200 Mb/s
@@ -178,7 +178,7 @@ class HostCPU:
     def _seen(self, rs, now) -> None:
         """Record the messages of ``rs`` that completed while its driver was busy, ending ``now`` (None:
         when they completed). The real backend's trace ends a message where its driver's progress learns
-        of the completion (:meth:`~simsparse.backends.mpi.MPIDriver._message_done`); its one thread runs
+        of the completion (:meth:`~simsparse.backends.real.mpi.MPIDriver._message_done`); its one thread runs
         that progress only between program steps, never during a kernel, and a rank whose wait completed
         must first get a core back to run it (``wait_cpu``). With shared cores the model knows both, so
         its records end there too: a rank that posts two 8 KB sends on the star and waits for them while

@@ -44,8 +44,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops import Dense, Payload, Scalars
-from .bulk_timing import BulkTiming
+from ...ops import Dense, Payload, Scalars
+from .timing import BulkTiming
 
 
 def _freeze(a):

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..jit import njit
-from ..ops import TraceRecord
-from .driver import BLOCKED
+from ...jit import njit
+from ...ops import TraceRecord
+from ..driver import BLOCKED
 
 
 def _chain(cum, ready_at, lo, hi, next_bwd, device_free, now, busy, bulk_until):

@@ -83,7 +83,7 @@ def _unlabel(x, order):
 
 
 def replay_run(run) -> None:
-    """Time ``run`` (a :class:`~simsparse.backends.bulk.BulkRun` on an
+    """Time ``run`` (a :class:`~simsparse.backends.fast.bulk.BulkRun` on an
     alpha-beta network, after ``bulk_restart``) with the compiled replay:
     its waves, steps and kernels as arrays in, exits, device times, the
     order of the returns and the exactness out, the bookings handed to the

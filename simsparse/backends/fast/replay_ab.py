@@ -1,6 +1,6 @@
 """The bulk replay on the alpha-beta network, compiled with numba.
 
-:meth:`simsparse.backends.bulk_timing.BulkTiming._replay` times a collective whose
+:meth:`simsparse.backends.fast.timing.BulkTiming._replay` times a collective whose
 messages wait for ports by replaying it on a scratch copy of the network
 with a private engine: about 15 us a message in Python, so Ok-Topk's split
 and reduce (P^2 messages) took minutes at P = 4096. This is the same replay
@@ -28,7 +28,7 @@ import heapq
 
 import numpy as np
 
-from ..jit import enabled, numba
+from ...jit import enabled, numba
 
 GO, MOVE, DONE_S, RESUME, DONE_R = 0, 1, 2, 3, 4   # DONE_*: a step's last message arrived
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..ops import Bundle, Handle, Payload, TraceRecord
-from .driver import post
+from ...ops import Bundle, Handle, Payload, TraceRecord
+from ..driver import post
 
 
 def _scaled_nbytes(p: Payload, s: float) -> int:
