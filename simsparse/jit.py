@@ -23,3 +23,12 @@ def enabled() -> bool:
 def njit(fn, **options):
     """``fn`` compiled (cached on disk, compiled on its first call), or None where :func:`enabled` is false."""
     return numba.njit(cache=True, **options)(fn) if enabled() else None
+
+
+def jitable(fn):
+    """``fn`` as it is for Python, and callable from compiled code (numba's
+    ``register_jitable``): one source for a rule both use."""
+    if numba is None:   # pragma: no cover - numba is a core dependency
+        return fn
+    from numba.extending import register_jitable
+    return register_jitable(fn)

@@ -11,7 +11,7 @@ import inspect
 import numpy as np
 
 from ...ops import Payload
-from ..fast.bulk import Gathered, _freeze
+from ..protocol import Gathered, _freeze
 
 
 @functools.lru_cache(maxsize=None)

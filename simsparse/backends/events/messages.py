@@ -150,7 +150,7 @@ class Messages:
             return self._start(msg)
         else:
             q.append(msg)
-        if msg.nbytes <= self.window:   # eager, or buffered by the receiver's transport: it moves now
+        if not self.protocol.gated(msg.nbytes):   # eager, or buffered by the receiver: it moves now
             self._start(msg)
 
     def _post_recv(self, src, dst, tag, h, late: bool = False):
@@ -183,10 +183,9 @@ class Messages:
 
     def _start(self, msg: _Message):
         msg.started = True
-        delay = 0.0
-        if self.rdv_rtt > 0 and msg.nbytes > self.eager:   # rendezvous start-up (RTS/CTS) first
-            delay = self.rdv_rtt
-            self.env.at(self.rdv_rtt, self._transfer, msg)
+        delay = self.protocol.handshake(msg.nbytes)
+        if delay > 0:   # rendezvous start-up (RTS/CTS) first
+            self.env.at(delay, self._transfer, msg)
         else:
             self.network.transfer(msg.src, msg.peer, msg.nbytes, msg)
         if self.stack is not None and msg.nbytes > 0:

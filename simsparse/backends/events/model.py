@@ -11,6 +11,7 @@ import numpy as np
 from ...jit import njit
 from ...ops import TraceRecord
 from ..driver import BLOCKED
+from ..protocol import device_start, fifo, resumed
 
 
 def _chain(cum, ready_at, lo, hi, next_bwd, device_free, now, busy, bulk_until):
@@ -25,8 +26,7 @@ def _chain(cum, ready_at, lo, hi, next_bwd, device_free, now, busy, bulk_until):
             dt = cum[pos + 1] - cum[next_bwd]
             first = next_bwd
             next_bwd = pos + 1
-            start = device_free if device_free > now else now
-            end = start + dt
+            end = fifo(device_free, now, dt)
             if dt > 0:
                 busy += dt
                 if now < bulk_until:
@@ -37,7 +37,7 @@ def _chain(cum, ready_at, lo, hi, next_bwd, device_free, now, busy, bulk_until):
             for q in range(first, pos + 1):
                 ready_at[q] = at
             if end > now:
-                now = now + (end - now)
+                now = resumed(now, end)
         elif ready_at[pos] - now > 0:
             now = now + (ready_at[pos] - now)
     return next_bwd, device_free, now, busy, late
@@ -109,7 +109,7 @@ class ModelHandlers:
             pos = L - 1 - i
             if pos >= rs.next_bwd:   # as on_grad_ready's _device
                 dt, covered = self._issue_backward(rs, pos)
-                start = rs.device_free if rs.device_free > now else now
+                start = device_start(rs.device_free, now)
                 end = start + dt
                 if dt > 0:
                     rs.busy["backward"] += dt
@@ -122,7 +122,7 @@ class ModelHandlers:
                 for p in covered:
                     rs.ready_at[p] = rs.device_free if rs.device_free > now else now
                 if end > now:
-                    now = now + (end - now)
+                    now = resumed(now, end)
             elif rs.ready_at[pos] - now > 0:
                 now = now + (rs.ready_at[pos] - now)
         if now > self.env.now:

@@ -1,19 +1,17 @@
-"""The simulator backend: drives rank programs as SimPy processes.
+"""The event engine: drives every rank program message by message.
 
-Each rank's generator runs in its own SimPy process. Posting operations is
+Each rank's generator is stepped by the engine (:mod:`simsparse.engine`: the
+lean heap, or SimPy as the reference). Posting operations is
 instantaneous; the network model moves messages; ``compute`` runs the numpy
 kernel and advances that rank's clock by the device model's cost.
 
-MPI semantics modelled:
+MPI semantics modelled (the rules themselves are in :mod:`..protocol`):
 
 * matching is by (source, destination, tag) in posting order, as MPI's
   non-overtaking rule gives (no wildcards);
-* a message of at most ``eager_threshold_B`` bytes starts moving when the send
-  is posted (eager); a larger one starts when both send and receive are posted
-  (rendezvous), plus ``rendezvous_rtt_s`` for the RTS/CTS handshake -- unless
-  it fits the ``unexpected_window_B`` that the transport buffers at the
-  receiver (TCP sockets: the receive window): then it moves when sent and
-  pays only the start-up;
+* a message moves when sent if it fits the receiver's window (eager, or
+  buffered by the transport), else once its receive is posted; past the
+  eager threshold it first pays the rendezvous round trip;
 * a send completes when its data has arrived, a receive when its data has
   arrived and it has been posted. Payload arrays are copied when a send is
   posted, so a sender may reuse its buffers; the copy is read-only and is
@@ -65,9 +63,11 @@ from ...engine import make_engine
 from ...network.flow_bulk import FlowBulk
 from ...network.model import NetworkModel
 from ...ops import ContextBase, Dense, Handle, Payload, Scalars, TraceRecord
-from ..fast.bulk import _freeze, gather
+from ..fast.bulk import gather
+from ..protocol import _freeze
 from ..fast.waves_ab import APPROX_FROM
 from ..driver import BLOCKED, Driver, IterationStats, post
+from ..protocol import Protocol, device_start
 from .memo import memo_call
 from .cpu import HostCPU
 from .model import ModelHandlers, TrainingModel  # noqa: F401 (TrainingModel: the model's costs, imported from here)
@@ -211,10 +211,8 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         self.core_binding = getattr(prof, "core_binding", "none")
         #: with shared cores, the scheduler's time slice (compute.cores.SlicedCores), or None: processor sharing
         self.core_slice = getattr(prof, "core_slice_s", None) if self.shared_cores else None
-        self.eager = int(eager_threshold_B)
-        self.rdv_rtt = float(rendezvous_rtt_s)
-        #: messages up to this size move when sent, before their receive is posted (at least the eager ones)
-        self.window = max(self.eager, int(unexpected_window_B)) if unexpected_window_B is not None else self.eager
+        #: eager threshold, receive window and rendezvous round trip (.protocol: the one place of their rules)
+        self.protocol = Protocol.of(eager_threshold_B, rendezvous_rtt_s, unexpected_window_B)
         self.trace_on = trace
         #: data carried at 1/byte_scale of full size: data bytes and compute
         #: work count byte_scale times (host metadata, Scalars, counts as is)
@@ -413,7 +411,7 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
             return self._on_cores(prog, dt, value, op, category, covered)
         ctx = prog.ctx
         rs, now = ctx.r, self.env.now
-        start = rs.device_free if rs.device_free > now else now
+        start = device_start(rs.device_free, now)
         end = start + dt
         if dt > 0:
             rs.busy[category] += dt

@@ -44,26 +44,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ops import Dense, Payload, Scalars
+from ...ops import Payload
+from ..protocol import Gathered, freeze
 from .timing import BulkTiming
-
-
-def _freeze(a):
-    """A read-only copy of a writable array; read-only arrays are shared."""
-    if not a.flags.writeable:
-        return a
-    c = a.copy()
-    c.setflags(write=False)
-    return c
-
-
-def freeze(p: Payload) -> Payload:
-    """The payload as the event path delivers it: read-only, shared."""
-    if type(p) is Dense:
-        return p if not p.values.flags.writeable else Dense(_freeze(p.values))
-    if type(p) is Scalars:   # (Ok-Topk's counts: P^2 a call, already read-only)
-        return p if not p.values.flags.writeable else Scalars(_freeze(p.values))
-    return p.map(_freeze)
 
 
 class Gathering:
@@ -122,15 +105,6 @@ def _evaluate(sim, g: Gathering) -> None:
             rs.bulk_until = max(rs.bulk_until, float(exits[r]))
     for r in run.done:
         sim.env.at_time(float(exits[r]), sim._resume, (g.progs[r], results[r]))
-
-
-class Gathered(tuple):
-    """The blocks a bulk allgather hands every rank: one read-only tuple that
-    all ranks hold, so the kernels' memo keys it by identity
-    (``memo._key``) instead of hashing its P blocks' contents once per
-    allgather (3.5 s at P = 4096 for Ok-Topk's ``coo_concat``)."""
-
-    __slots__ = ()
 
 
 class BulkRun(BulkTiming):

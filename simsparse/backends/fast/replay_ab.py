@@ -29,6 +29,7 @@ import heapq
 import numpy as np
 
 from ...jit import enabled, numba
+from ..protocol import fifo, gated, handshake, resumed
 
 GO, MOVE, DONE_S, RESUME, DONE_R = 0, 1, 2, 3, 4   # DONE_*: a step's last message arrived
 
@@ -184,20 +185,19 @@ def device_run(r, x, t, dev, busy):
     """``BulkRun._device`` for one kernel of x seconds; whether the device was busy."""
     nw = t[r]
     was = dev[r] > nw
-    st = dev[r] if was else nw
-    end = st + x
+    end = fifo(dev[r], nw, x)
     if x > 0:
         busy[r] += x
     if end > nw:
         dev[r] = end
-        t[r] = nw + (end - nw)
+        t[r] = resumed(nw, end)
     return was
 
 
 @_njit
 def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
            soff, seqmap, items, dt, waits, rv_idx, dur_dt,
-           port_off, port_st, port_en, port_last, mdur, rtt, eager, window):
+           port_off, port_st, port_en, port_last, mdur, eager, window, rtt):
     nitems = len(items)
     t = entry.copy()
     dev = device.copy()
@@ -309,12 +309,13 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
                     break
                 continue
             posted[j] = 1
-            for x in range(rv_lo[j], rv_hi[j]):   # its receives past the window (rendezvous)
+            for x in range(rv_lo[j], rv_hi[j]):   # its receives past the window (protocol.gated)
                 m = np.int64(rv_idx[x])
-                if posted[sitem[m]]:   # a rendezvous send posted before moves now
-                    if rtt > 0:
+                if posted[sitem[m]]:   # a send held for this receive moves now (plus the handshake)
+                    wait = handshake(mnb[m], eager, rtt)
+                    if wait > 0:
                         seq += 1
-                        heapq.heappush(heap, (now + rtt, seq, MOVE, m, 0, 0))
+                        heapq.heappush(heap, (now + wait, seq, MOVE, m, 0, 0))
                     else:
                         PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[m]), P + np.int64(mdst[m])), now)
                         seq, ok = transfer(m, no, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
@@ -322,15 +323,17 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
                                            border, nbook, heap, seq, unbooked, last_t, last_s)
                         exact_net = ok and exact_net
             for m in range(np.int64(send_lo[j]), np.int64(send_hi[j])):   # (messages numbered in posting order)
-                if mnb[m] <= eager or ((mnb[m] <= window or posted[ritem[m]]) and not rtt > 0):
+                if not gated(mnb[m], window) or posted[ritem[m]]:   # within the window, or its receive is posted
+                    wait = handshake(mnb[m], eager, rtt)
+                    if wait > 0:
+                        seq += 1
+                        heapq.heappush(heap, (now + wait, seq, MOVE, m, 1, 0))
+                        continue
                     PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[m]), P + np.int64(mdst[m])), now)
                     seq, ok = transfer(m, yes, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
                                        chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d,
                                        border, nbook, heap, seq, unbooked, last_t, last_s)
                     exact_net = ok and exact_net
-                elif mnb[m] <= window or posted[ritem[m]]:   # buffered by the receiver, or rendezvous
-                    seq += 1
-                    heapq.heappush(heap, (now + rtt, seq, MOVE, m, 1, 0))
             it, di = j, 0
     nb = nbook[0]
     held = np.full(2 * P, -np.inf)   # each port's last end booked here (np.maximum.at of the log)

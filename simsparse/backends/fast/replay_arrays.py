@@ -136,7 +136,7 @@ def replay_run(run) -> None:
     del order
     # a step waits for its sends and receives; of its receives only those past the window act when it posts
     left = (np.diff(send_off) + recv_n).astype(ix)
-    rv_idx = recv_idx[mnb[recv_idx] > float(sim.window)]
+    rv_idx = recv_idx[sim.protocol.gated(mnb[recv_idx])]
     rv_off = np.zeros(n_items + 1, dtype=np.int64)
     rv_off[1:] = np.cumsum(np.bincount(ritem[rv_idx], minlength=n_items))
     del recv_idx, recv_n
@@ -170,7 +170,7 @@ def replay_run(run) -> None:
     (t, dev, busy, done, exact_dev, exact_net, mstart, border, log_t1, log_d, held) = replay(
         P, run.entry[rorder].astype(np.float64), np.arange(P, dtype=np.int64), run.device[rorder].astype(np.float64),
         msrc, mdst, mnb, sitem, ritem, soff, seqmap, items, dt, left, rv_idx, dur_dt, port_off, port_st, port_en, port_last[rows],
-        mdur, float(sim.rdv_rtt), float(sim.eager), float(sim.window))
+        mdur, *sim.protocol.scalars)
     run.t, run.device, run.busy = (_unlabel(x, rorder) for x in (t, dev, busy))
     run.done = rorder[done].tolist()
     rank_of = rorder.astype(ix)

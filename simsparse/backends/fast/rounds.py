@@ -21,9 +21,10 @@ A round is then a few numpy operations over P ranks instead of 2P events.
 The model is :class:`~simsparse.backends.events.sim.Simulator`'s:
 
 * a rank enters a round at its time t_r and posts its receive and send then;
-* an eager send (at most the eager threshold) starts moving at the
-  sender's t; a rendezvous send at max(t_sender, t_receiver), plus the
-  handshake's round trip when that is > 0;
+* a send starts moving as :class:`~simsparse.backends.protocol.Protocol`
+  says: at the sender's t within the receiver's window, else at
+  max(t_sender, t_receiver); plus the handshake's round trip past the eager
+  threshold;
 * the network model's ``bulk_wave`` gives every message's arrival as its
   ``transfer`` would (:mod:`simsparse.backends.fast.bulk`);
 * a rank leaves the round when its send and its receive are both complete,
@@ -53,6 +54,7 @@ import numpy as np
 
 from ...compute.kernels import get_kernel, phantom
 from ..driver import IterationStats
+from ..protocol import fifo_all, resumed
 
 
 def run_rounds(sim, P: int, rounds, dtype) -> IterationStats | None:
@@ -66,6 +68,7 @@ def run_rounds(sim, P: int, rounds, dtype) -> IterationStats | None:
         return None
     network.bulk_start(P)
     itemsize = np.dtype(dtype).itemsize
+    pr = sim.protocol
     seconds = _KernelTimes(sim, dtype)
     t = np.zeros(P)
     busy = np.zeros(P)
@@ -86,15 +89,9 @@ def run_rounds(sim, P: int, rounds, dtype) -> IterationStats | None:
         nb = count[src].astype(np.int64) * itemsize
         if sim.byte_scale != 1.0:
             nb = np.rint(nb * sim.byte_scale).astype(np.int64)   # round half to even, as round() in isend
-        ts = t[src]
-        start = ts
-        rdv = nb > sim.eager
-        if rdv.any():
-            start = np.where(rdv, np.maximum(ts, t[to]), ts)
-            if sim.rdv_rtt > 0:
-                start = np.where(rdv, start + sim.rdv_rtt, start)
-                events += int(rdv.sum())
-        arrival, exact = network.bulk_wave(start, src, to, nb, np.zeros(len(src), dtype=np.intp), ~rdv | (t[to] <= ts))
+        start, firm = pr.ready(nb, t[src], t[to])
+        events += int(np.count_nonzero(pr.handshake(nb)))   # a handshake is an event
+        arrival, exact = network.bulk_wave(start, src, to, nb, np.zeros(len(src), dtype=np.intp), firm)
         if not exact:
             return None
         t[src] = np.maximum(t[src], arrival)
@@ -112,14 +109,14 @@ def run_rounds(sim, P: int, rounds, dtype) -> IterationStats | None:
 
 
 def _compute(t, busy, ranks, dt) -> int:
-    """Ranks ``ranks`` run a kernel of ``dt`` seconds at their time, as the
-    simulator's device does (a rank's device is idle when its program asks:
-    the program waits for every kernel). Returns the events it costs."""
+    """Ranks ``ranks`` run a kernel of ``dt`` seconds at their time on
+    their FIFO device (idle when its program asks: the program waits for
+    every kernel). Returns the events it costs."""
     now = t[ranks]
-    end = now + dt
+    end = fifo_all(now, now, dt)
     busy[ranks] += np.where(dt > 0, dt, 0.0)
     later = end > now
-    t[ranks] = np.where(later, now + (end - now), now)
+    t[ranks] = np.where(later, resumed(now, end), now)
     return int(later.sum())
 
 

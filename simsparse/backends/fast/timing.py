@@ -24,6 +24,7 @@ import numpy as np
 
 from ...engine import HeapEngine
 from ...network.flow_bulk import FlowBulk
+from ..protocol import fifo, resumed
 from .waves_flow import flow_waves_run
 
 
@@ -60,33 +61,18 @@ class BulkTiming:
 
     def _device(self, r: int, dts) -> None:
         """Rank r runs kernels of ``dts`` seconds one after another from its
-        time, as the simulator's device does (FIFO; the program waits and
-        goes on at ``now + (end - now)``, the engine's time of its resumption)."""
+        time on its FIFO device; the program waits for each."""
         t, dev = self.t, self.device
         for dt in dts:
             now = t[r]
             if dev[r] > now:
                 self.exact = False   # its device is busy with work issued elsewhere
-            start = dev[r] if dev[r] > now else now
-            end = start + dt
+            end = fifo(dev[r], now, dt)
             if dt > 0:
                 self.busy[r] += dt
             if end > now:
                 dev[r] = end
-                t[r] = now + (end - now)
-
-    def _ready(self, src, dst, nbytes, post_s, post_r):
-        """When each message may move (eager or within the receiver's
-        unexpected window: when sent; rendezvous: when both sides have
-        posted), plus the start-up of a message past the eager threshold, and
-        whether the event simulation books it in posting order among its
-        sender's ties."""
-        sim = self.sim
-        gated = nbytes > sim.window
-        ready = np.where(gated, np.maximum(post_s, post_r), post_s) if gated.any() else post_s
-        if sim.rdv_rtt > 0:
-            ready = np.where(nbytes > sim.eager, ready + sim.rdv_rtt, ready)
-        return ready, ~gated | (post_r <= post_s)
+                t[r] = resumed(now, end)
 
     def _waves(self) -> bool:
         """Time the waves as arrays; whether every wave was exact (it stops at
@@ -106,7 +92,7 @@ class BulkTiming:
         for k, (src, dst, nb, pos) in enumerate(self.waves):
             for r, dts in before[k]:
                 self._device(r, dts)
-            ready, firm = self._ready(src, dst, nb, t[src], t[dst])
+            ready, firm = self.sim.protocol.ready(nb, t[src], t[dst])
             arrival, exact = net.bulk_wave(ready, src, dst, nb, pos, firm)
             if arrival is None:
                 return False
@@ -184,7 +170,7 @@ class BulkTiming:
         P, t, sim = self.P, self.t, self.sim
         eng = HeapEngine()
         net = sim.network.bulk_scratch(eng, P)
-        rtt, eager, window = sim.rdv_rtt, sim.eager, sim.window
+        pr = sim.protocol
         waves = [(s.tolist(), d.tolist(), nb.tolist()) for s, d, nb, _ in self.waves]
         mine = self._mine()
         left = {key: len(a) + len(b) for key, (a, b) in mine.items()}
@@ -225,14 +211,14 @@ class BulkTiming:
                 posted[key] = eng.now
                 sends, recvs = mine[key]
                 s, d, nb = waves[k]
-                for i in recvs:   # a rendezvous send posted before moves now (plus the handshake)
-                    if nb[i] > window and (s[i], k) in posted:
-                        eng.at(rtt, lambda _, k=k, i=i: move(k, i, False)) if rtt > 0 else move(k, i, False)
+                for i in recvs:   # a send held for this receive moves now (plus the handshake)
+                    if pr.gated(nb[i]) and (s[i], k) in posted:
+                        wait = pr.handshake(nb[i])
+                        eng.at(wait, lambda _, k=k, i=i: move(k, i, False)) if wait > 0 else move(k, i, False)
                 for i in sends:
-                    if nb[i] <= eager:
-                        move(k, i, True)
-                    elif nb[i] <= window or (d[i], k) in posted:   # buffered by the receiver, or rendezvous
-                        eng.at(rtt, lambda _, k=k, i=i: move(k, i, True)) if rtt > 0 else move(k, i, True)
+                    if not pr.gated(nb[i]) or (d[i], k) in posted:   # within the window, or its receive is posted
+                        wait = pr.handshake(nb[i])
+                        eng.at(wait, lambda _, k=k, i=i: move(k, i, True)) if wait > 0 else move(k, i, True)
                 if not settle(r, key, list(self.during.get(key, ()))):
                     return
             self.done.append(r)   # the collective returns

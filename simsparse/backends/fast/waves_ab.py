@@ -10,7 +10,7 @@ schedule in the order it was recorded instead:
   runs it, for all the step's ranks at once;
 * a wave books each of its messages on its sender's and its receiver's
   port when it is ready (eager, rendezvous and window rules of
-  :meth:`BulkTiming._ready`), in the order (ready, the rank's place among
+  :meth:`~simsparse.backends.protocol.Protocol.ready`), in the order (ready, the rank's place among
   the resumptions, place in its sender's wave): the earliest interval free
   on both ports, backfilling, as ``AlphaBetaNetwork.transfer`` books it;
 * a rank runs the kernels it recorded between posting the wave and waiting
@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import jit
+from ..protocol import fifo_all, resumed
 
 #: a collective of at least this many messages that cannot be timed exactly as arrays is timed
 #: wave after wave (approximate) rather than replayed in event order (exact): the replay
@@ -265,7 +266,7 @@ def _by_sender(src, place):
 def drive(run, wave) -> None:
     """Run ``run``'s recorded steps wave after wave (after ``_reset``):
     kernel steps on each rank's FIFO device, then each wave's messages, ready
-    by :meth:`~.bulk_timing.BulkTiming._ready` and ordered for booking
+    by :meth:`~simsparse.backends.protocol.Protocol.ready` and ordered for booking
     (:func:`_booking_order`), timed by ``wave(src, dst, nbytes, ready, order,
     floor)`` -> each rank's last arrival in the wave (-inf: none; ``floor``:
     no later message is ready before it), then the kernels each rank ran
@@ -294,7 +295,7 @@ def drive(run, wave) -> None:
             continue
         k = int(values[0])
         src, dst, nb, pos = run.waves[k]
-        ready, _ = run._ready(src, dst, nb, t[src], t[dst])
+        ready, _ = run.sim.protocol.ready(nb, t[src], t[dst])
         order = _booking_order(src, pos, ready, rkey, bool((pos[1:] >= pos[:-1]).all()))
         left[ranks] -= 1
         going = left > 0
@@ -341,10 +342,9 @@ def waves_run(run) -> None:
 def _device_all(t, dev, busy, ranks, dts) -> None:
     """:meth:`BulkTiming._device` for one kernel on each of ``ranks`` (no rank twice)."""
     now = t[ranks]
-    start = np.maximum(dev[ranks], now)
-    end = start + dts
+    end = fifo_all(dev[ranks], now, dts)
     busy[ranks] += np.where(dts > 0, dts, 0.0)
     adv = end > now
     r = ranks[adv]
     dev[r] = end[adv]
-    t[r] = now[adv] + (end[adv] - now[adv])
+    t[r] = resumed(now[adv], end[adv])

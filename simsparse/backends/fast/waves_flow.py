@@ -10,7 +10,7 @@ times the recorded schedule in the order it was recorded instead, as
 
 * kernel steps run on each rank's FIFO device (:func:`.waves_ab._device_all`);
 * a wave's messages are ready by the eager, window and rendezvous rules
-  (:meth:`~.bulk_timing.BulkTiming._ready`) and routed in booking order
+  (:meth:`~simsparse.backends.protocol.Protocol.ready`) and routed in booking order
   (ready, the rank's place among the resumptions, place in its sender's
   wave): adaptive routing chooses each route by the model's own rule, seeing
   the load of the wave's messages routed before it;
