@@ -7,8 +7,8 @@ P = 4096 that is half a billion quantiles, and scipy's ``ndtri`` (about
 algorithm AS 241 (PPND16; Applied Statistics 37 (1988) 477-484), whose
 relative error is about 1e-16: three rational approximations in
 ``q = p - 1/2`` (centre) or ``r = sqrt(-log p)`` (tails), compiled with numba
-into one loop. scipy's ``ndtri`` stays the pure path (``SIMSPARSE_NUMBA=0``
-or no numba); the tests require both to agree to 1e-14 relative.
+into one loop. scipy's ``ndtri`` stays the pure path (inside
+``jit.python``); the tests require both to agree to 1e-14 relative.
 """
 from __future__ import annotations
 

@@ -33,14 +33,24 @@ def _have_cuda() -> bool:
 requires_cuda = pytest.mark.skipif(not _have_cuda(), reason="needs a CUDA GPU that torch sees (and the [mpi] extra)")
 
 
+def checked(algorithm: str) -> str:
+    """The knob that carries every value of ``algorithm`` (so its results are
+    checked) and times it exactly: the events for a dense allreduce (exact and
+    fast carry only its sizes), exact for the others."""
+    from simsparse.algorithms import get_algorithm
+
+    return "events" if get_algorithm(algorithm).value_free else "exact"
+
+
 def make_point(algorithm, P, n=1024, density=0.05, params=None, alpha=ALPHA, bw=BW, eager=65536,
-               iterations=1, warmup=0, seed=0, compute=None, values="full", **net):
-    """A bare-collective point; ``values="full"`` so results are checked (size-only runs skip the check)."""
+               iterations=1, warmup=0, seed=0, compute=None, evaluation=None, **net):
+    """A bare-collective point; by default every value carried, so results are checked (:func:`checked`)."""
     return Point(algorithm=algorithm, P=P, params=params or {},
                  workload={"n": n, "density": density, "dtype": "float32", "seed": seed},
                  network={"model": "alphabeta", "alpha_s": alpha, "bandwidth_Bps": bw, "eager_threshold_B": eager,
                           **net},
-                 compute=compute, iterations=iterations, warmup=warmup, check=True, values=values)
+                 compute=compute, iterations=iterations, warmup=warmup, check=True,
+                 evaluation=evaluation or checked(algorithm))
 
 
 def simulate(algorithm, P, **kw):
@@ -57,7 +67,7 @@ def net(preset):
 
 def schedule_point(schedule, algorithm, P=4, params=None, sparams=None, model="resnet20_cifar10",
                    compute="p102_100", network=None, density=0.01, iterations=2, warmup=1, batch_size=8,
-                   data_scale=1.0, values="full"):
+                   data_scale=1.0, evaluation=None):
     """A training point: one iteration of ``model``'s layers under a layer-wise schedule."""
     from simsparse.workload import model_layer_params
 
@@ -68,7 +78,7 @@ def schedule_point(schedule, algorithm, P=4, params=None, sparams=None, model="r
                            "dtype": "float32", "seed": 3},
                  network=network or {"model": "alphabeta", "alpha_s": 5e-6, "bandwidth_Bps": 1e9},
                  iterations=iterations, warmup=warmup, schedule=schedule, schedule_params=sparams or {},
-                 batch_size=batch_size, data_scale=data_scale, values=values)
+                 batch_size=batch_size, data_scale=data_scale, evaluation=evaluation or checked(algorithm))
 
 
 def protocol_variants(algorithm, compute):
@@ -89,3 +99,12 @@ def protocol_variants(algorithm, compute):
             if variant == 3:
                 p = dataclasses.replace(p, network=scaled)
             yield P, variant, p
+
+
+def sim_backend(point, trace=False):
+    """The simulator backend of ``point``, resolved as ``simulate`` resolves it."""
+    from simsparse.experiments.run.resolve import resolve
+    from simsparse.experiments.run.simulate import SimBackend
+
+    network = point.network_spec().build()
+    return SimBackend(resolve(point, network, trace), network, trace)

@@ -13,7 +13,7 @@ things over all P^2 blocks:
   its owner receives them, so every float is the event path's to the last
   bit.
 
-Each has a numpy path (the reference, ``SIMSPARSE_NUMBA=0``) and a
+Each has a numpy path (the reference, inside ``jit.python``) and a
 compiled loop that gives the same integers and the same floats (the same
 additions in the same order): at P = 4096 the numpy paths took about 4 s a
 split and reduce, rolling P columns and scattering 42 M entries into place

@@ -52,8 +52,10 @@ class IterationStats:
     n_events: int = 0         # simulator events (0 in real runs)
     trace: list = field(default_factory=list)  # TraceRecord of these ranks
     busy: list = field(default_factory=list)   # {"forward", "backward", "compute"}: device seconds
-    #: how the simulator ran the helper collectives: "events", "bulk" (exact) or "bulk~" (approximate)
-    collectives: str = "events"
+    #: the simulator's evaluators of gathered helper collectives: name -> how many each timed (none: events)
+    evaluated: dict = field(default_factory=dict)
+    #: where a bulk evaluation may differ from the events, by cause -> count (simsparse.backends.fast.bulk)
+    inexact: dict = field(default_factory=dict)
 
     @property
     def time_s(self) -> float:

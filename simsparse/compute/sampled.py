@@ -83,8 +83,9 @@ class Sampled:
         if thr < self.floor and not self._whole():   # (a vector drawn whole answers any threshold)
             if needed is None and self.below is not None:
                 needed = self._carried_above(thr) + self.below.count(thr)
-            raise BelowFloor(f"{what} at {thr:.6g} reaches below the sampled floor {self.floor:.6g} (values: sampled "
-                             f"draws only the entries above it); use values: full for this point",
+            raise BelowFloor(f"{what} at {thr:.6g} reaches below the sampled floor {self.floor:.6g} (a sampled "
+                             f"gradient carries only the entries above it); use evaluation: exact (full values) "
+                             f"for this point",
                              needed, self._carried_above(self.floor))
         return np.abs(self.values) >= thr
 
@@ -92,8 +93,8 @@ class Sampled:
         """The k entries of largest magnitude, indices ascending."""
         k = min(int(k), self.n)
         if k > len(self.values):
-            raise BelowFloor(f"top-{k} of a sampled vector that carries {len(self.values)} entries; use values: full "
-                             f"for this point", k, self._carried_above(self.floor))
+            raise BelowFloor(f"top-{k} of a sampled vector that carries {len(self.values)} entries; use evaluation: "
+                             f"exact (full values) for this point", k, self._carried_above(self.floor))
         a = np.abs(self.values)
         if k == len(self.values) or k <= 0:
             if k > 0:   # (carried entries below the floor: drawn for another iteration)

@@ -181,8 +181,8 @@ class AlphaBetaNetwork:
     # collective, or (``bulk_touched``) a later message finds one of its
     # ports still held by the collective (its gaps are not kept).
 
-    def bulk_capable(self) -> bool:
-        return True
+    def capabilities(self, P: int) -> frozenset:
+        return frozenset(("arrays", "port_waves", "compiled_replay"))
 
     def bulk_start(self, P: int, earliest: float = 0.0) -> None:
         """Begin a bulk evaluation on the network as it is now; no message of

@@ -41,13 +41,16 @@ class FlowBulk:
     # does; that is exact unless a flow crossed a link that traffic from
     # outside the collective held (``bulk_replayed``).
 
-    def bulk_capable(self) -> bool:
-        """Not with adaptive routing (a route depends on the load when the
-        message starts), a LogGP gap (an endpoint's messages queue in
-        posting order) or shaped links (a message's head start depends on
-        how long each link has been idle) or acknowledgements slowed by full
-        ports (a port's rate depends on the reverse traffic: .ack_queue)."""
-        return not self._adaptive and self.gap <= 0.0 and not self.burst and self.ack_eff >= 1.0
+    def capabilities(self, P: int) -> frozenset:
+        """For P ranks: ``arrays`` not with adaptive routing (a route depends on the load
+        when the message starts); neither ``arrays`` nor ``flow_waves`` with a
+        LogGP gap (an endpoint's messages queue in posting order), shaped
+        links (a message's head start depends on how long each link has been
+        idle) or acknowledgements slowed by full ports (a port's rate depends
+        on the reverse traffic: .ack_queue)."""
+        if self.gap > 0.0 or self.burst or self.ack_eff < 1.0:
+            return frozenset()
+        return frozenset(("flow_waves",) if self.machine(P)[0].adaptive else ("arrays", "flow_waves"))
 
     def bulk_start(self, P: int, earliest: float = 0.0) -> None:
         """Begin a bulk evaluation on the network as it is now (no message of
@@ -108,16 +111,8 @@ class FlowBulk:
         return got
 
     def bulk_wave_possible(self, src, dst, pos) -> bool:
-        """Whether flows are solo depends on when they run: worth a try,
-        unless adaptive routing chooses their routes (only ``collectives:
-        waves`` times those in bulk, approximately)."""
-        return not self._adaptive
-
-    def bulk_waves_capable(self) -> bool:
-        """Whether ``collectives: waves`` may time collectives wave after wave
-        here (:mod:`simsparse.backends.fast.waves_flow`): with adaptive routing
-        too, not with a LogGP gap, shaped links or slowed acknowledgements."""
-        return self.gap <= 0.0 and not self.burst and self.ack_eff >= 1.0
+        """Whether flows are solo depends on when they run: worth a try."""
+        return True
 
     def bulk_wave(self, ready, src, dst, nbytes, pos, firm):
         """Arrivals of messages posted at ``ready`` (arrays) if every flow is

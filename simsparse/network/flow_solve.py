@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import ack_queue
+from .. import jit
 from .maxmin import _CLASSIFY, _SOLVE_SHARED, REL_TOL, maxmin_rates
 
 
@@ -25,7 +26,7 @@ class FlowSolve:
         which it is bottlenecked is saturated below ``floor``), so only the
         others are solved, on what the slow ones leave of each link."""
         self.solves += 1
-        if _SOLVE_SHARED is not None and self.ack_eff >= 1.0:
+        if _SOLVE_SHARED is not None and self.ack_eff >= 1.0 and jit.enabled():
             return self._solve_compiled(floor)
         return self._solve_numpy(floor)
 

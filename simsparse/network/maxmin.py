@@ -1,8 +1,7 @@
 """Max-min fair rates of flows on links: the flow-level model's solver.
 
-:func:`maxmin_rates` is compiled with numba when it is installed (a wheel on
-every platform, nothing to build) and ``SIMSPARSE_NUMBA`` is not ``0``; the
-pure numpy path, :func:`maxmin_rates_numpy`, gives the same rates to the
+:func:`maxmin_rates` is compiled with numba (a wheel on every platform,
+nothing to build) outside :func:`simsparse.jit.python`; the pure numpy path, :func:`maxmin_rates_numpy`, gives the same rates to the
 last bit (the same operations in the same order; ``tests/network/test_flow_model.py``
 compares them) and runs otherwise. The flow model's tick calls
 :func:`_classify` and :func:`_solve_shared` (compiled, through
@@ -14,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import jit
 from ..jit import njit
 
 REL_TOL = 1e-9               # bottleneck shares this close are equal
@@ -211,6 +211,6 @@ _SOLVE_SHARED = njit(_solve_shared) if _SOLVE is not None else None
 
 def maxmin_rates(routes: np.ndarray, cap: np.ndarray) -> np.ndarray:
     """:func:`maxmin_rates_numpy`, compiled when numba is there (module docstring)."""
-    if _SOLVE is None or len(routes) == 0:
+    if _SOLVE is None or len(routes) == 0 or not jit.enabled():
         return maxmin_rates_numpy(routes, cap)
     return _SOLVE(np.ascontiguousarray(routes, dtype=np.int64), np.asarray(cap, dtype=np.float64), REL_TOL)

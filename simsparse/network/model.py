@@ -6,10 +6,21 @@ from typing import Callable, Protocol
 import numpy as np
 
 
+#: what a network model may declare (:meth:`NetworkModel.capabilities`):
+#:
+#: * ``arrays``: a wave of messages that each start when ready is timed as ``transfer`` times them
+#:   (``bulk_wave``), and a collective replayed on a scratch copy (``bulk_scratch``, ``bulk_transfer``);
+#: * ``port_waves``: its messages may be booked wave after wave on its ports (alpha-beta);
+#: * ``flow_waves``: its flows may be solved wave after wave, routes chosen in booking order;
+#: * ``compiled_replay``: the compiled replay models it (alpha-beta).
+CAPABILITIES = ("arrays", "port_waves", "flow_waves", "compiled_replay")
+
+
 class NetworkModel(Protocol):
-    """A network model the simulator drives: messages one by one as the
-    engine reaches them (``reset``, ``transfer``), and the bulk paths of
-    :mod:`simsparse.backends.fast.bulk` and :mod:`simsparse.backends.fast.rounds`.
+    """A network model the simulator drives: the event core, messages one by
+    one as the engine reaches them (``reset``, ``transfer``), and the array
+    capability the evaluators of :mod:`simsparse.backends.fast` use where
+    :meth:`capabilities` declares it (the ``bulk_*`` methods).
     :class:`~.alphabeta.AlphaBetaNetwork` and :class:`~.flow.FlowNetwork`
     implement it."""
 
@@ -22,8 +33,9 @@ class NetworkModel(Protocol):
     def transfer(self, src: int, dst: int, nbytes: int, done: Callable[[], None]) -> None:
         """A message may start moving now; call ``done()`` when it has arrived."""
 
-    def bulk_capable(self) -> bool:
-        """Whether messages can be timed in bulk at all."""
+    def capabilities(self, P: int) -> frozenset:
+        """What the array evaluators may do here for P ranks (:data:`CAPABILITIES`); the
+        evaluator table (``simsparse.backends.evaluators``) reads only this."""
 
     def bulk_start(self, P: int, earliest: float = 0.0) -> None:
         """Begin a bulk evaluation on the network as it is now."""

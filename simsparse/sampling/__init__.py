@@ -51,7 +51,7 @@ def sampled_problem(point) -> str | None:
         return None
     if not cls.sampled:
         return (f"{point.algorithm} reads every value of its input (not only the largest ones), which a sampled "
-                f"gradient does not carry; use values: full")
+                f"gradient does not carry; use evaluation: exact (full values)")
     workload = point.workload_obj()
     if workload.source is not None:
         return "gradients replayed from files (workload.source) cannot be sampled"

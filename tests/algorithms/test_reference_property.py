@@ -14,7 +14,8 @@ from simsparse.algorithms import ALGORITHMS
 from simsparse.algorithms.base import SparseParams
 from simsparse.experiments.run.loop import run_point
 from simsparse.experiments.config.point import Point
-from simsparse.experiments.run.simulate import SimBackend
+
+from tests.helpers import sim_backend
 
 LONG = os.environ.get("SIMSPARSE_FUZZ") == "long"
 NAMES = sorted(ALGORITHMS)
@@ -48,7 +49,7 @@ def cases(draw):
     point = Point(algorithm=name, P=P, params=params, network={"model": "alphabeta", "alpha_s": 1e-6},
                   workload={"n": n, "density": draw(st.sampled_from([0.001, 0.01, 0.05, 0.2, 1.0])),
                             "dtype": draw(st.sampled_from(["float32", "float64"])), "seed": 0},
-                  iterations=draw(st.integers(1, 2)), warmup=draw(st.integers(0, 1)), values="full")
+                  iterations=draw(st.integers(1, 2)), warmup=draw(st.integers(0, 1)), evaluation="events")
     grads = TiedGradients(n, point.workload["dtype"], draw(st.integers(0, 2**32 - 1)),
                           draw(st.sampled_from([0.0, 0.3, 0.9, 1.0])), draw(st.integers(0, 4)))
     return point, grads
@@ -63,7 +64,7 @@ SEEN: set = set()
 def test_every_algorithm_matches_its_numpy_reference(case):
     point, grads = case
     assume(ALGORITHMS[point.algorithm].check_setup(point.P, point.workload["n"], point.params_model()) is None)
-    backend = SimBackend(point)
+    backend = sim_backend(point)
     backend.workload = grads
     row = run_point(point, backend).row
     SEEN.add(point.algorithm)

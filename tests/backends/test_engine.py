@@ -1,5 +1,6 @@
-"""The lean engine and SimPy (the reference) give identical times and bytes on
-a grid of algorithms, network models and schedules."""
+"""The lean engine and SimPy (the reference; ``evaluation: events`` and
+``events_simpy``) give identical times and bytes on a grid of algorithms,
+network models and schedules."""
 import dataclasses
 
 import pytest
@@ -16,7 +17,7 @@ COLUMNS = ("time_s", "time_min_s", "time_max_s", "bytes_sent_max", "bytes_total"
 
 
 def same_on_both(point):
-    rows = [simulate_point(dataclasses.replace(point, engine=e)).row for e in ("simpy", "lean")]
+    rows = [simulate_point(dataclasses.replace(point, evaluation=e)).row for e in ("events_simpy", "events")]
     for col in COLUMNS:
         assert rows[0][col] == rows[1][col], col
     return rows

@@ -11,9 +11,8 @@ import pytest
 from simsparse.engine import HeapEngine, SimPyEngine
 from simsparse.experiments.run.loop import make_job, run_point
 from simsparse.experiments.run.plan import with_plan
-from simsparse.experiments.run.simulate import SimBackend
 
-from tests.helpers import make_point, net, schedule_point
+from tests.helpers import make_point, net, schedule_point, sim_backend
 
 
 def _random_calls(eng, seed):
@@ -57,8 +56,8 @@ def test_run_until_leaves_later_calls():
 def test_matching_queues_are_freed():
     """Unmatched sends and receives are kept per (src, dst, tag) only while
     some wait: after an all-to-all style run nothing is left per pair."""
-    p = make_point("oktopk", 16, n=20000, density=0.01)
-    be = SimBackend(p)
+    p = make_point("oktopk", 16, n=20000, density=0.01, evaluation="events")
+    be = sim_backend(p)
     run_point(p, be, False)
     assert be.sim.pending == {}
 
@@ -87,7 +86,7 @@ def _measured(point):
     when the pins were taken (a row of Ok-Topk now adds iterations of its
     periodic work)."""
     point = with_plan(point) if point.schedule else point
-    backend = SimBackend(point)
+    backend = sim_backend(point)
     jobs = {r: make_job(backend.point, r) for r in backend.local_ranks}
     its = [backend.iteration(jobs, it) for it in range(point.warmup + point.iterations)][point.warmup:]
     return (float(np.median([max(s.finish_s) for s in its])), np.mean([sum(s.bytes_sent) for s in its]),
@@ -95,9 +94,9 @@ def _measured(point):
 
 
 @pytest.mark.parametrize("case", range(len(PINNED)))
-@pytest.mark.parametrize("engine", ["lean", "simpy"])
-def test_pinned_results(case, engine):
+@pytest.mark.parametrize("evaluation", ["events", "events_simpy"])
+def test_pinned_results(case, evaluation):
     make, time_s, nbytes, msgs = PINNED[case]
-    t, b, m = _measured(dataclasses.replace(make(), engine=engine))
+    t, b, m = _measured(dataclasses.replace(make(), evaluation=evaluation))
     assert t == pytest.approx(time_s, rel=1e-12)
     assert (b, m) == (nbytes, msgs)

@@ -83,12 +83,13 @@ def test_the_simulator_charges_each_call_its_drawn_factor_and_a_step_waits_for_t
 
 
 def test_lockstep_rounds_stand_aside_when_kernels_are_noisy():
-    from simsparse.experiments.run.budget import rounds_may_apply
+    from simsparse.experiments.run.resolve import resolve
     from tests.helpers import make_point
 
     prof = {"name": "cpu", "mem_bandwidth_Bps": 1e9, "launch_s": 1e-6}
-    assert rounds_may_apply(make_point("ring", 4, n=4096, compute=prof, values="auto"))
-    assert not rounds_may_apply(make_point("ring", 4, n=4096, compute={**prof, "kernel_noise": BANDS}, values="auto"))
+    quiet = resolve(make_point("ring", 4, n=4096, compute=prof, evaluation="fast")).plan
+    noisy = resolve(make_point("ring", 4, n=4096, compute={**prof, "kernel_noise": BANDS}, evaluation="fast")).plan
+    assert quiet.point[0].name == "rounds" and noisy.point[0].name == "events"
 
 
 def test_collectives_run_as_messages_when_kernels_are_noisy():
@@ -98,8 +99,8 @@ def test_collectives_run_as_messages_when_kernels_are_noisy():
     from tests.helpers import make_point
 
     prof = {"name": "cpu", "mem_bandwidth_Bps": 1e9, "launch_s": 1e-6}
-    quiet = simulate_point(make_point("oktopk", 8, n=4096, density=0.05, compute=prof))
+    quiet = simulate_point(make_point("oktopk", 8, n=4096, density=0.05, compute=prof, evaluation="fast"))
     noisy = simulate_point(make_point("oktopk", 8, n=4096, density=0.05, compute={**prof, "kernel_noise": BANDS}))
-    assert quiet.row["collectives"].startswith("bulk") and noisy.row["collectives"] == "events"
+    assert quiet.row["evaluator"] != "events" and noisy.row["evaluator"] == "events"
     assert noisy.row["bytes_total"] == quiet.row["bytes_total"]
     assert noisy.row["time_s"] > quiet.row["time_s"]   # every factor of BANDS' short band averages above 1

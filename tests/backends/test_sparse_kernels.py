@@ -109,7 +109,7 @@ def test_torch_matches_numpy(name):
 
 
 def test_intersect_compiled_merge_agrees_with_the_binary_search():
-    """The compiled merge and the numpy path (``SIMSPARSE_NUMBA=0``) give the
+    """The compiled merge and the numpy path (inside ``jit.python``) give the
     same sorted intersection, on random sorted unique indices of both widths."""
     from simsparse.compute import sparse_kernels as sk
 

@@ -2,13 +2,15 @@
 within 1 % of the exact replay on the collectives it is meant for, the same
 bytes, its compiled booking equal to its Python twin, and its port rows
 booking as a port does."""
+import contextlib
 import dataclasses
 
 import numpy as np
 import pytest
 
-import simsparse.backends.events.sim as sim_mod
 import simsparse.backends.fast.waves_ab as wa
+from simsparse import jit
+from simsparse.backends.evaluators import WavesAB
 from simsparse.compute.devices import load_profile
 from simsparse.experiments.run.runner import simulate_point
 from simsparse.network.alphabeta import _Port
@@ -18,63 +20,52 @@ from tests.helpers import make_point, net, protocol_variants
 P100 = load_profile("p100").model_dump()
 
 
-def _row(point, approx_from, monkeypatch):
-    monkeypatch.setattr(sim_mod, "APPROX_FROM", approx_from)
-    return simulate_point(point).row
+def _row(point, evaluation):
+    return simulate_point(dataclasses.replace(point, evaluation=evaluation)).row
 
 
 @pytest.mark.parametrize("algorithm", ["oktopk", "topkdsa"])
 @pytest.mark.parametrize("P", [16, 24, 48])
-def test_the_split_and_reduce_in_waves_is_within_one_percent(monkeypatch, algorithm, P):
-    """The alltoalls of the split and reduce (P (P - 1) messages) timed
-    wave after wave against the exact replay (the event path's times): the
-    iteration time within 1 % (benchmarks/bench_approx.py: at most 0.99 %
-    from P = 16 to 1024), bytes and messages identical, the row ``bulk~``."""
-    point = dataclasses.replace(make_point(algorithm, P, n=1 << 20, density=0.01, values="sampled"),
+def test_every_collective_in_waves_is_within_the_small_bound(algorithm, P):
+    """Every collective timed wave after wave (the split and reduce's P (P - 1)
+    messages, the small allgathers and host allreduces) against the exact
+    replay (the event path's times): the iteration time within the bound the
+    table declares below 2^20 messages (11.5 %; from 2^20 on it declares 1 %,
+    benchmarks/bench_approx.py: at most 0.99 % from P = 16 to 1024), bytes
+    and messages identical."""
+    point = dataclasses.replace(make_point(algorithm, P, n=1 << 17, density=0.01),
                                 network=net("aries_alphabeta"), check=False)
-    exact = _row(point, 1 << 62, monkeypatch)
-    calls = []
-    real = wa.waves_run
-    monkeypatch.setattr(wa, "waves_run", lambda run: calls.append(1) or real(run))
-    approx = _row(point, P * (P - 1) // 2, monkeypatch)
-    assert calls
-    assert approx["collectives"] == "bulk~"
+    exact = _row(point, "replay")
+    approx = _row(point, "waves_ab")
+    assert approx["evaluator"] == "events+waves_ab" and approx["error_bound"] == WavesAB.BOUND_SMALL
     assert (approx["bytes_total"], approx["msgs_total"]) == (exact["bytes_total"], exact["msgs_total"])
-    assert abs(approx["time_s"] - exact["time_s"]) <= 0.01 * exact["time_s"], (exact["time_s"], approx["time_s"])
+    assert abs(approx["time_s"] - exact["time_s"]) <= 0.05 * exact["time_s"], (exact["time_s"], approx["time_s"])
 
 
 @pytest.mark.parametrize("algorithm", ["oktopk", "topkdsa", "gaussiank"])
-def test_the_compiled_waves_are_the_python_waves(monkeypatch, algorithm):
-    """With every collective that waits timed wave after wave, ``SIMSPARSE_NUMBA=0``
-    (the Python booking loop) and the compiled one give the same rows to
-    the last bit: eager, rendezvous with a handshake, an unexpected window
-    with reduced data, P100 kernels between posting and waiting, factors
-    per size band."""
+def test_the_compiled_waves_are_the_python_waves(algorithm):
+    """Every collective timed wave after wave: the Python booking loop (inside
+    ``jit.python``) and the compiled one give the same rows to the last bit:
+    eager, rendezvous with a handshake, an unexpected window with reduced
+    data, P100 kernels between posting and waiting, factors per size band."""
     if wa._book_wave_compiled is None:
         pytest.skip("numba is not installed")
-    calls = []
-    real = wa.waves_run
-    monkeypatch.setattr(wa, "waves_run", lambda run: calls.append(1) or real(run))
     for P, variant, p in protocol_variants(algorithm, P100):
-        rows = []
-        for flag in ("0", "1"):
-            monkeypatch.setenv("SIMSPARSE_NUMBA", flag)
-            r = _row(p, 0, monkeypatch)
-            rows.append((r["time_s"], r["collectives"], r["bytes_total"], r["msgs_total"], r["correct"]))
+        with jit.python():
+            a = _row(p, "waves_ab")
+        b = _row(p, "waves_ab")
+        rows = [(r["time_s"], r["evaluator"], r["bytes_total"], r["msgs_total"], r["correct"]) for r in (a, b)]
         assert rows[0] == rows[1], (algorithm, P, variant)
-        assert rows[0][4] is True
-    assert calls
+        assert rows[0][4] is True and "waves_ab" in rows[0][1]
 
 
-def test_below_the_threshold_nothing_is_approximated(monkeypatch):
-    """The simulator's own choice: a collective of fewer than ``APPROX_FROM``
-    messages is replayed exactly (the row is the event path's)."""
-    calls = []
-    monkeypatch.setattr(wa, "waves_run", lambda run: calls.append(1))
+def test_below_its_bound_fast_takes_no_waves():
+    """``fast``: a collective of fewer than 2^20 messages (waves_ab's bound
+    there is 11.5 %) is replayed exactly (the row is the event path's)."""
     point = make_point("oktopk", 8, n=4000, density=0.02, compute=P100)
-    row = simulate_point(point).row
-    ev = simulate_point(dataclasses.replace(point, collectives="events")).row
-    assert not calls and row["time_s"] == ev["time_s"]
+    row = _row(point, "fast")
+    ev = _row(point, "events")
+    assert "waves_ab" not in row["evaluator"] and abs(row["time_s"] - ev["time_s"]) <= row["error_bound"] * ev["time_s"]
 
 
 def _reference(msgs):
@@ -150,13 +141,17 @@ def test_the_booking_order_by_sender_is_a_stable_sort():
             np.testing.assert_array_equal(wa._counting_order_compiled(src, place), want)
 
 
-@pytest.mark.parametrize("flag", ["0", "1"])
-def test_the_booking_order_is_the_lexsort(monkeypatch, flag):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_booking_order_is_the_lexsort(compiled):
     """A wave's booking order (compiled radix sort and numpy's stable argsort)
     is ``np.lexsort((pos, rkey[src], ready))``, and ``_by_time`` is
     ``np.lexsort((key, t))``, on random waves whose ready times tie often
     and include -0.0, 0.0, negative and infinite values."""
-    monkeypatch.setenv("SIMSPARSE_NUMBA", flag)
+    with (contextlib.nullcontext() if compiled else jit.python()):
+        _booking_orders()
+
+
+def _booking_orders():
     rng = np.random.default_rng(11)
     for P, steps in ((1, 1), (2, 1), (7, 3), (64, 4)):
         src = np.tile(np.arange(P, dtype=np.int32), steps)

@@ -108,7 +108,7 @@ def test_largest_n_sampled_is_refused_up_front(tmp_path, capsys, monkeypatch):
         network: {NET}
         workload: {{n: {TOP_N}, density: 0.01}}
         algorithms: [dsar_split_allgather]
-        values: sampled
+        evaluation: sampled
         P: 4
         data_scale: 0.5
         iterations: 1
@@ -125,7 +125,7 @@ def test_largest_n_sampled_is_refused_up_front(tmp_path, capsys, monkeypatch):
 def _sampled(algorithm: str, P: int, n: int = TOP_N) -> Point:
     return Point(algorithm=algorithm, P=P, params={}, network={"model": "alphabeta"}, compute=None,
                  workload={"n": n, "density": 0.001, "dtype": "float32", "seed": 0}, iterations=1, warmup=0,
-                 check=False, values="sampled")
+                 check=False, evaluation="sampled")
 
 
 @pytest.mark.parametrize("algorithm", ["topka", "gaussiank", "oktopk", "topkdsa"])

@@ -30,7 +30,7 @@ def test_the_memory_estimate_bounds_the_peak(algorithm, P, iterations, check):
     the estimate's part for the point (the base of 200 MB left out)."""
     point = dataclasses.replace(make_point(algorithm, P, n=1 << 19, density=0.01, iterations=iterations), check=check)
     spec = {k: getattr(point, k) for k in ("algorithm", "P", "params", "workload", "network", "compute",
-                                           "iterations", "warmup", "check", "values")}
+                                           "iterations", "warmup", "check", "evaluation")}
     out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True, check=True)
     base, peak = json.loads(out.stdout.strip().splitlines()[-1])
     estimate = memory_B(point) - 200e6
@@ -42,5 +42,5 @@ def test_the_memory_estimate_grows_with_what_a_point_keeps():
     more = dataclasses.replace(one, iterations=3)
     checked = dataclasses.replace(more, check=True)
     assert memory_B(one) < memory_B(more) < memory_B(checked)
-    sizes = make_point("ring", 64, n=1 << 20, values="auto")
+    sizes = make_point("ring", 64, n=1 << 20, evaluation="fast")
     assert memory_B(sizes) == 200e6

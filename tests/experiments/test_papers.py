@@ -99,7 +99,7 @@ def test_stack_needs_a_training_config(tmp_path):
 
 def test_dense_allgather_is_the_exact_sum():
     for P in (3, 4):
-        row, _ = simulate("dense_allgather", P, n=512, values="full")
+        row, _ = simulate("dense_allgather", P, n=512, evaluation="events")
         assert row["correct"] is True or row["correct"] == "True"
     row, _ = simulate("dense_allgather", 4, n=1 << 12)
     assert row["bytes_sent_max"] == 3 * 4 * (1 << 12)   # recursive doubling: (P-1) n w

@@ -12,24 +12,24 @@ from simsparse.algorithms import get_algorithm
 from simsparse.experiments.run.loop import make_job
 from simsparse.period import Cycle
 from simsparse.experiments.run.runner import simulate_point
-from simsparse.experiments.run.simulate import SimBackend
+
 from simsparse.experiments.results.store import ResultsStore
 from simsparse.experiments.analysis.table import results_table
 
-from tests.helpers import make_point, requires_mpi
+from tests.helpers import make_point, requires_mpi, sim_backend
 
 OKTOPK = {"tau": 4, "tau_prime": 8}   # a cycle of 8: {thresholds, boundaries}, {thresholds}, and 6 reuse iterations
 
 
 def _point(algorithm="oktopk", P=4, n=4096, params=OKTOPK, drift=1.0, **kw):
-    p = make_point(algorithm, P, n=n, density=0.01, params=params, **kw)
+    p = make_point(algorithm, P, n=n, density=0.01, params=params, evaluation="events", **kw)
     return dataclasses.replace(p, workload={**p.workload, "drift": drift})
 
 
 def _brute_force(point, count):
     """(time, bytes sent by all ranks) of iterations 0 .. count-1, every one
     run in order by the simulator backend (no skipping)."""
-    backend = SimBackend(point)
+    backend = sim_backend(point)
     jobs = {r: make_job(backend.point, r) for r in backend.local_ranks}
     out = []
     for it in range(count):

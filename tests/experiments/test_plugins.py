@@ -151,7 +151,7 @@ def test_a_schedule_by_dotted_path_runs_a_training_iteration_with_its_default(tm
     monkeypatch.syspath_prepend(str(tmp_path))
     cfg = tmp_path / "t.yaml"
     cfg.write_text("network: aries_alphabeta\ncompute: p100\nmodel: resnet20_cifar10\nschedules: ['my_sched:Whole2']\n"
-                   "P: 2\niterations: 1\nwarmup: 0\nvalues: full\n")  # full: values, so the result is checked
+                   "P: 2\niterations: 1\nwarmup: 0\nevaluation: events\n")  # events: every value, so the result is checked
     assert main(["run", str(cfg), "--out", str(tmp_path / "r"), "--no-plot"]) == 0
     assert "my_sched:Whole2 / rabenseifner (default)" in capsys.readouterr().out
     row = pd.read_csv(tmp_path / "r" / "results.csv").iloc[0]

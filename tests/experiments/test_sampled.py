@@ -1,4 +1,4 @@
-"""Sampled sparse workloads (values: sampled, simsparse.sampling): each rank
+"""Sampled sparse workloads (evaluation: sampled, simsparse.sampling): each rank
 draws only the entries above a floor, exactly in distribution, at O(k)."""
 import dataclasses
 import textwrap
@@ -57,7 +57,7 @@ def test_runs_match_full_runs_in_distribution(algorithm):
             p = make_point(algorithm, 4, n=8000, density=0.01, seed=seed, iterations=2, warmup=1,
                            params={"tau": 2, "tau_prime": 2} if algorithm == "oktopk" else None)
             p = dataclasses.replace(p, workload={**p.workload, **wl})
-            f, s = simulate_point(p).row, simulate_point(dataclasses.replace(p, values="sampled")).row
+            f, s = simulate_point(p).row, simulate_point(dataclasses.replace(p, evaluation="sampled")).row
             assert s["values"] == "sampled" and s["correct"] is None
             full.append((f["time_s"], f["bytes_total"]))
             samp.append((s["time_s"], s["bytes_total"]))
@@ -100,7 +100,7 @@ def test_the_coin_flips_and_signs_are_exact_in_distribution():
 
 def test_a_threshold_below_the_floor_is_refused():
     s = sampled_gradient(Workload(n=5000, density=0.01), 0, 0)
-    with pytest.raises(BelowFloor, match="below the sampled floor.*values: full"):
+    with pytest.raises(BelowFloor, match="below the sampled floor.*evaluation: exact"):
         s.threshold_select(0.5 * s.floor)
     # values at indices not drawn come from below the floor, the same each time
     idx = np.setdiff1d(np.arange(40), s.indices)[:5]
@@ -126,12 +126,12 @@ def test_what_cannot_be_sampled_is_refused_with_one_sentence(tmp_path, extra, re
         network: aries_alphabeta
         workload: {n: 4000}
         P: 4
-        values: sampled
+        evaluation: sampled
         """) + extra + "\n")
     with pytest.raises(ConfigError, match=refusal):
         load_config(cfg)
     ok = tmp_path / "ok.yaml"
-    ok.write_text("name: s\nnetwork: aries_alphabeta\nworkload: {n: 4000}\nP: 4\nvalues: sampled\n"
+    ok.write_text("name: s\nnetwork: aries_alphabeta\nworkload: {n: 4000}\nP: 4\nevaluation: sampled\n"
                   "algorithms: [ring, oktopk, topkdsa]\n")
     assert len(load_config(ok).points) == 3
 
@@ -168,7 +168,7 @@ def test_each_algorithm_draws_its_own_margin(monkeypatch, algorithm, margin):
 
     monkeypatch.setattr(simulate, "sampled_gradient", spy)
     p = make_point(algorithm, 4, n=200000, density=0.01, seed=1, iterations=1, warmup=0)
-    assert simulate_point(dataclasses.replace(p, values="sampled")).row["values"] == "sampled"
+    assert simulate_point(dataclasses.replace(p, evaluation="sampled")).row["values"] == "sampled"
     assert drawn and all(m == margin and 0.9 * margin < per_k < 1.1 * margin for m, per_k in drawn)
 
 
@@ -248,7 +248,7 @@ def test_ok_topk_draws_less_at_large_k_and_its_reused_thresholds_stay_above_the_
     assert cls.sampled_margin_for(10_000) == pytest.approx(4 / 3 + 0.08)
     p = make_point("oktopk", 4, n=10**6, density=0.01, seed=3, iterations=10, warmup=0,
                    params={"tau": 5, "tau_prime": 5})
-    row = simulate_point(dataclasses.replace(p, values="sampled")).row
+    row = simulate_point(dataclasses.replace(p, evaluation="sampled")).row
     assert row["values"] == "sampled" and row["time_s"] > 0
 
 

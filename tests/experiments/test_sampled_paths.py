@@ -166,7 +166,7 @@ def test_runs_with_drift_and_error_feedback_match_full_runs_in_distribution(algo
         params = {"error_feedback": True, **({"tau": 2, "tau_prime": 2} if algorithm == "oktopk" else {})}
         p = make_point(algorithm, 4, n=8000, density=0.01, seed=seed, iterations=1, warmup=1, params=params)
         p = dataclasses.replace(p, workload={**p.workload, "drift": 0.2, "layers": [1500, 4000, 2500]})
-        f, s = simulate_point(p).row, simulate_point(dataclasses.replace(p, values="sampled")).row
+        f, s = simulate_point(p).row, simulate_point(dataclasses.replace(p, evaluation="sampled")).row
         assert s["values"] == "sampled" and (s["sampled_widen"] != "") == (algorithm == "oktopk"), s["sampled_widen"]
         full.append((f["time_s"], f["bytes_total"]))
         samp.append((s["time_s"], s["bytes_total"]))
@@ -296,7 +296,7 @@ def test_points_that_draw_alike_share_a_ranks_paths(monkeypatch):
     the cap the least recently used paths are let go."""
     from simsparse.sampling import paths
 
-    base = make_point("topka", 6, n=20000, density=0.01, iterations=1, warmup=1, values="sampled",
+    base = make_point("topka", 6, n=20000, density=0.01, iterations=1, warmup=1, evaluation="sampled",
                       params={"error_feedback": True})
     base = dataclasses.replace(base, workload={**base.workload, "drift": 0.3}, check=False)
     other = dataclasses.replace(base, algorithm="gtopk")
@@ -329,16 +329,16 @@ def test_ok_topk_under_error_feedback_learns_its_floors_from_a_pilot(monkeypatch
     made, real = [], simulate.SimBackend
     monkeypatch.setattr(simulate, "_PILOTS", {})
 
-    def counting(point, *a, **kw):
-        made.append((point.P, kw.get("widen", a[2] if len(a) > 2 else None)))
-        return real(point, *a, **kw)
+    def counting(resolved, *a, **kw):
+        made.append((resolved.point.P, kw.get("widen", a[3] if len(a) > 3 else None)))
+        return real(resolved, *a, **kw)
 
     monkeypatch.setattr(simulate, "SimBackend", counting)
     for algorithm, params in (("oktopk", {"error_feedback": True, "tau": 2, "tau_prime": 2}),
                               ("topka", {"error_feedback": True})):
         made.clear()
         p = make_point(algorithm, 8, n=8000, density=0.01, seed=0, iterations=1, warmup=1, params=params)
-        p = dataclasses.replace(p, workload={**p.workload, "drift": 0.2}, values="sampled")
+        p = dataclasses.replace(p, workload={**p.workload, "drift": 0.2}, evaluation="sampled")
         row = simulate_point(p).row
         if algorithm == "oktopk":
             pilot = [w for P, w in made if P == simulate.PILOT_P]

@@ -1,4 +1,4 @@
-"""Sampled gradients in training iterations (values: sampled under a
+"""Sampled gradients in training iterations (evaluation: sampled under a
 schedule): each bucket of the plan is drawn as a vector of its own, with
 the floor of its own k (simsparse.sampling.SampledModel)."""
 import dataclasses
@@ -30,7 +30,7 @@ def test_training_iterations_match_full_runs_in_distribution(schedule, algorithm
     for seed in range(6):
         p = schedule_point(schedule, algorithm, P=4, params=params, density=0.02)
         p = dataclasses.replace(p, workload={**p.workload, "seed": seed, "drift": drift})
-        f, s = simulate_point(p).row, simulate_point(dataclasses.replace(p, values="sampled")).row
+        f, s = simulate_point(p).row, simulate_point(dataclasses.replace(p, evaluation="sampled")).row
         assert f["values"] == "full" and s["values"] == "sampled" and s["correct"] is None
         full.append((f["time_s"], f["bytes_total"]))
         samp.append((s["time_s"], s["bytes_total"]))

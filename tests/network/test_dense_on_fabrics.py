@@ -15,7 +15,7 @@ ALPHA = 2e-6       # end-to-end latency
 
 def simulate(algorithm, P, network, n):
     pt = Point(algorithm=algorithm, P=P, workload={"n": n, "density": 0.01, "dtype": "float32", "seed": 0},
-               network=network, iterations=1, warmup=0, check=True, values="full")
+               network=network, iterations=1, warmup=0, check=True, evaluation="events")
     row = simulate_point(pt).row
     assert row["correct"] is True
     return row["time_s"]

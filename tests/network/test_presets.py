@@ -40,7 +40,7 @@ def test_required_presets_exist():
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_simulates_rabenseifner_correctly(preset, tmp_path):
     (pt,) = load_config(config(tmp_path, preset)).points
-    row = simulate_point(dataclasses.replace(pt, values="full")).row
+    row = simulate_point(dataclasses.replace(pt, evaluation="events")).row
     assert row["correct"] is True and row["time_s"] > 0
     assert row["network"] == NETWORK_SPECS[pt.network["model"]].model_validate(pt.network).label()
 

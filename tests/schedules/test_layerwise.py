@@ -126,24 +126,24 @@ def test_plans_of_resnet50_table_v_mgs():
     assert len(p.plan) == 53   # the OMGS paper's Table V
 
 
-@pytest.mark.parametrize("collectives", ["events", "waves"])
-def test_the_plans_microbenchmarks_run_the_points_own_collectives_path(monkeypatch, collectives):
+@pytest.mark.parametrize("evaluation", ["events", "waves_flow"])
+def test_the_plans_microbenchmarks_run_the_points_own_evaluation(monkeypatch, evaluation):
     """tc(d) is fitted from microbenchmarks on the point's network at its P,
-    by the point's own collectives path (waves where it asks for them)."""
+    under the point's own evaluation (the flow waves where it asks for them)."""
     from simsparse.experiments.run import plan
 
     seen = []
     real = plan.simulate
 
     def spy(pt, *a, **kw):
-        seen.append((pt.collectives, pt.P, pt.network["model"]))
+        seen.append((pt.evaluation, pt.P, pt.network["model"]))
         return real(pt, *a, **kw)
 
     monkeypatch.setattr(plan, "simulate", spy)
     net = {"model": "fattree", "radix": 4, "link_bw_Bps": 1e9, "send_overhead_s": 1e-6, "recv_overhead_s": 1e-6}
-    p = dataclasses.replace(point("omgs_sgd", "topka", P=4, network=net), collectives=collectives)
+    p = dataclasses.replace(point("omgs_sgd", "topka", P=4, network=net), evaluation=evaluation)
     alpha, beta = plan.comm_fit(p)
-    assert len(seen) >= 3 and set(seen) == {(collectives, 4, "fattree")}
+    assert len(seen) >= 3 and set(seen) == {(evaluation, 4, "fattree")}
     assert alpha >= 0 and beta > 0
 
 

@@ -114,7 +114,7 @@ class ModelHandlers:
                 if dt > 0:
                     rs.busy["backward"] += dt
                     if now < rs.bulk_until:   # as _device
-                        self.bulk_inexact += 1
+                        self.inexact["device"] += 1
                 if self.trace_on:
                     self.trace.append(TraceRecord(rs.rank, ctx._phase, "backward", -1, 0, start, end, ctx.lane))
                 if end > now:
@@ -139,7 +139,7 @@ class ModelHandlers:
         if nb != rs.next_bwd:
             rs.ready_at[rs.next_bwd:nb] = ready[rs.next_bwd:nb].tolist()
             rs.next_bwd = nb
-        self.bulk_inexact += late
+        self.inexact["device"] += late
         views = self._views[req.first:req.end][::-1]
         cut = getattr(grads, "tensors", None)   # (a sampled model cuts its tensors in one call)
         parts = cut(views) if cut is not None else [grads[a:b] for a, b in views]

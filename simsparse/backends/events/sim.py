@@ -38,9 +38,10 @@ kernel on an idle device) do not create SimPy events, which keeps large runs
 cheap. A program blocked on messages resumes through one zero-delay event,
 never from inside the network model's callbacks.
 
-Helper collectives are expanded into their messages, or with ``bulk`` (the
-default) evaluated for all ranks at once where they have a bulk schedule and
-the network a bulk path (:mod:`.bulk`), unless the run is traced (a trace
+Helper collectives are expanded into their messages, or, where the
+simulator was handed a ``collectives`` evaluator (the table of
+:mod:`simsparse.backends.evaluators` chooses it), gathered until every rank
+has posted one and timed for all ranks at once, unless the run is traced (a trace
 holds every message); which path ran is in ``IterationStats.collectives``.
 
 The pieces: messages and waits in :mod:`.sim_messages`, the shared cores'
@@ -60,12 +61,9 @@ from ...compute.kernels import KERNELS, Work, get_kernel
 from ...compute.message_path import MessagePath
 from ...compute.noise import KernelNoise
 from ...engine import make_engine
-from ...network.flow_bulk import FlowBulk
 from ...network.model import NetworkModel
 from ...ops import ContextBase, Dense, Handle, Payload, Scalars, TraceRecord
-from ..fast.bulk import gather
 from ..protocol import _freeze
-from ..fast.waves_ab import APPROX_FROM
 from ..driver import BLOCKED, Driver, IterationStats, post
 from ..protocol import Protocol, device_start
 from .memo import memo_call
@@ -93,6 +91,22 @@ class _Rank:
         self.waking = 0                         # with shared cores and a trace: its completed waits not yet woken
         self.unseen: list = []                  # likewise: (handle, bytes, when) completed, its driver not yet told
         self.bulk_until = -1.0                  # the last exit from a bulk collective that ran kernels here
+
+
+class _Gathering:
+    """The ranks that have posted one bulk collective (of type ``kind``) so
+    far, when, and in which order (``order``: ranks in the order they posted)."""
+
+    __slots__ = ("kind", "progs", "reqs", "t", "order")
+
+    def __init__(self, P: int, kind: type):
+        self.kind, self.progs, self.reqs, self.t, self.order = kind, [None] * P, [None] * P, np.zeros(P), []
+
+    def add(self, rank: int, prog, req, now: float) -> bool:
+        """Rank ``rank`` posted; whether every rank has."""
+        self.progs[rank], self.reqs[rank], self.t[rank] = prog, req, now
+        self.order.append(rank)
+        return len(self.order) == len(self.progs)
 
 
 class SimContext(ContextBase):
@@ -162,16 +176,12 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
 
     def __init__(self, network: NetworkModel, device: Device | None = None, eager_threshold_B: int = 65536,
                  rendezvous_rtt_s: float = 0.0, trace: bool = False, byte_scale: float = 1.0, engine: str = "lean",
-                 bulk: bool = True, unexpected_window_B: int | None = None, waves: bool = False):
+                 collectives=None, unexpected_window_B: int | None = None):
         super().__init__()
-        #: evaluate helper collectives in bulk where they and the network can (.bulk)
-        self.bulk = bulk
-        #: a bulk collective of at least this many messages that waits for ports is timed wave after
-        #: wave (approximate, :mod:`.waves_ab`) instead of replayed in event order (exact)
-        self.approx_from = APPROX_FROM
-        #: on a flow-level network, time every bulk collective the arrays cannot time exactly wave after wave
-        #: (approximate, adaptive routing included: :mod:`.waves_flow`) instead of replaying it in event order
-        self.waves = waves and bulk
+        #: what times a gathered helper collective for all ranks at once (``time(host, kind, reqs, entry,
+        #: order, device, now, pending)`` -> (evaluator name, BulkRun, results)), or None: every collective
+        #: runs as its messages (the evaluator table hands it over: simsparse.backends.evaluators)
+        self.collectives = collectives
         #: "lean" (a heap of calls) or "simpy" (the reference): the same times (simsparse.engine)
         self.engine = engine
         self.network = network
@@ -247,11 +257,11 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         self.poll_gen = [0] * P  # per rank: which blocked spell its pending poll belongs to
         # with shared cores a kernel's end depends on the other ranks' work, with kernel noise on each rank's own
         # draws: then collectives run as messages
-        flow_waves = self.waves and isinstance(self.network, FlowBulk) and self.network.bulk_waves_capable()
-        self._bulk = (self.bulk and not self.trace_on and (flow_waves or self.network.bulk_capable()) and self.cores is None
+        self._bulk = (self.collectives is not None and not self.trace_on and self.cores is None
                       and self.noise is None)
         self.gathering: dict = {}   # (scope, place) -> the ranks that posted that bulk collective so far
-        self.bulk_runs = self.bulk_inexact = 0
+        self.evaluated: dict = {}   # evaluator name -> the collectives it timed
+        self.inexact = {"order": 0, "outside": 0, "device": 0}   # where a bulk evaluation may differ (fast.bulk)
         self.memo = {}     # memo kernels' results by content key
         self.digests = {}  # id -> (read-only array, digest)
         self.trace = []
@@ -285,12 +295,12 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
                                f"returned (a receive without a matching send, or a wait that cannot complete)")
         if self.gathering:
             raise RuntimeError("deadlock: a collective was posted by some ranks but not all")
-        path = "events"
-        if self.bulk_runs:
-            path = "bulk" if not (self.bulk_inexact or self.network.bulk_touched) else "bulk~"
+        if self.evaluated:
+            self.inexact["outside"] += self.network.bulk_touched
         return IterationStats(self.finish, self.results, [rs.bytes_sent for rs in self.ranks],
                               [rs.msgs_sent for rs in self.ranks], env.events, self.trace,
-                              [rs.busy for rs in self.ranks], path)
+                              [rs.busy for rs in self.ranks], dict(self.evaluated),
+                              {k: v for k, v in self.inexact.items() if v})
 
     # -- driver hooks ----------------------------------------------------------
     def child_context(self, parent, path, sid, lane):
@@ -386,8 +396,50 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         back behind its stream like its messages would be)."""
         if not self._bulk or type(req).bulk is None:
             return self.expand(prog, req)
-        post(prog.ctx, lambda: gather(self, prog, req))
+        post(prog.ctx, lambda: self._gather(prog, req))
         return BLOCKED
+
+    def _gather(self, prog, req) -> None:
+        """Rank ``prog.ctx.rank`` posts bulk collective ``req`` (its scope's
+        next); the last rank to post it has it timed."""
+        ctx = prog.ctx
+        key = (ctx.sid, ctx.nbulk)
+        ctx.nbulk += 1
+        g = self.gathering.get(key)
+        if g is None:
+            g = self.gathering[key] = _Gathering(len(self.ranks), type(req))
+        elif type(req) is not g.kind:
+            raise RuntimeError(f"rank {ctx.rank} posted {type(req).__name__} where other ranks posted another "
+                               f"collective (every rank must post the same collectives in the same order)")
+        if g.add(ctx.rank, prog, req, self.env.now):
+            del self.gathering[key]
+            self._gathered(g)
+
+    def _gathered(self, g: "_Gathering") -> None:
+        """Every rank posted: the collective is timed for all of them at once;
+        account what each sent and computed and resume each at its exit with
+        its result, in the order the event engine would."""
+        now = self.env.now
+        pending = min((h.t[h.order].min() for h in self.gathering.values() if h.order), default=np.inf)
+        device = np.array([rs.device_free for rs in self.ranks])
+        name, run, results = self.collectives.time(self, g.kind, g.reqs, g.t, g.order, device, now, pending)
+        self.network.bulk_commit(now)
+        exits = run.t
+        self.evaluated[name] = self.evaluated.get(name, 0) + 1
+        for cause, n in run.inexact.items():
+            self.inexact[cause] += n
+        if exits.min() < now:   # (no bulk collective lets a rank leave before the last one came)
+            self.inexact["order"] += 1
+        sent, msgs, busy = run.sent.tolist(), run.msgs.tolist(), run.busy.tolist()
+        for r, rs in enumerate(self.ranks):
+            rs.bytes_sent += sent[r]
+            rs.msgs_sent += msgs[r]
+            if busy[r]:
+                rs.busy["compute"] += busy[r]
+                rs.device_free = max(rs.device_free, float(run.device[r]))
+                rs.bulk_until = max(rs.bulk_until, float(exits[r]))
+        for r in run.done:
+            self.env.at_time(float(exits[r]), self._resume, (g.progs[r], results[r]))
 
     def on_delay(self, prog, req):
         """Resume after the wait a :class:`~simsparse.ops.Delay` asks for; the device stays free."""
@@ -416,7 +468,7 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         if dt > 0:
             rs.busy[category] += dt
             if now < rs.bulk_until:   # queued behind a bulk collective's kernels issued later
-                self.bulk_inexact += 1
+                self.inexact["device"] += 1
         if self.trace_on:
             self.trace.append(TraceRecord(rs.rank, ctx._phase, op, -1, 0, start, end, ctx.lane))
         if end > now:

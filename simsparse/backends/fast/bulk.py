@@ -1,46 +1,37 @@
-"""Collectives evaluated for all P ranks at once: the simulator's bulk path.
+"""A helper collective recorded for all P ranks at once (:class:`BulkRun`).
 
-A helper collective (:class:`~simsparse.ops.Collective`) with a ``bulk``
-schedule is not expanded into messages when the simulator runs in bulk mode
-(``collectives: auto``). Each rank that yields it blocks; when the last rank
-of the scope has posted it, its schedule runs once for all P ranks and
-every rank resumes at its own exit time with its result. Only collectives
-where every rank's exit waits for every rank's entry are bulk (allgather,
-alltoall, host allreduce), so no rank is resumed in the past.
+The event engine gathers a helper collective (:class:`~simsparse.ops.Collective`
+with a ``bulk`` schedule) until the last rank of its scope has posted it, and
+hands it to the evaluator :mod:`simsparse.backends.evaluators` chooses. The
+collective's ``bulk`` schedule records on a :class:`BulkRun` what every rank
+does: *waves* of messages (what the ranks post at once; each rank then waits
+for its messages of the wave) and each rank's kernels, with their values.
+Only collectives where every rank's exit waits for every rank's entry are
+bulk (allgather, alltoall, host allreduce), so no rank resumes in the past.
 
-A schedule is recorded first (:class:`BulkRun`): *waves* of messages (what
-the ranks post at once; each rank then waits for its messages of the wave)
-and each rank's kernels, with their values. Then it is timed
-(:mod:`.bulk_timing`):
+An evaluator then times the recording (:mod:`.timing` as arrays or by a
+replay in event order, :mod:`.replay_arrays` compiled, :mod:`.waves_ab` and
+:mod:`.waves_flow` wave after wave). The run reads what it needs of the
+simulation through a :class:`BulkHost`: nothing else of the engine's state.
 
-* as arrays, wave after wave (``network.bulk_wave``), while every message
-  can start when it is ready: its alpha-beta ports free and used once, or
-  its flow solo. That is exactly what ``transfer`` gives (the lockstep
-  rounds of :mod:`.rounds` are the same test);
-* otherwise by replaying the schedule's messages, without rank programs,
-  handles or payloads, on a scratch copy of the network driven by a private
-  engine (``network.bulk_scratch``, ``bulk_transfer``): each rank posts its
-  next wave when the last message of the previous one arrives, its kernels
-  on its device, in the event simulation's order of events.
+An exact evaluator's result is the event engine's to the last bit unless
+the run says otherwise (``inexact``, by cause):
 
-The result is *exact*, the event simulation's times to the last bit, when
-the network says so for every message (on the alpha-beta model no message
-waited behind another one that the event simulation could have booked in
-the other order, i.e. ready at the same time), no message was ready while
-its port or link was busy with traffic from outside the collective, the
-kernels found the rank's device idle, and no message of the event
-simulation later finds a port or link the evaluation still held
-(``bulk_touched``: the gaps between its messages are not kept), and no
-other program of a rank issues device work before that rank's exit from a
-collective that ran kernels there (the evaluation queued them all at once;
-the event simulation would have queued that work between them:
-``_Rank.bulk_until``). Otherwise
-it is an approximation, and the run says so: ``IterationStats.collectives``
-is ``events`` (nothing ran in bulk), ``bulk`` (exact) or ``bulk~``
-(approximate), and so does the row's ``collectives`` column. A traced run
-expands its collectives (a trace holds every message).
+* ``order``: on the alpha-beta model a message waited behind another one
+  ready at the same time, which the event engine might have booked in the
+  other order;
+* ``outside``: a message was ready while its port or link was busy with
+  traffic from outside the collective, or (counted by the network,
+  ``bulk_touched``) a later message found a port or link the evaluation
+  still held (the gaps between its messages are not kept);
+* ``device``: a kernel found its rank's device busy with work issued
+  elsewhere, or another program of a rank issued device work before that
+  rank left a collective that ran kernels there (the evaluation queued them
+  all at once; the events would have queued that work between them).
 """
 from __future__ import annotations
+
+import typing
 
 import numpy as np
 
@@ -49,73 +40,36 @@ from ..protocol import Gathered, freeze
 from .timing import BulkTiming
 
 
-class Gathering:
-    """The ranks that have posted one collective (of type ``kind``) so far,
-    when, and in which order (``order``: ranks in the order they posted)."""
+class BulkHost(typing.Protocol):
+    """What a :class:`BulkRun` reads of the simulation that gathered it
+    (:class:`~simsparse.backends.events.sim.Simulator` is one)."""
 
-    __slots__ = ("kind", "progs", "reqs", "t", "order")
+    network: object          # the network model (its bulk_* capability)
+    protocol: object         # ..protocol.Protocol
+    byte_scale: float        # data carried at 1/byte_scale of full size
 
-    def __init__(self, P: int, kind: type):
-        self.kind, self.progs, self.reqs, self.t, self.order = kind, [None] * P, [None] * P, np.zeros(P), []
-
-    def add(self, rank: int, prog, req, now: float) -> bool:
-        """Rank ``rank`` posted; whether every rank has."""
-        self.progs[rank], self.reqs[rank], self.t[rank] = prog, req, now
-        self.order.append(rank)
-        return len(self.order) == len(self.progs)
-
-
-def gather(sim, prog, req) -> None:
-    """Rank ``prog.ctx.rank`` posts bulk collective ``req`` (its scope's
-    next); the last rank to post it has it evaluated."""
-    ctx = prog.ctx
-    key = (ctx.sid, ctx.nbulk)
-    ctx.nbulk += 1
-    g = sim.gathering.get(key)
-    if g is None:
-        g = sim.gathering[key] = Gathering(len(sim.ranks), type(req))
-    elif type(req) is not g.kind:
-        raise RuntimeError(f"rank {ctx.rank} posted {type(req).__name__} where other ranks posted another "
-                           f"collective (every rank must post the same collectives in the same order)")
-    if g.add(ctx.rank, prog, req, sim.env.now):
-        del sim.gathering[key]
-        _evaluate(sim, g)
-
-
-def _evaluate(sim, g: Gathering) -> None:
-    """Run a collective's bulk schedule for all ranks, account what each
-    sent and computed, and resume each at its exit, to the last bit, in the
-    order the event simulation would."""
-    now = sim.env.now
-    run = BulkRun(sim, g.t, g.order)
-    results = g.kind.bulk(g.reqs, run)
-    run.evaluate()
-    sim.network.bulk_commit(now)
-    exits = run.t
-    sim.bulk_runs += 1
-    if not run.exact or exits.min() < now:
-        sim.bulk_inexact += 1
-    sent, msgs, busy = run.sent.tolist(), run.msgs.tolist(), run.busy.tolist()
-    for r, rs in enumerate(sim.ranks):
-        rs.bytes_sent += sent[r]
-        rs.msgs_sent += msgs[r]
-        if busy[r]:
-            rs.busy["compute"] += busy[r]
-            rs.device_free = max(rs.device_free, float(run.device[r]))
-            rs.bulk_until = max(rs.bulk_until, float(exits[r]))
-    for r in run.done:
-        sim.env.at_time(float(exits[r]), sim._resume, (g.progs[r], results[r]))
+    def wire_bytes(self, payload: Payload) -> int: ...
+    def work_seconds(self, name: str, work) -> float: ...
+    def run_kernel(self, name: str, args: tuple, kwargs: dict): ...
 
 
 class BulkRun(BulkTiming):
     """One collective for all P ranks: what its bulk schedule
     (``Collective.bulk(reqs, run)``) records (:meth:`wave`, :meth:`kernel`),
-    then :meth:`evaluate` times it. After that, ``t`` holds every rank's exit
+    then an evaluator times it. After that, ``t`` holds every rank's exit
     time, ``done`` the ranks in the order the event simulation would resume
-    them, ``sent``/``msgs`` what each sent, ``exact`` whether it is exact."""
+    them, ``sent``/``msgs`` what each sent, ``device``/``busy`` each rank's
+    device, and ``inexact`` what may differ from the events, by cause."""
 
-    def __init__(self, sim, entry: np.ndarray, order: list):
-        self.sim, self.P, self.entry, self.order = sim, len(entry), entry, order
+    def __init__(self, host: BulkHost, entry: np.ndarray, order: list, device: np.ndarray, now: float,
+                 pending: float = np.inf):
+        self.host, self.P, self.entry, self.order = host, len(entry), entry, order
+        #: each rank's device free from (its FIFO, as the engine left it), the engine's time, and the
+        #: earliest post to another collective still gathering (no message of it is ready before)
+        self.device0, self.now, self.pending = device, now, pending
+        #: no message of this or a later collective is ready before this
+        self.earliest = float(min(entry.min(), pending))
+        self.inexact = {"order": 0, "outside": 0, "device": 0}
         self.waves: list = []                        # (src, dst, nbytes, pos), messages in posting order
         # the ranks' steps as recorded: chunks of (ranks, kind, values) arrays, kind 0 a wave (value:
         # its id) or 1 a kernel (seconds); single kernels since the last chunk as (ranks, seconds) lists
@@ -140,16 +94,16 @@ class BulkRun(BulkTiming):
 
     def size(self, payload: Payload) -> int:
         """Bytes on the wire, as ``isend`` counts them."""
-        return self.sim.wire_bytes(payload)
+        return self.host.wire_bytes(payload)
 
     def sizes(self, nbytes: np.ndarray) -> np.ndarray:
         """Bytes on the wire of data payloads of ``nbytes`` (as :meth:`size`)."""
-        s = self.sim.byte_scale
+        s = self.host.byte_scale
         return nbytes if s == 1.0 else np.rint(nbytes * s).astype(np.int64)
 
     def work_seconds(self, name: str, work) -> float:
         """Device seconds of kernel ``name`` doing ``work`` (for :meth:`timed`)."""
-        return self.sim.work_seconds(name, work)
+        return self.host.work_seconds(name, work)
 
     def wave(self, src, dst, nbytes, pos=None) -> None:
         """Messages src[i] -> dst[i] of nbytes[i] that every rank taking part
@@ -198,7 +152,7 @@ class BulkRun(BulkTiming):
     def kernel(self, rank: int, name: str, args: tuple, kwargs: dict, during: bool = False):
         """Rank ``rank`` runs a kernel after its last wave (``during``: after
         posting it, before waiting for it); returns the kernel's value."""
-        value, dt = self.sim.run_kernel(name, args, kwargs)
+        value, dt = self.host.run_kernel(name, args, kwargs)
         self.timed(rank, dt, during)
         return value
 

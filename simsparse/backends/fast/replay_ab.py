@@ -19,8 +19,9 @@ statement, on arrays:
   kernels between posting a wave and waiting for it, the eager, window and
   rendezvous rules, and the exactness tests of ``bulk_transfer``.
 
-The Python replay stays the reference (``SIMSPARSE_NUMBA=0`` runs it); the
-tests run both on a grid and require identical times, order and flags.
+The Python replay stays the reference (the evaluator ``replay_py``); the
+differential tests run both on a grid and require identical times, order
+and flags.
 """
 from __future__ import annotations
 
@@ -28,25 +29,10 @@ import heapq
 
 import numpy as np
 
-from ...jit import enabled, numba
+from ...jit import numba
 from ..protocol import fifo, gated, handshake, resumed
 
 GO, MOVE, DONE_S, RESUME, DONE_R = 0, 1, 2, 3, 4   # DONE_*: a step's last message arrived
-
-#: replays of fewer messages run in Python: compiling takes about 20 s once per installation
-#: (cached after), a Python replay of 20,000 messages about 0.3 s
-COMPILE_FROM = 20000
-
-
-def compiled(messages: int | None = None):
-    """The compiled replay, or None: no numba, ``SIMSPARSE_NUMBA=0``, or
-    fewer than :data:`COMPILE_FROM` ``messages``."""
-    if not enabled():
-        return None
-    if messages is not None and messages < COMPILE_FROM:
-        return None
-    return replay
-
 
 def _njit(fn):
     return numba.njit(cache=True)(fn) if numba is not None else None

@@ -64,7 +64,7 @@ def run_rounds(sim, P: int, rounds, dtype) -> IterationStats | None:
     bulk path or a message would wait."""
     network = sim.network
     network.reset(None, P)
-    if not network.bulk_capable():
+    if "arrays" not in network.capabilities(P):
         return None
     network.bulk_start(P)
     itemsize = np.dtype(dtype).itemsize

@@ -1,63 +1,53 @@
-"""Timing a recorded bulk collective (:class:`~simsparse.backends.fast.bulk.BulkRun`).
+"""Timing a recorded bulk collective (:class:`~simsparse.backends.fast.bulk.BulkRun`):
+the two evaluators that need no compiled code.
 
-:meth:`BulkTiming.evaluate` counts what every rank sent, then times the
-waves and kernels the schedule recorded, the first way that applies:
-
-* as arrays, wave after wave (:meth:`~BulkTiming._waves`), while every
-  message can start when it is ready (``network.bulk_wave``): exact, the
-  event simulation's times to the last bit;
-* by replaying the messages on a scratch copy of the network with a
-  private engine, in the event simulation's order of events
-  (:meth:`~BulkTiming._replay`): compiled on the alpha-beta network
-  (:mod:`.replay_ab`), in Python elsewhere and as the reference;
-* with ``collectives: waves`` on a flow-level network, instead of the
-  replay: wave after wave, approximately (:mod:`.waves_flow`).
+* :meth:`BulkTiming.arrays` -- wave after wave as numpy arrays, while every
+  message can start when it is ready (``network.bulk_wave``: its
+  alpha-beta ports free and used once, or its flow solo); exact, the event
+  engine's times to the last bit, or it declines;
+* :meth:`BulkTiming.replay` -- every message a ``transfer`` on a scratch
+  copy of the network driven by a private engine, in the event engine's
+  order of events; exact (the reference the compiled replay and the waves
+  are checked against).
 
 Cost model: what ``transfer`` gives each message on the network (alpha-beta
-ports or max-min flows) and what the simulator's FIFO device gives each
-kernel; the exactness flags say where the evaluation may differ
-(:mod:`.bulk`).
+ports or max-min flows) and what the FIFO device gives each kernel
+(:mod:`..protocol`); ``inexact`` counts where the result may differ from the
+events (:mod:`.bulk`).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ...engine import HeapEngine
-from ...network.flow_bulk import FlowBulk
 from ..protocol import fifo, resumed
-from .waves_flow import flow_waves_run
 
 
 class BulkTiming:
     """The timing half of :class:`~simsparse.backends.fast.bulk.BulkRun`: reads
     its ``waves``, ``steps``, ``during`` and ``entry``; sets ``t``,
-    ``device``, ``busy``, ``done``, ``sent``, ``msgs`` and ``exact``."""
+    ``device``, ``busy``, ``done``, ``sent``, ``msgs`` and ``inexact``."""
 
-    def evaluate(self) -> None:
-        sim, P = self.sim, self.P
+    def count(self) -> None:
+        """What every rank sends (bytes, messages), and the network readied
+        for an evaluation from the earliest time a message of it may be ready."""
+        P = self.P
         self.sent = np.zeros(P, dtype=np.int64)
         self.msgs = np.zeros(P, dtype=np.int64)
         for src, _, nb, _ in self.waves:   # (float sums of integers below 2^53: exact)
             self.sent += np.rint(np.bincount(src, weights=nb, minlength=P)).astype(np.int64)
             self.msgs += np.bincount(src, minlength=P)
-        net = sim.network
-        # no message of this or a later collective is ready before this one's earliest entry or
-        # (other scopes) a rank's post to a collective still gathering; the engine's time is later
-        pending = [g.t[g.order].min() for g in sim.gathering.values() if g.order]
-        net.bulk_start(P, float(min([self.entry.min(), *pending])))
-        if self._waves():
-            return
-        net.bulk_restart()
-        if sim.waves and isinstance(net, FlowBulk):
-            flow_waves_run(self)
-            return
-        self._replay()
+        self.host.network.bulk_start(P, self.earliest)
+
+    @property
+    def messages(self) -> int:
+        return sum(len(w[0]) for w in self.waves)
 
     def _reset(self) -> None:
         self.t = self.entry.copy()
-        self.device = np.array([rs.device_free for rs in self.sim.ranks])
+        self.device = self.device0.copy()
         self.busy = np.zeros(self.P)
-        self.exact = True
+        self.inexact = {"order": 0, "outside": 0, "device": 0}
 
     def _device(self, r: int, dts) -> None:
         """Rank r runs kernels of ``dts`` seconds one after another from its
@@ -66,7 +56,7 @@ class BulkTiming:
         for dt in dts:
             now = t[r]
             if dev[r] > now:
-                self.exact = False   # its device is busy with work issued elsewhere
+                self.inexact["device"] += 1   # its device is busy with work issued elsewhere
             end = fifo(dev[r], now, dt)
             if dt > 0:
                 self.busy[r] += dt
@@ -74,15 +64,15 @@ class BulkTiming:
                 dev[r] = end
                 t[r] = resumed(now, end)
 
-    def _waves(self) -> bool:
+    def arrays(self) -> bool:
         """Time the waves as arrays; whether every wave was exact (it stops at
-        the first that is not). Ranks that exit at the same time resume in
+        the first that is not, and the evaluation declines). Ranks that exit at the same time resume in
         the event simulation's order: a rank's wait ends with the arrival
         event of its last message (arrival events in booking order; of one
         message, the sender's handle first), and ranks post a wave in the
         order they resumed from the previous one."""
         self._reset()
-        t, net, P = self.t, self.sim.network, self.P
+        t, net, P = self.t, self.host.network, self.P
         if not all(net.bulk_wave_possible(src, dst, pos) for src, dst, _, pos in self.waves):
             return False
         before, after = self._kernels_by_wave()
@@ -92,7 +82,7 @@ class BulkTiming:
         for k, (src, dst, nb, pos) in enumerate(self.waves):
             for r, dts in before[k]:
                 self._device(r, dts)
-            ready, firm = self.sim.protocol.ready(nb, t[src], t[dst])
+            ready, firm = self.host.protocol.ready(nb, t[src], t[dst])
             arrival, exact = net.bulk_wave(ready, src, dst, nb, pos, firm)
             if arrival is None:
                 return False
@@ -147,30 +137,16 @@ class BulkTiming:
                 mine.setdefault((d[i], k), ([], []))[1].append(i)
         return mine
 
-    def _replay(self) -> None:
-        """Time the schedule as the event simulation would: every message a
+    def replay(self) -> bool:
+        """Time the schedule as the event engine would: every message a
         ``transfer`` on a scratch copy of the network driven by a private
         engine, each rank posting its next wave when the last message of
-        the previous one arrives, kernels on its device. On the alpha-beta
-        network a large replay runs compiled (:mod:`.replay_ab`)."""
+        the previous one arrives, kernels on its device."""
         self._reset()
-        from ...network.alphabeta import AlphaBetaNetwork
-        from .replay_ab import compiled
-        from .replay_arrays import replay_run
-        from .waves_ab import waves_run
-
-        if type(self.sim.network) is AlphaBetaNetwork:
-            nm = sum(len(w[0]) for w in self.waves)
-            if nm >= self.sim.approx_from:
-                waves_run(self)
-                return
-            if compiled(nm) is not None:
-                replay_run(self)
-                return
-        P, t, sim = self.P, self.t, self.sim
+        P, t, host = self.P, self.t, self.host
         eng = HeapEngine()
-        net = sim.network.bulk_scratch(eng, P)
-        pr = sim.protocol
+        net = host.network.bulk_scratch(eng, P)
+        pr = host.protocol
         waves = [(s.tolist(), d.tolist(), nb.tolist()) for s, d, nb, _ in self.waves]
         mine = self._mine()
         left = {key: len(a) + len(b) for key, (a, b) in mine.items()}
@@ -179,7 +155,7 @@ class BulkTiming:
         cursor = [0] * P
         steps = self.steps
         flows: list = []   # (src, dst, start, arrival) of every message
-        exact = True
+        ties = 0
         self.done = []
 
         def move(k, i, firm):
@@ -194,8 +170,8 @@ class BulkTiming:
                     if not left[key] and waiting.get(key):
                         waiting[key] = False
                         eng.soon(go, r)
-            nonlocal exact
-            exact = net.bulk_transfer(s[i], d[i], nb[i], arrived, firm) and exact
+            nonlocal ties
+            ties += not net.bulk_transfer(s[i], d[i], nb[i], arrived, firm)
 
         def go(r):   # rank r goes on at the engine's time: kernels, then its next wave
             t[r] = eng.now
@@ -246,5 +222,7 @@ class BulkTiming:
         for r in self.order:
             eng.at(float(self.entry[r]), go, r)
         eng.run()
-        free = sim.network.bulk_replayed(flows)   # (always: it also takes over what the replay booked)
-        self.exact = self.exact and exact and free
+        free = host.network.bulk_replayed(flows)   # (always: it also takes over what the replay booked)
+        self.inexact["order"] += ties
+        self.inexact["outside"] += not free
+        return True

@@ -21,11 +21,10 @@ the event path is only the order in which two messages that compete for
 one port are booked: here every message of wave k is booked before any of
 wave k + 1, where the event path books by ready time, so a rank that runs a
 wave ahead of a slow peer may find the peer's port taken by an earlier
-wave's message that the event path would have booked after its own. The
-result is marked approximate (``bulk~``); `tests/backends/test_waves_ab.py`
-measures the error against the exact replay on a grid, and
-``docs/performance.md`` states it. The simulator takes this path only for
-collectives of at least :data:`APPROX_FROM` messages (``Simulator.approx_from``).
+wave's message that the event path would have booked after its own. Its
+declared bound, and the sizes it holds from, are in the evaluator table
+(:mod:`simsparse.backends.evaluators`); the differential tests measure it
+against the exact replay.
 """
 from __future__ import annotations
 
@@ -33,12 +32,6 @@ import numpy as np
 
 from ... import jit
 from ..protocol import fifo_all, resumed
-
-#: a collective of at least this many messages that cannot be timed exactly as arrays is timed
-#: wave after wave (approximate) rather than replayed in event order (exact): the replay
-#: of Ok-Topk's split and reduce at P = 1024 (1 M messages) takes about 2 s
-APPROX_FROM = 1 << 20
-
 
 def _book_wave(order, src, dst, ready, dur, P, PX, plo, pn, plast, floor, arrmax, held, touch):
     """Book the wave's messages in ``order`` on ports src (send) and P + dst
@@ -131,7 +124,7 @@ _book_wave_compiled = jit.njit(_book_wave)
 
 
 def booker():
-    """The compiled booking loop, or its Python twin (no numba, ``SIMSPARSE_NUMBA=0``)."""
+    """The compiled booking loop, or its Python twin (inside ``jit.python``)."""
     return _book_wave_compiled if jit.enabled() and _book_wave_compiled is not None else _book_wave
 
 
@@ -271,7 +264,7 @@ def drive(run, wave) -> None:
     floor)`` -> each rank's last arrival in the wave (-inf: none; ``floor``:
     no later message is ready before it), then the kernels each rank ran
     between posting and waiting. Sets the exits, device times, busy
-    seconds, the order of returns, and ``exact`` False. Shared by the
+    seconds and the order of returns. Shared by the
     alpha-beta (:func:`waves_run`) and flow-level (:mod:`.waves_flow`) waves."""
     P = run.P
     t, dev, busy = run.t, run.device, run.busy
@@ -295,7 +288,7 @@ def drive(run, wave) -> None:
             continue
         k = int(values[0])
         src, dst, nb, pos = run.waves[k]
-        ready, _ = run.sim.protocol.ready(nb, t[src], t[dst])
+        ready, _ = run.host.protocol.ready(nb, t[src], t[dst])
         order = _booking_order(src, pos, ready, rkey, bool((pos[1:] >= pos[:-1]).all()))
         left[ranks] -= 1
         going = left > 0
@@ -309,17 +302,16 @@ def drive(run, wave) -> None:
         rkey[ranks[_by_time(t[ranks], rkey[ranks])]] = clock + np.arange(len(ranks))
         clock += len(ranks)
     run.done = _by_time(t, rkey).tolist()
-    run.exact = False
 
 
-def waves_run(run) -> None:
+def waves_run(run) -> bool:
     """Time ``run`` (a :class:`~simsparse.backends.fast.bulk.BulkRun` on an
     alpha-beta network, after ``bulk_restart``) wave after wave (:func:`drive`),
     each message booked on its ports, and hand the network each port's
     bookings that a later message may meet."""
     run._reset()
-    sim, P = run.sim, run.P
-    net = sim.network
+    P = run.P
+    net = run.host.network
     book = booker()
     ports = _Ports(net, P)
     touch = bool(np.asarray(net.duration(np.zeros(1)))[0] > 0)   # every message takes time
@@ -335,8 +327,8 @@ def waves_run(run) -> None:
     # what a later message may meet: no message is ready before the earliest exit, the engine's
     # time or a post to a collective still gathering (the bookings over by then are dropped:
     # at P = 4096 the split and reduce books 16.8 M, nearly all over when its first rank exits)
-    pending = [g.t[g.order].min() for g in sim.gathering.values() if g.order]
-    net.bulk_rows(*ports.rows(min([float(run.t.min()), sim.env.now, *pending])), ports.held)
+    net.bulk_rows(*ports.rows(min(float(run.t.min()), run.now, run.pending)), ports.held)
+    return True
 
 
 def _device_all(t, dev, busy, ranks, dts) -> None:

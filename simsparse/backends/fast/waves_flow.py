@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import jit
 from ...jit import njit
 from ...network.dragonfly import Dragonfly
 from ...network.dragonfly_wave import Drawn, wave_routes
@@ -83,8 +84,9 @@ def _links(net, order, src, dst) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _compiled_routes(m) -> bool:
-    """Whether :func:`.dragonfly_wave.wave_routes` routes on machine m."""
-    return isinstance(m.fabric, Dragonfly) and m.G == 1 and m.nics == 1
+    """Whether :func:`.dragonfly_wave.wave_routes` routes on machine m (its
+    twin, the model's own route choice, inside ``jit.python``)."""
+    return jit.enabled() and isinstance(m.fabric, Dragonfly) and m.G == 1 and m.nics == 1
 
 
 def _ends(L, cap, start, size) -> np.ndarray:
@@ -245,11 +247,12 @@ def _wave(net, order, src, dst, ready, nb, P: int) -> np.ndarray:
     return last
 
 
-def flow_waves_run(run) -> None:
+def flow_waves_run(run) -> bool:
     """Time ``run`` (a :class:`~simsparse.backends.fast.bulk.BulkRun` on a
     flow-level network) wave after wave (:func:`.waves_ab.drive`). The
     network keeps no trace of its flows (later messages find the links free)."""
     run._reset()
-    net, P = run.sim.network, run.P
+    net, P = run.host.network, run.P
     drive(run, lambda src, dst, nb, ready, order, floor: _wave(net, order, src, dst, ready,
                                                                nb.astype(np.float64), P))
+    return True

@@ -40,19 +40,12 @@ class Point:
     #: the schedule's merge plan (group lengths in backward order), resolved
     #: before the point runs (derived from the point, so not part of its id)
     plan: tuple | None = None
-    #: the simulator's engine, "lean" or "simpy": the same results (not part of the id)
-    engine: str = "lean"
-    #: "auto": the simulator carries sizes only (no values) for collectives
-    #: whose times and bytes do not depend on values, and skips their check;
-    #: "full": always values. The same times and bytes (not part of the id).
-    values: str = "auto"
+    #: how the simulator times the point (simsparse.backends.evaluators): "fast" (the default), "exact",
+    #: "events" (the reference), "sampled" (fast, with sampled values wherever the algorithm allows), or one
+    #: evaluator's name; part of the id unless "fast"
+    evaluation: str = "fast"
     #: the software stack of a training point (schedules.stack.Stack as a dict; empty: none)
     stack: dict = field(default_factory=dict)
-    #: "auto": the simulator evaluates helper collectives in bulk where it can
-    #: (exactly, or as a recorded approximation); "events": always their
-    #: messages; "waves": as auto, and wave after wave on flow-level networks
-    #: (approximate, adaptive routing included; not part of the id)
-    collectives: str = "auto"
     #: a training point whose algorithm is its schedule's default (the config
     #: listed none): shown in the table; the same run (not part of the id)
     algorithm_default: bool = False
@@ -70,10 +63,9 @@ class Point:
     def point_id(self, backend: str) -> str:
         d = self.to_dict()
         d.pop("plan")
-        d.pop("engine")
-        d.pop("values")
-        d.pop("collectives")
         d.pop("algorithm_default")
+        if backend != "sim" or self.evaluation == "fast":
+            d.pop("evaluation")   # ids of points at the default stay as before
         if backend != "sim" or self.data_scale == 1.0:
             d.pop("data_scale")  # the real backend always runs full size; ids of full-size points stay as before
         if not self.stack:  # ids of points without a stack stay as before
@@ -125,11 +117,6 @@ class Point:
         layers = w.get("layers")
         return Setup(rank=rank, P=self.P, n=w["n"], density=w["density"], dtype=w["dtype"],
                      layers=tuple(layers) if layers else None)
-
-    @property
-    def size_only(self) -> bool:
-        """Whether the simulator runs this point on size-only vectors."""
-        return self.values in ("auto", "sampled") and self.algorithm_cls.value_free
 
     def instances(self) -> list:
         """One algorithm instance per rank (they keep per-rank state)."""

@@ -55,7 +55,15 @@ from .specs import RunSpec, TrainingSpec, WorkloadSpec
 
 
 TOP_KEYS = ["name", "description", "network", "compute", "model", "batch_size", "schedules", "workload", "algorithms",
-            "P", "iterations", "warmup", "check", "data_scale", "engine", "values", "collectives", "stack"]
+            "P", "iterations", "warmup", "check", "data_scale", "evaluation", "stack"]
+#: keys the knob ``evaluation`` replaced, and what to write instead
+REPLACED = {
+    "engine": "evaluation: events_simpy for SimPy's engine (lean, the default, needs no key)",
+    "values": "evaluation: sampled for sampled values, exact for full values of sparse algorithms, events for "
+              "full values of every algorithm (auto, the default, needs no key)",
+    "collectives": "evaluation: events for every collective as its messages, waves_flow for the flow-level waves "
+                   "(auto, the default, needs no key)",
+}
 #: workload keys the top-level ``model`` decides in a training config
 _MODEL_KEYS = ("model", "n", "layers", "source")
 
@@ -77,6 +85,12 @@ def load_config(path: str | Path) -> Experiment:
         raise ConfigError(f"{path}: the config must be a mapping of keys (name, network, workload, algorithms, P, ...), "
                           f"got {type(raw).__name__}.")
     errors: list[str] = []
+    old = [k for k in raw if k in REPLACED]
+    if old:
+        raise ConfigError(f"{path}: " + "; ".join(f"'{k}' was replaced by 'evaluation': write {REPLACED[k]}"
+                                                   for k in old) + ". Allowed values of evaluation: fast (the "
+                          "default), exact, events, sampled, or one evaluator's name (simsparse run --explain "
+                          "lists them).")
     unknown = [k for k in raw if k not in TOP_KEYS]
     if unknown:
         hints = "".join(f" ({limits.show(k)}: did you mean {close}?)" for k in unknown
@@ -125,8 +139,7 @@ def load_config(path: str | Path) -> Experiment:
     defaulted = training and "algorithms" not in raw
     algos = collect(errors, lambda: _default_algorithms(trainings) if defaulted else _algorithms(raw["algorithms"]))
     stack = collect(errors, lambda: _stack(raw.get("stack")))
-    run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check", "data_scale", "engine", "values",
-                                   "collectives") if k in raw}
+    run_raw = {k: raw[k] for k in ("P", "iterations", "warmup", "check", "data_scale", "evaluation") if k in raw}
     runs = collect(errors, lambda: validate_variants(run_raw, RunSpec, ""))
     for run in runs:  # resolve (and validate) every network and compute variant before building points
         networks(run.P), computes(run.P)
@@ -174,7 +187,7 @@ def load_config(path: str | Path) -> Experiment:
         point = Point(algorithm=aname, P=run.P, workload=wl.model_dump(), network=net,
                       params=params.model_dump(exclude_unset=True), compute=comp,
                       iterations=run.iterations, warmup=run.warmup, check=run.check, data_scale=run.data_scale,
-                      engine=run.engine, values=run.values, collectives=run.collectives)
+                      evaluation=run.evaluation)
         if tr is not None:
             point = replace(point, schedule=sname, schedule_params=sparams.model_dump(exclude_unset=True),
                             batch_size=spec.batch_size, algorithm_default=defaulted)
@@ -185,9 +198,9 @@ def load_config(path: str | Path) -> Experiment:
         if problem:
             errors.append(f"data_scale = {run.data_scale}: {problem}")
             continue
-        problem = sampled_problem(point) if run.values == "sampled" else None
+        problem = sampled_problem(point) if run.evaluation == "sampled" else None
         if problem:
-            errors.append(f"values: sampled with {aname}: {problem}")
+            errors.append(f"evaluation: sampled with {aname}: {problem}")
             continue
         points.append(point)
     for tr in trainings if training else []:

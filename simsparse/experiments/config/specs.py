@@ -115,25 +115,25 @@ class RunSpec(BaseModel):
     check: bool = True
     data_scale: float = Field(1.0, gt=0, le=1, description="simulator only: carry gradients at this fraction of n and "
                                                            "scale bytes and compute work back up (1 = full size)")
-    engine: typing.Literal["lean", "simpy"] = Field("lean", description="simulator only: the event engine (the same "
-                                                                        "results; lean also evaluates dense collectives "
-                                                                        "on sizes as bulk rounds; simpy is the "
-                                                                        "reference)")
-    values: typing.Literal["auto", "full", "sampled"] = Field(
-        "auto", description="simulator only: auto carries sizes only for dense collectives (same times and bytes, no "
-                            "check); full: values; sampled: also sizes for dense collectives, and for sparse ones only "
-                            "the gradient entries above a floor near the top k, exact in distribution (no check); in "
-                            "training iterations each bucket is drawn on its own, and where gradients drift or errors "
-                            "feed back each coordinate's path over the iterations simulated (normal gradients, up to "
-                            "4 iterations); a selection below a floor reruns the point with it widened (the row's "
-                            "sampled_widen)")
-    collectives: typing.Literal["auto", "events", "waves"] = Field(
-        "auto", description="simulator only: auto evaluates helper collectives (allgather, alltoall, host allreduce) "
-                            "for all ranks at once where the network allows, exactly or as a recorded approximation "
-                            "(row column 'collectives'); events: always as their point-to-point messages; waves: as "
-                            "auto, and on flow-level networks (adaptive routing included) the collectives that cannot "
-                            "be timed exactly as arrays are timed wave after wave, one max-min solve per quarter of a "
-                            "wave's flows (approximate, 'bulk~'; benchmarks/bench_flow_waves.py)")
+    evaluation: str = Field(
+        "fast", description="simulator only: how a point is timed (simsparse.backends.evaluators; `run --explain` "
+                            "says why for each point). fast: the fastest evaluators within 1 % of the events, "
+                            "sampled values where the algorithm allows and full ones would take over a second to "
+                            "draw; exact: only evaluators equal to the events to the bit; events: the reference, "
+                            "every message and value through the event engine, every result checked; sampled: fast, "
+                            "with sampled values wherever the algorithm allows; or one evaluator's name, forced. "
+                            "The row's evaluator and error_bound say what ran")
+
+    @field_validator("evaluation")
+    @classmethod
+    def _evaluation(cls, v):
+        from ...backends.evaluators import MODES, TABLE
+
+        allowed = (*MODES, "sampled", *TABLE)
+        if v not in allowed:
+            raise ValueError(f"{v!r} is not allowed{did_you_mean(v, allowed)}; allowed: fast (the default), exact, "
+                             f"events, sampled, or an evaluator: {', '.join(TABLE)}")
+        return v
 
 
 class TrainingSpec(BaseModel):

@@ -62,6 +62,7 @@ from ...period import iterations_run
 from ...sampling import point_law
 from ...sampling.paths import SHARED_PATHS_MAX_B
 from ..config.point import Point
+from .resolve import values_of
 
 #: the slowest simulator speed measured (flow-level model, events per second):
 #: a point may run max_events / this many seconds before the watchdog stops it
@@ -131,7 +132,8 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
     sim = backend == "sim"
     n = point.workload["n"] * (point.data_scale if sim else 1.0)
     carried = 0.0
-    if sim and point.values == "sampled" and not point.size_only:
+    values = values_of(point) if sim else "full"
+    if values == "sampled":
         # each rank's entries above the floor (about margin x k of them: value and int32 index; over
         # several iterations a union, kept with its values at every one), its selections and the messages
         # made of them (12 k)
@@ -142,7 +144,7 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
         kept = kept_paths_B(point)
         carried = point.P * k * (drawn * (w + 4) + 12 * (w + 4)) + kept * (kept <= KEEP_PATHS_MAX_B) \
             + sampled_results_B(point, n, k, w) + (SHARED_PATHS_MAX_B if law is not None else 0.0)
-    elif not (sim and point.size_only):
+    elif values != "sizes":
         T = iterations_run(point)
         per = 2 * w + (2 * w if T > 1 else 0) + (8 + w if point.check else 0)
         carried = point.P * n * per
@@ -192,23 +194,15 @@ class Estimate:
     most_memory: Point | None
 
 
-def rounds_may_apply(point: Point, trace: bool = False) -> bool:
-    """Whether the simulator tries the point as lockstep rounds in bulk
-    (:mod:`simsparse.backends.fast.rounds`): an algorithm that has them, on sizes
-    only, the lean engine (SimPy stays the reference), ``collectives: auto``,
-    no schedule, no trace, no cores shared between ranks (a kernel's end
-    depends on the others') and no kernel noise (each rank's kernel takes its
-    own time: :mod:`simsparse.compute.noise`). The network model may still
-    decline (a busy port or link or a shaped link)."""
-    compute = point.compute or {}
-    return (point.algorithm_cls.rounds is not None and point.size_only and point.engine == "lean"
-            and point.collectives != "events" and not point.schedule and not trace
-            and not compute.get("shared_cores") and not compute.get("kernel_noise"))
-
-
 def bulk(point: Point, trace: bool = False) -> bool:
-    """Whether the simulator tries ``point`` as bulk lockstep rounds."""
-    return rounds_may_apply(point, trace)
+    """Whether the simulator tries ``point`` as bulk lockstep rounds (the evaluator table's choice)."""
+    from .resolve import values_of
+
+    compute = point.compute or {}
+    return (point.algorithm_cls.rounds is not None and values_of(point) == "sizes" and point.evaluation == "fast"
+            or point.evaluation in ("exact", "rounds")) and not point.schedule and not trace \
+        and point.algorithm_cls.rounds is not None and values_of(point) == "sizes" \
+        and not compute.get("shared_cores") and not compute.get("kernel_noise")
 
 
 def estimate(points: list[Point], backend: str = "sim", trace: bool = False) -> Estimate:
@@ -260,9 +254,6 @@ def check(points: list[Point], budget: Budget, backend: str = "sim", trace: bool
                         f"events, over the limit of {budget.max_events:.3g}; driven by 'P' = {p.P} (messages grow "
                         f"as P^2) and the {iterations_run(p)} iterations it runs ('iterations' + 'warmup' = "
                         f"{p.iterations + p.warmup}, and one of each kind of its periodic work they miss)")
-        if backend == "sim" and not p.size_only and bulk(dataclasses.replace(p, values="auto"), trace):
-            problems.append(f"with 'values: auto' (sizes only) {p.algorithm} would run as bulk lockstep rounds, "
-                            f"not counted as events")
     if est.memory_B > budget.max_memory_B:
         p = est.most_memory
         scale = f" x data_scale {p.data_scale:g}" if backend == "sim" and p.data_scale < 1 else ""

@@ -13,9 +13,9 @@ built theirs:
   microbenchmarks of that collective alone in the simulator (ideal compute)
   at several sizes -- as the OMGS and MG-WFBP papers fitted alpha and beta
   to nccl-tests / MPI measurements on their cluster (OMGS Eq. 11, Fig. 2b).
-  They run the point's own ``collectives`` path (waves where it asks for
-  waves: the same network model as its iterations, at a fraction of the
-  event path's cost at P = 1024).
+  They run under the point's own ``evaluation`` (its evaluators: the
+  same network model as its iterations, at a fraction of the event
+  path's cost at P = 1024).
   Each time is a row's ``time_s``: the mean over a period of the
   collective's periodic work (Ok-Topk's exact thresholds and boundaries in
   their share of iterations, :mod:`.period`).
@@ -77,7 +77,7 @@ def comm_fit(point: Point) -> tuple[float, float]:
     return _comm_fit(json.dumps({"network": point.network, "P": point.P, "algorithm": point.algorithm,
                                  "params": point.params, "density": point.workload["density"],
                                  "dtype": point.workload["dtype"], "seed": point.workload["seed"],
-                                 "total": point.workload["n"], "collectives": point.collectives}, sort_keys=True))
+                                 "total": point.workload["n"], "evaluation": point.evaluation}, sort_keys=True))
 
 
 @lru_cache(maxsize=256)
@@ -89,7 +89,7 @@ def _comm_fit(key: str) -> tuple[float, float]:
     for n in sizes:
         pt = Point(algorithm=k["algorithm"], P=k["P"], params=k["params"], network=k["network"], compute=None,
                    workload={"n": n, "density": k["density"], "dtype": k["dtype"], "seed": k["seed"]},
-                   iterations=1, warmup=0, check=False, collectives=k["collectives"])
+                   iterations=1, warmup=0, check=False, evaluation=k["evaluation"])
         times.append(simulate(pt).row["time_s"])
     A = np.column_stack([np.ones(len(sizes)), np.asarray(sizes, float)])
     (alpha, beta), _ = nnls(A, np.asarray(times))

@@ -6,15 +6,16 @@ import gc
 import json
 from dataclasses import replace
 
-from ...backends.fast.rounds import run_rounds
+from ...backends.evaluators import TABLE, runtime_bound, runtime_ok
 from ...backends.events.sim import Simulator, TrainingModel
+from ...backends.fast.rounds import run_rounds
 from ...compute.kernels import phantom
 from ...compute.sampled import BelowFloor
-from ...period import iterations_run
-from ...sampling import SAMPLED_ATTEMPTS, SampledModel, point_law, sampled_gradient, widened
+from ...sampling import SAMPLED_ATTEMPTS, SampledModel, sampled_gradient, widened
 from ...compute.models import ModelProfile, model_profile
-from .budget import BASE_B, KEEP_PATHS_MAX_B, declined, kept_paths_B, memory_B, rounds_may_apply
+from .budget import BASE_B, KEEP_PATHS_MAX_B, declined, kept_paths_B, memory_B
 from .loop import run_point
+from .resolve import Resolved, resolve
 from ..results.metrics import PointOutcome
 from ..config.point import Point
 
@@ -30,34 +31,43 @@ def model_profile_of(point: Point) -> ModelProfile:
     return model_profile(point.model, point.batch_size, prof)
 
 
-#: how helper collectives ran, from exact to approximate
-PATHS = ("events", "bulk", "bulk~")
+class Inexact(Exception):
+    """An iteration's bulk evaluation met what the knob does not allow
+    (``evaluators.runtime_ok``): the point runs again, every collective as
+    its messages."""
+
+    def __init__(self, inexact: dict):
+        super().__init__(inexact)
+        self.inexact = inexact
 
 
 class SimBackend:
     """All P ranks in this process, at the point's ``data_scale`` (reduced
-    data; bytes and compute work scaled back up)."""
+    data; bytes and compute work scaled back up), timed as ``resolved`` says."""
 
     name = "sim"
     root = True
 
-    def __init__(self, point: Point, trace: bool = False, max_events: float | None = None,
+    def __init__(self, resolved: Resolved, network, trace: bool = False, max_events: float | None = None,
                  widen: tuple | None = None):
+        point = resolved.point
         spec = point.network_spec()
         small, byte_scale = point.at_scale()
-        self.point, self.trace = small, trace
+        self.point, self.trace, self.resolved = small, trace, resolved
         self.local_ranks = range(point.P)
-        self.sim = Simulator(spec.build(), point.device(), **spec.protocol(), trace=trace,
-                             byte_scale=byte_scale, engine=point.engine, bulk=point.collectives != "events",
-                             waves=point.collectives == "waves")
-        #: how the helper collectives ran, the least exact over the iterations (IterationStats.collectives)
-        self.collectives = "events"
+        self.plan = resolved.plan
+        engine = "simpy" if self.plan.point[-1].name == "events_simpy" else "lean"
+        self.sim = Simulator(network, point.device(), **spec.protocol(), trace=trace, byte_scale=byte_scale,
+                             engine=engine, collectives=self.plan.chain)
+        #: the evaluators that timed the point (names), and the largest bound they declared
+        self.used: dict = {}
+        self.bound = 0.0
         self.workload = small.workload_obj()
+        self.values = resolved.values
         #: size-only: every rank's gradient is a phantom (no values generated, carried or checked)
-        self.size_only = point.size_only
-        self.values = "sizes" if self.size_only else "sampled" if point.values == "sampled" else "full"
+        self.size_only = self.values == "sizes"
         #: sampled gradients that drift or feed back errors: the iterations' joint law (sampling.paths)
-        self.law = point_law(point) if self.values == "sampled" else None
+        self.law = resolved.law
         #: sampled: per iteration, a factor on the entries its floor admits (None: as the algorithm asks)
         self.widen = widen
         #: sampled paths: each rank's, drawn at its first iteration and kept to its last (where that fits)
@@ -65,17 +75,34 @@ class SimBackend:
         if self.values == "full":   # every rank's noise state kept from one iteration to the next
             self.workload.hold_states(point.P)
         self.model = None
-        self.rounds = point.algorithm_cls.rounds if rounds_may_apply(point, trace) else None
+        self.rounds = point.algorithm_cls.rounds if self.plan.point[0].name == "rounds" else None
         self.max_events = max_events
         if point.schedule:
             prof = model_profile_of(point)
             self.model = TrainingModel(prof.t_forward, prof.t_bwd, tuple(small.workload["layers"]))
+
+    def _timed(self, stats, point_evaluator: str):
+        """Keep who timed an iteration, and what its bulk evaluations met."""
+        self.used[point_evaluator] = True
+        for name in stats.evaluated:
+            self.used[name] = True
+        if not runtime_ok(self.resolved.mode, stats.inexact):
+            raise Inexact(stats.inexact)
+        chain = self.plan.chain
+        self.bound = max(self.bound, runtime_bound(stats.inexact), *(chain.bounds.values() if chain else ()))
+        return stats
+
+    @property
+    def evaluator(self) -> str:
+        """The row's ``evaluator``: every evaluator that timed some of the point, in the table's order."""
+        return "+".join(name for name in TABLE if name in self.used)
 
     @staticmethod
     def gather(values):
         return list(values)
 
     def iteration(self, jobs, it):
+        events = self.plan.point[-1].name
         if self.size_only:
             grads = [phantom(self.workload.n, self.workload.dtype)] * self.point.P
             if self.rounds is not None:
@@ -83,7 +110,7 @@ class SimBackend:
                 stats = run_rounds(self.sim, P, self.rounds(P, self.workload.n), self.workload.dtype)
                 if stats is not None:
                     stats.results = grads
-                    return stats
+                    return self._timed(stats, "rounds")
                 declined(self.point, self.max_events)   # the budget did not count its events (P, not n, decides them)
                 self.rounds = None   # a message would wait: the same happens every iteration
         elif self.values == "sampled" and self.model is not None:   # each bucket drawn when the schedule packs it
@@ -94,9 +121,7 @@ class SimBackend:
             margin = self.point.algorithm_cls.sampled_margin_for(self.workload.k)
             draw = [_drawn(jobs[r], self.workload, r, it, margin, self.law, self.widen, self.kept)
                     for r in self.local_ranks]
-            stats = self._sampled(it, lambda: self.sim.run(draw))
-            self.collectives = max(self.collectives, stats.collectives, key=PATHS.index)
-            return stats
+            return self._timed(self._sampled(it, lambda: self.sim.run(draw)), events)
         else:
             grads = self.workload.grads(self.point.P, it)
         if self.model is not None:
@@ -104,9 +129,7 @@ class SimBackend:
             stats = self._sampled(it, lambda: self.sim.run(programs, self.model, grads))
         else:
             stats = self.sim.run([jobs[r].program(g) for r, g in zip(self.local_ranks, grads)])
-        self.collectives = max(self.collectives, stats.collectives, key=PATHS.index)
-        return stats
-
+        return self._timed(stats, events)
 
     @staticmethod
     def _sampled(it: int, run):
@@ -142,8 +165,17 @@ def simulate(point: Point, trace: bool = False, keep_results: bool = False,
     expected it starts from the floors a pilot at ``PILOT_P`` ranks learnt
     (the Ok-Topk paper's BERT config at P = 256: a failed first run was 43 %
     of the point)."""
-    out, backend, widen = _attempts(point, trace, keep_results, max_events, _pilot(point))
-    out.row["collectives"] = backend.collectives
+    network = point.network_spec().build()
+    resolved = resolve(point, network, trace)
+    try:
+        out, backend, widen = _attempts(resolved, network, trace, keep_results, max_events, _pilot(resolved))
+    except Inexact as err:   # the bulk evaluation met what the knob does not allow: every collective as messages
+        resolved = resolve(point, network, trace, expand=True)
+        out, backend, widen = _attempts(resolved, network, trace, keep_results, max_events, _pilot(resolved))
+        out.row["evaluator_note"] = ("ran again as events: a bulk evaluation met " +
+                                     ", ".join(f"{k} ({n})" for k, n in err.inexact.items()))
+    out.row["evaluator"] = backend.evaluator
+    out.row["error_bound"] = backend.bound
     if backend.values == "sampled":
         out.row["sampled_widen"] = "" if widen is None else " ".join(f"{w:.3g}" for w in widen)
     # The rank programs, their contexts and the simulator refer to each other: freed only by the cyclic
@@ -157,36 +189,39 @@ def simulate(point: Point, trace: bool = False, keep_results: bool = False,
     return out
 
 
-def _attempts(point: Point, trace: bool, keep_results: bool, max_events, widen: tuple | None):
+def _attempts(resolved: Resolved, network, trace: bool, keep_results: bool, max_events, widen: tuple | None):
     """Run the point, again with widened floors while a selection reaches below one."""
+    point = resolved.point
     for _ in range(SAMPLED_ATTEMPTS - 1):
-        backend = SimBackend(point, trace, max_events, widen)
+        backend = SimBackend(resolved, network, trace, max_events, widen)
         try:
             return run_point(point, backend, keep_results), backend, widen
         except BelowFloor as err:
             if err.iteration is None:
                 raise
-            widen = widened(widen, err, iterations_run(point))
+            widen = widened(widen, err, resolved.iterations)
             del backend
             gc.collect()
-    backend = SimBackend(point, trace, max_events, widen)
+    backend = SimBackend(resolved, network, trace, max_events, widen)
     return run_point(point, backend, keep_results), backend, widen
 
 
-def _pilot(point: Point) -> tuple | None:
+def _pilot(resolved: Resolved) -> tuple | None:
     """The floors' factors a pilot of the point at ``PILOT_P`` ranks ended
     with, where the algorithm learns its floors, else None (its draws are
     the pilot ranks' own: the main run draws from streams salted by what the
     pilot learnt)."""
-    if point.values != "sampled" or point.P <= PILOT_P or point_law(point) is None \
+    point = resolved.point
+    if resolved.values != "sampled" or point.P <= PILOT_P or resolved.law is None \
             or not point.algorithm_cls.sampled_floors_learnt(point.params_model()):
         return None
-    pilot = replace(point, P=PILOT_P)
+    pilot = replace(point, P=PILOT_P, evaluation="sampled")
     key = json.dumps(pilot.to_dict(), sort_keys=True, default=str)   # (every field: the same pilot, the same floors)
     if key not in _PILOTS:
         if len(_PILOTS) >= 64:
             _PILOTS.clear()
-        _PILOTS[key] = _attempts(pilot, False, False, None, None)[2]
+        network = pilot.network_spec().build()
+        _PILOTS[key] = _attempts(resolve(pilot, network), network, False, False, None, None)[2]
     return _PILOTS[key]
 
 
