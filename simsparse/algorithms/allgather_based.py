@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from .base import Algorithm, SparseParams, host_indices, register, topk_choice
+from .base import Algorithm, SparseParams, allgather_messages, host_indices, register, topk_choice
 from .collectives import Allgather
 
 
@@ -35,6 +35,12 @@ class TopkA(Algorithm):
     sampled_result = "dense"
     sampled_top_k = True
     sampled = True
+
+    @classmethod
+    def messages(cls, P, n, k, params) -> float:
+        """One allgather of the COO blocks: ``pof2 log2(pof2) + 2 (P - pof2)``
+        (rd), ``P(P-1)`` (ring); exact."""
+        return float(allgather_messages(P, params.allgather))
 
     def run(self, ctx, x):
         with ctx.phase("select"):

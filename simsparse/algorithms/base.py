@@ -215,6 +215,20 @@ class Algorithm:
         raise NotImplementedError
 
     @classmethod
+    def messages(cls, P: int, n: int, k: int, params) -> float:
+        """Point-to-point messages one iteration sends, all ranks together (the cost model's count).
+
+        ``params`` is the validated ``Params`` instance; ``n`` and ``k`` are
+        the point's full sizes (k per rank, :attr:`Setup.k`). Subclasses
+        count their schedule (the helpers below: :func:`rd_messages`, ...);
+        this default is a conservative guess for one that does not, four
+        all-to-alls' worth, ``4P(P-1)``: at least the budget's ``2P(P-1) +
+        2P ceil(log2 P)`` and every registered algorithm's count with its
+        default params (TopkDSA reaches it with ring allgathers); some params
+        exceed it (Ok-Topk's exact thresholds in every iteration)."""
+        return float(4 * P * (P - 1))
+
+    @classmethod
     def check_setup(cls, P: int, n: int, params: BaseModel) -> str | None:
         """Why this algorithm cannot run with these settings, or None."""
         return None
@@ -292,3 +306,65 @@ def get_algorithm(name: str) -> type[Algorithm]:
 def pof2_floor(P: int) -> int:
     """Largest power of two <= P."""
     return 1 << (P.bit_length() - 1)
+
+
+# -- message counts of the helper collectives (all P ranks together; Algorithm.messages) ----------
+
+def fold_messages(P: int) -> int:
+    """MPICH's fold (:class:`~.collectives.Fold`): ``rem = P - pof2`` messages
+    in (even to odd), ``rem`` back out."""
+    return 2 * (P - pof2_floor(P))
+
+
+def rd_messages(P: int) -> int:
+    """Recursive doubling over any P with MPICH's fold (the dense allreduce,
+    :class:`~.collectives.AllreduceHost`, the ``rd`` :class:`~.collectives.Allgather`):
+    ``pof2 log2(pof2) + 2 (P - pof2)``; 0 at P = 1."""
+    pof2 = pof2_floor(P)
+    return pof2 * (pof2.bit_length() - 1) + fold_messages(P)
+
+
+def rabenseifner_messages(P: int) -> int:
+    """Rabenseifner (recursive halving, then doubling) with the fold:
+    ``2 pof2 log2(pof2) + 2 (P - pof2)``."""
+    pof2 = pof2_floor(P)
+    return 2 * pof2 * (pof2.bit_length() - 1) + fold_messages(P)
+
+
+def ring_allreduce_messages(P: int) -> int:
+    """Ring allreduce: 2(P-1) steps, every rank sending once a step: ``2P(P-1)``."""
+    return 2 * P * (P - 1)
+
+
+def allgather_messages(P: int, algorithm: str = "rd") -> int:
+    """An :class:`~.collectives.Allgather`: ``rd`` as :func:`rd_messages`
+    (the fold's return is one bundle), ``ring`` ``P(P-1)``."""
+    if algorithm == "ring":
+        return P * (P - 1)
+    if algorithm == "rd":
+        return rd_messages(P)
+    raise ValueError(f"allgather algorithm {algorithm!r}; allowed: rd, ring")
+
+
+def alltoall_messages(P: int) -> int:
+    """An :class:`~.collectives.Alltoall` (rotated or not) or a split that sends
+    every other rank its part, empty or not: ``P(P-1)``."""
+    return P * (P - 1)
+
+
+def bcast_messages(P: int) -> int:
+    """A binomial-tree :class:`~.collectives.Bcast`: every rank but the root receives once, ``P-1``."""
+    return P - 1
+
+
+#: :func:`~.dense.allreduce`'s ``auto`` switch: recursive doubling up to this many bytes, Rabenseifner above
+AUTO_ALLREDUCE_RD_MAX_B = 2048
+
+
+def auto_allreduce_messages(P: int, count: float, itemsize: int = 4) -> int:
+    """:func:`~.dense.allreduce` ``auto`` on ``count`` values of ``itemsize``
+    bytes (full size, float32 by default): recursive doubling up to 2048
+    bytes, Rabenseifner above."""
+    if count * itemsize <= AUTO_ALLREDUCE_RD_MAX_B:
+        return rd_messages(P)
+    return rabenseifner_messages(P)

@@ -35,7 +35,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops import COO, Dense
-from .base import Algorithm, SparseParams, agreed_state, host_indices, register, topk_choice
+from .base import (Algorithm, SparseParams, agreed_state, auto_allreduce_messages, bcast_messages, host_indices,
+                   register, topk_choice)
 from .collectives import Bcast
 from .dense import allreduce
 
@@ -46,6 +47,14 @@ class CLTk(Algorithm):
     Params = SparseParams
     sampled_top_k = True
     sampled = True   # the non-leaders' values at the leader's indices: drawn below the floor
+
+    @classmethod
+    def messages(cls, P, n, k, params) -> float:
+        """The broadcast of the indices (P - 1) and the allreduce of the k
+        values, MPICH's choice on their full size (float32 assumed: recursive
+        doubling while 4k <= 2048 bytes, ``pof2 log2(pof2) + 2 (P - pof2)``;
+        Rabenseifner above, ``2 pof2 log2(pof2) + 2 (P - pof2)``); exact."""
+        return float(bcast_messages(P) + auto_allreduce_messages(P, k))
 
     def run(self, ctx, x):
         self.leader = self.iteration_no % ctx.size

@@ -39,7 +39,7 @@ from ..compression import fft, terngrad
 from ..compression.qsgd import qsgd_dequantize, qsgd_quantize
 from ..compression.rng import seed_of
 from ..compute.kernels import kernel, streaming
-from .base import Algorithm, SparseParams, register
+from .base import Algorithm, SparseParams, allgather_messages, register
 from .collectives import Allgather
 
 _STAGE = {"qsgd_allgather": 11, "terngrad_allgather": 12}
@@ -54,6 +54,11 @@ def ef_subtract(x, decoded):
 class _CompressedAllgather(Algorithm):
     """Compress, allgather, decompress all and sum; subclasses define the codec."""
 
+    @classmethod
+    def messages(cls, P, n, k, params) -> float:
+        """One allgather of the compressed payloads: ``pof2 log2(pof2) + 2 (P - pof2)``
+        (rd), ``P(P-1)`` (ring); exact (FFT's re-tuning sends nothing)."""
+        return float(allgather_messages(P, params.allgather))
 
     def run(self, ctx, x):
         with ctx.phase("compress"):

@@ -76,7 +76,8 @@ from pydantic import Field
 
 from ..compute.kernels import Work, _isz, kernel
 from ..ops import Bundle, Dense, Scalars
-from .base import Algorithm, SparseParams, agreed_state, host_indices, register, topk_choice
+from .base import (Algorithm, SparseParams, agreed_state, allgather_messages, auto_allreduce_messages,
+                   bcast_messages, host_indices, register, topk_choice)
 from .collectives import Allgather, Bcast
 from .dense import allreduce
 
@@ -232,6 +233,19 @@ class DEFT(Algorithm):
     __doc__ = __doc__
     Params = DEFTParams
     fragments = None
+
+    @classmethod
+    def messages(cls, P, n, k, params) -> float:
+        """The plan's broadcast (P - 1), two allgathers (counts, indices:
+        ``pof2 log2(pof2) + 2 (P - pof2)`` each for rd, ``P(P-1)`` for ring)
+        and the allreduce of the values at the union, MPICH's choice on its
+        full size: recursive doubling while 4 |union| <= 2048 bytes (float32
+        assumed), Rabenseifner above. The union holds about k indices (every
+        rank's local k on its own bin, plus the common part), taken as k:
+        typical, exact unless |union| and k fall on opposite sides of 512,
+        where it is off by ``pof2 log2(pof2)`` (the two allreduces' difference)."""
+        return float(bcast_messages(P) + 2 * allgather_messages(P, params.allgather)
+                     + auto_allreduce_messages(P, k))
 
     def run(self, ctx, x):
         P, r, prm = ctx.size, ctx.rank, self.params

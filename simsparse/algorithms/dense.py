@@ -16,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops import Dense, nbytes_of
-from .base import Algorithm, register
+from .base import (AUTO_ALLREDUCE_RD_MAX_B, Algorithm, rabenseifner_messages, rd_messages, register,
+                   ring_allreduce_messages)
 from .collectives import Fold, recursive_doubling
 
 
@@ -208,7 +209,7 @@ def allreduce(ctx, buf, algorithm="auto", tag=0):
     recursive doubling up to 2048 bytes, Rabenseifner above."""
     if algorithm == "auto":
         nominal = len(buf) * nbytes_of(buf[:1]) * ctx.byte_scale
-        algorithm = "recursive_doubling" if nominal <= 2048 else "rabenseifner"
+        algorithm = "recursive_doubling" if nominal <= AUTO_ALLREDUCE_RD_MAX_B else "rabenseifner"
     fn = {"ring": ring_allreduce, "recursive_doubling": recursive_doubling_allreduce,
           "rabenseifner": rabenseifner_allreduce}[algorithm]
     return (yield from fn(ctx, buf, tag))
@@ -254,6 +255,11 @@ class RingAllreduce(_DenseAllreduce):
     __doc__ = "Dense ring allreduce (reduce-scatter + allgather around a ring).\n\n    " + \
         ring_allreduce.__doc__ + _SOURCE   # collective and its rounds: the base class's ring
 
+    @classmethod
+    def messages(cls, P, n, k, params) -> float:
+        """2(P-1) steps, each rank sending once a step: ``2P(P-1)``; exact."""
+        return float(ring_allreduce_messages(P))
+
 
 @register("recursive_doubling")
 class RecursiveDoublingAllreduce(_DenseAllreduce):
@@ -262,6 +268,12 @@ class RecursiveDoublingAllreduce(_DenseAllreduce):
     collective = staticmethod(recursive_doubling_allreduce)
     collective_rounds = staticmethod(recursive_doubling_rounds)
 
+    @classmethod
+    def messages(cls, P, n, k, params) -> float:
+        """log2(pof2) exchanges among pof2 ranks, plus the fold in and out:
+        ``pof2 log2(pof2) + 2 (P - pof2)``; exact."""
+        return float(rd_messages(P))
+
 
 @register("rabenseifner")
 class RabenseifnerAllreduce(_DenseAllreduce):
@@ -269,3 +281,9 @@ class RabenseifnerAllreduce(_DenseAllreduce):
         rabenseifner_allreduce.__doc__ + _SOURCE
     collective = staticmethod(rabenseifner_allreduce)
     collective_rounds = staticmethod(rabenseifner_rounds)
+
+    @classmethod
+    def messages(cls, P, n, k, params) -> float:
+        """2 log2(pof2) exchanges (halving, then doubling) among pof2 ranks,
+        plus the fold in and out: ``2 pof2 log2(pof2) + 2 (P - pof2)``; exact."""
+        return float(rabenseifner_messages(P))

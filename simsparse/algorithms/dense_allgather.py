@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 import numpy as np
 
 from ..ops import Dense
-from .base import Algorithm, register
+from .base import Algorithm, allgather_messages, register
 from .collectives import Allgather
 
 
@@ -34,6 +34,11 @@ class DenseAllgather(Algorithm):
     Params = DenseAllgatherParams
     dense = True
     value_free = True   # every message and kernel size follows from n and P
+
+    @classmethod
+    def messages(cls, P, n, k, params) -> float:
+        """One allgather: ``pof2 log2(pof2) + 2 (P - pof2)`` (rd), ``P(P-1)`` (ring); exact."""
+        return float(allgather_messages(P, params.allgather))
 
     def run(self, ctx, x):
         with ctx.phase("allgather"):

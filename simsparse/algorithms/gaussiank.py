@@ -43,7 +43,7 @@ from pydantic import Field
 
 from ..compression.gaussian import gaussian_threshold
 from ..ops import Scalars
-from .base import Algorithm, SparseParams, register
+from .base import Algorithm, SparseParams, allgather_messages, register
 from .collectives import Allgather
 
 
@@ -62,6 +62,12 @@ class Gaussiank(Algorithm):
     Params = GaussiankParams
     sampled_result = "dense"
     sampled = True   # its moments are the distribution's
+
+    @classmethod
+    def messages(cls, P, n, k, params) -> float:
+        """Two allgathers (counts, then the pairs): ``2 (pof2 log2(pof2) + 2 (P - pof2))``
+        (rd), ``2P(P-1)`` (ring); exact (the threshold retries send nothing)."""
+        return float(2 * allgather_messages(P, params.allgather))
 
     def run(self, ctx, x):
         prm = self.params

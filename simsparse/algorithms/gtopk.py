@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Algorithm, SparseParams, host_indices, register, topk_choice
+from .base import Algorithm, SparseParams, bcast_messages, host_indices, register, pof2_floor, topk_choice
 from .collectives import Bcast, Fold, recv, send
 
 
@@ -51,6 +51,12 @@ class GTopk(Algorithm):
     Params = SparseParams
     sampled_top_k = True
     sampled = True
+
+    @classmethod
+    def messages(cls, P, n, k, params) -> float:
+        """The fold (P - pof2 messages), the tree (pof2 - 1: every participant
+        but the root sends once) and the binomial broadcast (P - 1): ``2(P-1)``; exact."""
+        return float((P - pof2_floor(P)) + (pof2_floor(P) - 1) + bcast_messages(P))
 
     def run(self, ctx, x):
         P, r, k = ctx.size, ctx.rank, self.k

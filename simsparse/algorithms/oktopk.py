@@ -72,10 +72,10 @@ from pydantic import Field
 from ..compute.kernels import Work, _isz, kernel
 from ..compute.sparse_kernels import kth_abs
 from ..ops import COO, Scalars
-from .base import Algorithm, SparseParams, register
+from .base import Algorithm, SparseParams, alltoall_messages, rd_messages, register
 from .collectives import Allgather, AllreduceHost, Alltoall, Reduce, count_blocks
 from .dense import _bounds
-from .oktopk_select import ThresholdTuning, as_dtype, radix_select, rescale
+from .oktopk_select import MAGNITUDE_BITS, ThresholdTuning, as_dtype, radix_select, rescale
 
 TAG_SPLIT, TAG_COUNTS, TAG_BOUNDS, TAG_SELECT, TAG_SIZES, TAG_BALANCE, TAG_GATHER = range(11, 18)
 
@@ -205,6 +205,50 @@ class OkTopk(Algorithm):
         if params.balanced_boundaries:
             work["boundaries"] = params.tau_prime
         return work
+
+    @classmethod
+    def messages(cls, P, n, k, params) -> float:
+        """An ordinary iteration's messages: one in which no periodic task is
+        due but those due in every iteration (``tau = 1`` or no
+        ``threshold_reuse``: exact thresholds; ``tau_prime = 1``: boundaries).
+        :meth:`messages_in` counts any kind; the row's ``msgs_total`` is the
+        mean over a period (:mod:`simsparse.period`)."""
+        every = frozenset(t for t, period in cls.periodic_work(params).items() if period == 1)
+        return cls.messages_in(P, n, k, params, every)
+
+    @classmethod
+    def messages_in(cls, P, n, k, params, due=frozenset()) -> float:
+        """Messages of an iteration in which the periodic tasks ``due`` run
+        (``exact_thresholds``, ``boundaries``; :meth:`periodic_work`), all ranks together.
+
+        * every iteration: the counts alltoall (``count_exchange``: P(P-1)),
+          the split and reduce (P(P-1), rotated or not: every part is sent,
+          empty or not), the sizes allgather and the allgatherv (recursive
+          doubling, ``pof2 log2(pof2) + 2 (P - pof2)`` each);
+        * balancing: 0 when it is not triggered (``never``; ``auto`` with
+          buffers within ``balance_trigger`` x the mean, as uniform
+          coordinates give: typical, not a bound); ``always``: 2(P-1), an
+          upper bound (the cuts of two partitions of one range into P
+          intervals make at most 2P-1 pieces, one on the diagonal at least);
+          ``auto`` when triggered sends up to 2(P-1) more than counted here;
+        * ``boundaries``: one recursive-doubling allreduce;
+        * ``exact_thresholds``: ``select``: ceil(31 / select_bits) allreduces
+          (float32 magnitudes; a single one if no rank holds a nonzero), then
+          as every iteration; ``gather``: the sizes allgather and the
+          allgather of the nonzeros, no balancing and no allgatherv.
+        """
+        if P <= 1:
+            return 0.0
+        rd = rd_messages(P)
+        out = alltoall_messages(P) * (2 if params.count_exchange else 1)
+        if "boundaries" in due and params.balanced_boundaries:
+            out += rd
+        balance = 2 * (P - 1) if params.balance == "always" else 0
+        if "exact_thresholds" in due and params.global_exact == "gather":
+            return float(out + 2 * rd)
+        if "exact_thresholds" in due:
+            out += -(-MAGNITUDE_BITS["float32"] // params.select_bits) * rd
+        return float(out + 2 * rd + balance)
 
     def run(self, ctx, x):
         p, k = self.params, self.k

@@ -27,7 +27,8 @@ from pydantic import Field
 from ..compression.qsgd import levels
 from ..compression.rng import seed_of
 from ..ops import Dense, Scalars
-from .base import Algorithm, SparseParams, host_indices, register, topk_choice
+from .base import (Algorithm, SparseParams, allgather_messages, alltoall_messages, fold_messages, host_indices,
+                   pof2_floor, rd_messages, register, topk_choice)
 from .collectives import Allgather, Alltoall, Fold, Reduce, Sendrecv, count_blocks, received, recursive_doubling
 from .streams import DenseRange, stream_result
 
@@ -121,6 +122,12 @@ class SSARRecursiveDouble(_LocalTopkSum):
 
     Params = SparseParams
 
+    @classmethod
+    def messages(cls, P, n, k, params) -> float:
+        """Recursive doubling with the fold: ``pof2 log2(pof2) + 2 (P - pof2)``;
+        exact (the streams' sizes vary, their number does not)."""
+        return float(rd_messages(P))
+
     def run(self, ctx, x):
         n = self.setup.n
         sel = yield from self.select(ctx, x)
@@ -189,6 +196,14 @@ class SSARSplitAllgather(_LocalTopkSum):
 
     Params = SSARSplitAllgatherParams
     cut_range = None  # the reduced range this rank re-sparsified from dense, if any
+
+    @classmethod
+    def messages(cls, P, n, k, params) -> float:
+        """The fold in and out (2 (P - pof2)), the split among pof2 ranks
+        (pof2 (pof2 - 1): every part is sent, empty or not) and the
+        recursive-doubling allgather (pof2 log2(pof2)); exact, with or without rotation."""
+        pof2 = pof2_floor(P)
+        return float(fold_messages(P) + alltoall_messages(pof2) + rd_messages(pof2))
 
     def run(self, ctx, x):
         P, r, n = ctx.size, ctx.rank, self.setup.n
@@ -278,6 +293,13 @@ class DSARSplitAllgather(_LocalTopkSum):
     Params = DSARSplitAllgatherParams
     sampled_result = "dense_per_rank"
 
+    @classmethod
+    def messages(cls, P, n, k, params) -> float:
+        """The split (P(P-1): every part is sent, empty or not) and one
+        allgather of the reduced regions (``pof2 log2(pof2) + 2 (P - pof2)`` for
+        rd, ``P(P-1)`` for ring); exact, quantized or not, with or without rotation."""
+        return float(alltoall_messages(P) + allgather_messages(P, params.allgather))
+
     def run(self, ctx, x):
         r, prm = ctx.rank, self.params
         sel, bounds, lo, hi = yield from self.select_regions(ctx, x)
@@ -348,6 +370,15 @@ class TopkDSA(_LocalTopkSum):
 
     Params = TopkDSAParams
     sampled_result = "dense"
+
+    @classmethod
+    def messages(cls, P, n, k, params) -> float:
+        """The counts alltoall (P(P-1), with ``count_exchange``), the rotated
+        split (P(P-1)), the sizes allgather and the regions' allgatherv (each
+        ``pof2 log2(pof2) + 2 (P - pof2)`` for rd, ``P(P-1)`` for ring; sparse or
+        dense, the same messages); exact."""
+        counts = alltoall_messages(P) if params.count_exchange and P > 1 else 0
+        return float(counts + alltoall_messages(P) + 2 * allgather_messages(P, params.allgather))
 
     def run(self, ctx, x):
         P, n = ctx.size, self.setup.n
