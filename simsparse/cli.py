@@ -61,6 +61,10 @@ def main(argv=None) -> int:
         p.add_argument("--force", action="store_true",
                        help="run even when the estimated work is past the budget (SIMSPARSE_BUDGET)")
         p.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
+        if name == "run":
+            p.add_argument("--explain", action="store_true",
+                           help="say, for each point, what it carries, why each evaluator is taken or declined and "
+                                "what the budget estimates; run nothing")
         p.add_argument("--baseline", metavar="SERIES",
                        help="what the table's speed-up compares with: an algorithm (or 'schedule / algorithm') "
                             "of the config (default: rabenseifner, else ring, else recursive_doubling)")
@@ -159,6 +163,7 @@ def forget_caught_interrupt() -> None:
 
 
 def _dispatch(args, received: list) -> int:
+    from .backends.evaluators import EvaluationError
     from .experiments.run.budget import BudgetError
     from .experiments.results.paths import OutsideError
     from .experiments.analysis.papers import PapersError
@@ -193,7 +198,7 @@ def _dispatch(args, received: list) -> int:
         if args.cmd == "papers":
             return _papers(args)
         return _execute(load_config(args.config), args)
-    except (ConfigError, BudgetError, OutsideError, TestbedError, PlanError, PapersError) as e:
+    except (ConfigError, BudgetError, OutsideError, TestbedError, PlanError, PapersError, EvaluationError) as e:
         print(f"simsparse: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -202,6 +207,9 @@ def _dispatch(args, received: list) -> int:
         print(f"\nsimsparse: {signal.Signals(signum).name}: stopped; finished points are saved, run the same command "
               f"again to resume.", file=sys.stderr)
         return 128 + signum
+    except MemoryError:
+        print(f"simsparse: error: {_out_of_memory(args)}", file=sys.stderr)
+        return 2
     except Exception as e:  # a failure of a run: say what, without a traceback
         from .experiments.run.measure import MeasureError
 
@@ -211,8 +219,30 @@ def _dispatch(args, received: list) -> int:
         raise
 
 
+def _out_of_memory(args) -> str:
+    """What ran out of memory, under which limit, and the keys that size it."""
+    from .experiments.run.budget import address_space_limit
+
+    space = address_space_limit()
+    under = f" under this process's address-space limit of {space / 1e9:.3g} GB (ulimit -v)" if space else ""
+    config = getattr(args, "config", None)
+    if config is None:
+        lower = "lower -P" if hasattr(args, "P") else "use smaller inputs"
+    else:
+        lower = f"lower 'workload.n' or 'P' in {config}" + (", or set 'data_scale' below 1 (the fraction of the data "
+                                                            "the simulator carries)" if args.cmd != "measure" else "")
+    forced = ", with --force skipping the budget's estimate" if getattr(args, "force", False) else ""
+    return f"{config or args.cmd}: simsparse {args.cmd} ran out of memory{under}{forced}; {lower}, or allow more memory."
+
+
 def _execute(exp: Experiment, args) -> int:
     from .experiments.run.execute import execute
+
+    if getattr(args, "explain", False):
+        from .experiments.run.explain import explain_points
+
+        explain_points(exp, trace=args.trace)
+        return 0
 
     spec = _testbed_spec(args) if args.cmd != "run" else None
     done = execute(exp, "sim" if args.cmd == "run" else "mpi", args.out, fresh=args.fresh, trace=args.trace,

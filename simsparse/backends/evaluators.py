@@ -209,10 +209,10 @@ class WavesAB(_Collective):
     per_message_s = 0.35e-6
     per_call_s = 1e-3
     #: the bound from this many messages on (benchmarks/bench_approx.py: within 1 % of the exact replay on
-    #: Ok-Topk's split and reduce from P = 16 to 1024), and below it (11.5 %: small collectives whose ranks
-    #: run waves apart)
+    #: Ok-Topk's split and reduce from P = 16 to 1024), and below it (the differential harness's grid: up
+    #: to 19.5 %, Ok-Topk without rotation at P = 64 with rendezvous: ranks run waves apart)
     LARGE = 1 << 20
-    BOUND_LARGE, BOUND_SMALL = 0.01, 0.115
+    BOUND_LARGE, BOUND_SMALL = 0.01, 0.2
 
     def verdict(self, s, run):
         if run is not None and run.messages >= self.LARGE:
@@ -230,9 +230,11 @@ class WavesFlow(_Collective):
     summary = "wave after wave on the flow-level model, routes in booking order, max-min solved per wave (fast/waves_flow.py)"
     per_message_s = 2.0e-6
     per_call_s = 1e-3
-    #: benchmarks/bench_flow_waves.py: within 1.34 % on a fat tree except P = 24 (10.4 %); under adaptive
-    #: routing the medians over routing seeds err up to 22.3 % on small bare collectives (docs/performance.md)
-    BOUND_STATIC, BOUND_ADAPTIVE = 0.105, 0.25
+    #: the differential harness's grid (scripts/evaluator_table.py): on a fat tree up to 13.4 % (a dense
+    #: allgather at P = 5: the waves see only their own flows, where folded ranks overlap them); under
+    #: Piz Daint's adaptive routing up to 33 % (routes chosen on a wave's load, not at each start; the
+    #: events' own time moves by as much with the routing seed: benchmarks/bench_flow_waves.py)
+    BOUND_STATIC, BOUND_ADAPTIVE = 0.15, 0.35
 
     def verdict(self, s, run):
         if "arrays" in s.network:
@@ -284,11 +286,13 @@ POINT = [e for e in TABLE.values() if e.level == "point"]
 COLLECTIVE = [e for e in TABLE.values() if e.level == "collective"]
 
 #: what an exact collective evaluator met at run time that the event engine could order otherwise
-#: (``BulkRun.inexact``), and its declared bound: the largest error the differential harness measured
-#: where only that cause was met, rounded up (scripts/evaluator_table.py, docs/architecture.md); a
-#: kernel queued behind a collective's reductions moved an iteration by up to 11 %
-#: (tests/backends/test_bulk.py, test_device_work_queued_during_a_bulk_collective_makes_it_approximate)
-RUNTIME_BOUND = {"order": 0.005, "outside": 0.005, "device": 0.12}
+#: (``BulkRun.inexact``), and its declared bound, from the differential harness's grid
+#: (scripts/evaluator_table.py): order, up to 0.37 % (Ok-Topk's replay without rotation at P = 64, where
+#: the events book tied messages in another order); outside, up to 2.5 % (DEFT at P = 64 with a receive
+#: window: its collectives meet the last one's traffic). device: a kernel queued behind a collective's
+#: reductions, which the events would have run between them, moved OMGS-SGD over Ok-Topk by 8.7 %
+#: (P = 8) and a contrived exchange by 11 % (tests/backends/test_bulk.py)
+RUNTIME_BOUND = {"order": 0.005, "outside": 0.03, "device": 0.12}
 
 
 def allowed(mode: str, verdict: Verdict, exact_s: float) -> bool:

@@ -202,7 +202,8 @@ class FlowNetwork(FlowBulk, FlowSolve):
         a few KB at 100 Mb/s) is left out."""
         if not self.burst or self.env is None or getattr(self, "_P", None) != P:
             return None
-        refill = np.maximum(self.env.now - self._tb_t, 0.0) * self._cap
+        with np.errstate(invalid="ignore"):   # (the padding link: no time at infinite capacity, a full bucket)
+            refill = np.maximum(self.env.now - self._tb_t, 0.0) * self._cap
         return np.minimum(self.burst, self._tb_v + np.nan_to_num(refill, nan=self.burst))
 
     def route_id(self, es: int, ed: int, key=None) -> int:

@@ -71,6 +71,10 @@ def point_of(alg, variant: str, P: int, evaluation: str, n: int = 2400):
     return dataclasses.replace(p, network=network, **extra)
 
 
+#: the last forced run's row (what it met at run time: ``inexact``)
+LAST: dict = {}
+
+
 def reference(alg, variant: str, P: int):
     """The events' row and results."""
     return simulate_point(point_of(alg, variant, P, "events"), keep_results=True)
@@ -94,6 +98,8 @@ def _case(alg, variant: str, P: int, evaluator: str, ref) -> tuple[str, str]:
     except EvaluationError as err:
         return "declined", str(err).split(": ", 2)[-1]
     row = got.row
+    LAST.clear()
+    LAST.update(row)
     used = row["evaluator"].split("+")
     if evaluator not in used:
         assert TABLE[evaluator].level == "collective" and used == ["events"], (label(alg), variant, P, evaluator, used)

@@ -30,7 +30,7 @@ def test_every_collective_in_waves_is_within_the_small_bound(algorithm, P):
     """Every collective timed wave after wave (the split and reduce's P (P - 1)
     messages, the small allgathers and host allreduces) against the exact
     replay (the event path's times): the iteration time within the bound the
-    table declares below 2^20 messages (11.5 %; from 2^20 on it declares 1 %,
+    table declares below 2^20 messages (from 2^20 on it declares 1 %,
     benchmarks/bench_approx.py: at most 0.99 % from P = 16 to 1024), bytes
     and messages identical."""
     point = dataclasses.replace(make_point(algorithm, P, n=1 << 17, density=0.01),

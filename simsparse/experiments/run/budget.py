@@ -45,7 +45,8 @@ busy port or link) and its events are past the limit, :func:`declined`
 stops it then.
 
 Limits come from :class:`Budget` (defaults below, 80% of this machine's
-memory) and may be changed with ``SIMSPARSE_BUDGET="points=100,events=1e6,memory_gb=2"``.
+memory, or less under an address-space limit: :func:`memory_limit_B`) and
+may be changed with ``SIMSPARSE_BUDGET="points=100,events=1e6,memory_gb=2"``.
 """
 from __future__ import annotations
 
@@ -82,6 +83,30 @@ def physical_memory() -> float:
         return 8e9
 
 
+#: what the process maps beyond BASE_B before a point's data (ulimit -v counts it all): VmPeak is 454 MB after
+#: importing the simulator (numba, llvmlite), 664 MB with pandas and pyarrow, and the quickstart at P = 2 and 4
+#: (tiny data) runs under ulimit -v 780 MB, not 770 MB
+AS_MARGIN_B = 600e6
+
+
+def address_space_limit() -> float | None:
+    """This process's address-space limit in bytes (``ulimit -v``, RLIMIT_AS), None where there is none."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, AttributeError, OSError, ValueError):  # pragma: no cover - not POSIX
+        return None
+    return None if soft == resource.RLIM_INFINITY else float(soft)
+
+
+def memory_limit_B() -> float:
+    """The default memory limit: 80% of physical memory, or the address-space
+    limit less :data:`AS_MARGIN_B` where that is smaller."""
+    limit, space = 0.8 * physical_memory(), address_space_limit()
+    return limit if space is None else max(0.0, min(limit, space - AS_MARGIN_B))
+
+
 class BudgetError(Exception):
     """A config past the budget, or a point stopped for outgrowing it."""
 
@@ -90,7 +115,7 @@ class BudgetError(Exception):
 class Budget:
     max_points: int = 10_000
     max_events: float = 2e8
-    max_memory_B: float = field(default_factory=lambda: 0.8 * physical_memory())
+    max_memory_B: float = field(default_factory=memory_limit_B)
 
     @classmethod
     def from_env(cls) -> "Budget":

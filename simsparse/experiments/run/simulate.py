@@ -62,6 +62,8 @@ class SimBackend:
         #: the evaluators that timed the point (names), and the largest bound they declared
         self.used: dict = {}
         self.bound = 0.0
+        #: what its exact collective evaluators met at run time, by cause (evaluators.RUNTIME_BOUND)
+        self.met: dict = {}
         self.workload = small.workload_obj()
         self.values = resolved.values
         #: size-only: every rank's gradient is a phantom (no values generated, carried or checked)
@@ -90,6 +92,8 @@ class SimBackend:
             raise Inexact(stats.inexact)
         chain = self.plan.chain
         self.bound = max(self.bound, runtime_bound(stats.inexact), *(chain.bounds.values() if chain else ()))
+        for cause, n in stats.inexact.items():
+            self.met[cause] = self.met.get(cause, 0) + n
         return stats
 
     @property
@@ -176,6 +180,7 @@ def simulate(point: Point, trace: bool = False, keep_results: bool = False,
                                      ", ".join(f"{k} ({n})" for k, n in err.inexact.items()))
     out.row["evaluator"] = backend.evaluator
     out.row["error_bound"] = backend.bound
+    out.row["inexact"] = " ".join(f"{k}:{n}" for k, n in sorted(backend.met.items()))
     if backend.values == "sampled":
         out.row["sampled_widen"] = "" if widen is None else " ".join(f"{w:.3g}" for w in widen)
     # The rank programs, their contexts and the simulator refer to each other: freed only by the cyclic
