@@ -337,7 +337,7 @@ def _sweep(exp: Experiment, args) -> int:
         budget.check(exp.points, limits, "sim", args.trace, where=exp.path)
     res = sweep(exp, out_dir, executor=args.executor, jobs=args.jobs, scheduler=args.scheduler, fmt=args.format,
                 fresh=args.fresh, trace=args.trace, command=["simsparse", *sys.argv[1:]],
-                max_events=None if args.force else limits.max_events)
+                max_seconds=None if args.force else limits.max_seconds)
     if res.ran or res.failed:
         print(f"simsparse: {res.ran} points in {fmt_duration(res.elapsed_s)}", file=sys.stderr)
     status = _report(exp, res.store, out_dir, args, written=tuple(res.written))

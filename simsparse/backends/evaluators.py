@@ -305,15 +305,21 @@ def allowed(mode: str, verdict: Verdict, exact_s: float) -> bool:
     return mode == "fast" and verdict.bound <= FAST_BOUND and exact_s > FEW_SECONDS
 
 
-def runtime_ok(mode: str, inexact: dict) -> bool:
+#: ``fast`` keeps a run whose exact evaluators met a cause past FAST_BOUND (its row says the bound) only
+#: where the events would take longer than this (seconds, the budget's estimate); else it runs them
+RERUN_MAX_S = 60.0
+
+
+def runtime_ok(mode: str, inexact: dict, events_s) -> bool:
     """Whether ``mode`` keeps a run whose exact evaluators met ``inexact``
-    (cause -> count), or takes the events instead."""
+    (cause -> count), or takes the events instead; ``events_s()``: the
+    events' estimated seconds."""
     if mode in TABLE:   # forced: its row says what it met
         return True
     causes = [c for c, n in inexact.items() if n]
     if mode == "exact":
         return not causes
-    return all(RUNTIME_BOUND[c] <= FAST_BOUND for c in causes)
+    return all(RUNTIME_BOUND[c] <= FAST_BOUND for c in causes) or events_s() > RERUN_MAX_S
 
 
 def runtime_bound(inexact: dict) -> float:
@@ -409,16 +415,26 @@ def plan(mode: str, s: Situation) -> Plan:
 
 def explain(p: Plan) -> list[str]:
     """Why each evaluator is taken or declined for a point (``run --explain``)."""
-    taken = {e.name for e in p.point} | ({e.name for e in p.chain.evaluators} if p.chain else set())
     lines = []
+    point = [e.name for e in p.point]
+    chain = [e.name for e in p.chain.evaluators] if p.chain else []
     for e, v in p.reasons:
-        mark = "taken" if e.name in taken and v else "declined" if not v else "not chosen"
-        if v and e.name in taken and p.mode == "fast" and v.kind == APPROXIMATE and e.level == "collective":
-            mark = f"taken where its bound is at most {FAST_BOUND:.0%} and the exact evaluators would take over {FEW_SECONDS:g} s"
-        elif v and e.name in taken and p.mode == "exact" and v.kind == APPROXIMATE:
-            mark = "not chosen (exact takes no approximation)"
-        elif v and not e.automatic and e.name not in taken:
-            mark = "not chosen (only when named)"
+        if not v:
+            mark = "declined"
+        elif e.name in point:
+            mark = "times the point" if e.name == point[0] else "times it where the one above declines at run time"
+        elif e.name in chain and v.kind == APPROXIMATE and p.mode in ("fast",):
+            mark = (f"in the chain, where its bound for a collective is at most {FAST_BOUND:.0%} and the exact "
+                    f"evaluators would take over {FEW_SECONDS:g} s")
+        elif e.name in chain and (v.kind == EXACT or p.mode in TABLE):
+            mark = "in the chain of gathered collectives (cheapest first)"
+        elif e.level == "collective" and not chain:
+            mark = "not used (no collective is gathered: " + (
+                "every one runs as its messages)" if p.mode == "events" else "no replay stands behind)")
+        elif not e.automatic:
+            mark = "not used (only when named)"
+        else:
+            mark = f"not used by '{p.mode}'"
         lines.append(f"{e.level:>10} {e.name:<13} {mark}; {v}")
     return lines
 

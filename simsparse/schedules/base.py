@@ -70,6 +70,13 @@ class Schedule:
         raise NotImplementedError
 
     @classmethod
+    def buckets(cls, params: BaseModel, sizes: tuple) -> int:
+        """How many buckets (collective calls) an iteration has, before the
+        plan is resolved: exact where the plan needs no cost model, else its
+        most (one a tensor). The budget's estimate reads it."""
+        return len(sizes)
+
+    @classmethod
     def needs_costs(cls) -> bool:
         """Whether :meth:`plan` reads the cost models (else they need not be built)."""
         return False

@@ -68,6 +68,10 @@ class Whole(Schedule):
     def plan(cls, params, costs: PlanCosts):
         return (len(costs.sizes),)
 
+    @classmethod
+    def buckets(cls, params, sizes):
+        return 1
+
 
 @register_schedule("wfbp")
 class WFBP(Schedule):
@@ -128,6 +132,10 @@ class DenseOvlp(Schedule):
     def plan(cls, params, costs: PlanCosts):
         return planner.threshold_plan(costs.sizes, max(1, int(params.bucket_mb * 2**20 / 4)))
 
+    @classmethod
+    def buckets(cls, params, sizes):
+        return len(planner.threshold_plan(sizes, max(1, int(params.bucket_mb * 2**20 / 4))))
+
 
 @register_schedule("topk_sgd")
 class TopkSGD(Schedule):
@@ -141,6 +149,10 @@ class TopkSGD(Schedule):
     @classmethod
     def plan(cls, params, costs: PlanCosts):
         return (len(costs.sizes),)
+
+    @classmethod
+    def buckets(cls, params, sizes):
+        return 1
 
 
 @register_schedule("lags_sgd")

@@ -99,20 +99,21 @@ def test_one_rank_and_a_network_without_bulk_path():
 
 
 def test_the_budget_lets_bulk_rounds_run_and_stops_them_if_they_decline():
-    """A point past the event budget runs when it is tried as bulk rounds (a
-    dense collective on sizes), and stops with a budget error naming the
-    point if its rounds decline and its events are past the limit."""
+    """The budget estimates a point by the evaluators the table will choose:
+    a ring at P = 64 fits a small limit as lockstep rounds, not as events;
+    where its rounds decline at run time (ranks placed at random on a fat
+    tree: ring neighbours' flows meet) and the events are estimated past the
+    limit, it stops with a budget error naming the point."""
     from simsparse.experiments.run.budget import Budget, BudgetError, check
 
-    small = Budget(max_events=1e3)
+    small = Budget(max_seconds=0.1)
     bulk = make_point("ring", 64, n=4096, evaluation="fast")
-    assert check([bulk], small).events == 0.0
-    assert simulate_point(bulk, max_events=small.max_events).row["sim_events"] > small.max_events
-    with pytest.raises(BudgetError, match="P = 64, ring.*needs about"):
+    assert check([bulk], small).seconds < 0.1
+    assert simulate_point(bulk, max_seconds=small.max_seconds).row["evaluator"] == "rounds"
+    with pytest.raises(BudgetError, match="P = 64, ring.*would take about.*evaluation: fast"):
         check([make_point("ring", 64, n=4096, evaluation="events")], small)
-    # ranks placed at random on a fat tree: ring neighbours' flows meet, the rounds decline
     clash = dataclasses.replace(bulk, network={**net("comet_fdr_4gpu"), "placement": "random", "placement_seed": 3})
     check([clash], small)
-    with pytest.raises(BudgetError, match="P = 64, ring: the bulk lockstep rounds declined.*--force"):
-        simulate_point(clash, max_events=small.max_events)
-    assert simulate_point(clash).row["sim_events"] > small.max_events
+    with pytest.raises(BudgetError, match="P = 64, ring: the lockstep rounds declined.*--force"):
+        simulate_point(clash, max_seconds=small.max_seconds)
+    assert simulate_point(clash).row["evaluator"] == "events"

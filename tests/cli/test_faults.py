@@ -110,14 +110,14 @@ def test_a_point_that_outgrows_its_budget_stops_keeping_what_finished(cfg, tmp_p
 
     def slow_second(point, **kw):
         calls.append(point)
-        if len(calls) == 2:  # runs past the per-point limit (events / MIN_EVENT_RATE, at least 1 s)
+        if len(calls) == 2:  # runs past the per-point limit (seconds=1)
             t0 = time.monotonic()
             while time.monotonic() - t0 < 30:
                 time.sleep(0.01)
         return real(point, **kw)
 
     monkeypatch.setattr(runner, "simulate_point", slow_second)
-    monkeypatch.setenv("SIMSPARSE_BUDGET", "events=1e4")
+    monkeypatch.setenv("SIMSPARSE_BUDGET", "seconds=1")
     out = tmp_path / "out"
     t0 = time.monotonic()
     assert main(["run", str(cfg), "--out", str(out), "--no-plot"]) == 2
@@ -134,7 +134,7 @@ def test_a_config_past_the_budget_is_refused_unless_forced(cfg, tmp_path, monkey
     err = capsys.readouterr().err
     assert "the grid has 8 points, over the limit of 3; the key 'algorithms' contributes 4 values" in err
     assert "--force" in err and not out.exists()
-    monkeypatch.setenv("SIMSPARSE_BUDGET", "points=3,events=1e9")
+    monkeypatch.setenv("SIMSPARSE_BUDGET", "points=3,seconds=1e9")
     cfg.write_text(cfg.read_text().replace("n: 300000", "n: 3000"))
     assert main(["run", str(cfg), "--out", str(out), "--no-plot", "--force"]) == 0
     assert _rows(out) == N_POINTS

@@ -44,7 +44,7 @@ from tests.helpers import REPO
 
 LONG = os.environ.get("SIMSPARSE_FUZZ") == "long"
 CASE_S = 60 if LONG else 40          # a case running longer is a hang
-BUDGET = "points=6,events=3e4,memory_gb=0.5"
+BUDGET = "points=6,seconds=3,memory_gb=0.5"
 
 
 def fuzz_settings(default: int, long: int):

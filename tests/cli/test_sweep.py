@@ -168,10 +168,10 @@ def test_provenance_beside_the_results(grid, serial):
 def test_a_failing_point_is_reported_and_the_others_kept(grid, tmp_path, monkeypatch, capsys):
     real = sw.run_task
 
-    def flaky(point, trace=False, max_events=None):
+    def flaky(point, trace=False, max_seconds=None):
         if point.algorithm == "gtopk" and point.P == 4:
             raise RuntimeError("boom")
-        return real(point, trace, max_events)
+        return real(point, trace, max_seconds)
 
     monkeypatch.setattr(sw, "run_task", flaky)
     out = tmp_path / "flaky"

@@ -343,9 +343,10 @@ def test_ok_topk_under_error_feedback_learns_its_floors_from_a_pilot(monkeypatch
         if algorithm == "oktopk":
             pilot = [w for P, w in made if P == simulate.PILOT_P]
             assert len(pilot) >= 2 and pilot[0] is None and row["sampled_widen"]
-            assert [w for P, w in made if P == 8] == [pilot[-1]]
+            # (once, or twice where its bulk evaluation met what fast does not keep and it ran again as events)
+            assert set(w for P, w in made if P == 8) == {pilot[-1]}
             made.clear()
             again = simulate_point(dataclasses.replace(p, P=12)).row
-            assert made == [(12, pilot[-1])] and again["sampled_widen"] == row["sampled_widen"]
+            assert {x for x in made} == {(12, pilot[-1])} and again["sampled_widen"] == row["sampled_widen"]
         else:
             assert made == [(8, None)] and row["sampled_widen"] == ""

@@ -47,16 +47,15 @@ def run_experiment(exp: Experiment, out_dir: Path, smoke: bool = False, run: boo
     """Run the experiment's config with ``simsparse run`` in a child process
     (memory goes back between experiments; finished points are kept, so a
     second call resumes; a smoke run in this process) unless ``run`` is false, and return its results.
-    ``--force``: the work budget's event estimate refuses BERT at P = 256,
-    which runs in minutes (docs/papers.md)."""
+    The budget applies as to any ``simsparse run``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = config_path(exp, smoke, out_dir)
     config = load_config(path)
     if run:
         if smoke:
-            execute(config, "sim", str(out_dir), force=True, trace=exp.trace, log=io.StringIO())
+            execute(config, "sim", str(out_dir), trace=exp.trace, log=io.StringIO())
         else:
-            args = ["run", str(path), "--out", str(out_dir), "--no-plot", "--force"] + (["--trace"] if exp.trace else [])
+            args = ["run", str(path), "--out", str(out_dir), "--no-plot"] + (["--trace"] if exp.trace else [])
             done = subprocess.run([sys.executable, "-m", "simsparse.cli", *args], stdout=subprocess.DEVNULL)
             if done.returncode not in (0, 1):   # 1: a point's result differs from numpy (checks are off here)
                 raise PapersError(f"simsparse run {path} failed (exit {done.returncode}); its message is above")

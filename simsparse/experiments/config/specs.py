@@ -118,7 +118,7 @@ class RunSpec(BaseModel):
     evaluation: str = Field(
         "fast", description="simulator only: how a point is timed (simsparse.backends.evaluators; `run --explain` "
                             "says why for each point). fast: the fastest evaluators within 1 % of the events, "
-                            "sampled values where the algorithm allows and full ones would take over a second to "
+                            "sampled values where the algorithm allows and full ones would take over five seconds to "
                             "draw; exact: only evaluators equal to the events to the bit; events: the reference, "
                             "every message and value through the event engine, every result checked; sampled: fast, "
                             "with sampled values wherever the algorithm allows; or one evaluator's name, forced. "

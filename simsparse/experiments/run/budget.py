@@ -65,9 +65,6 @@ from ...sampling.paths import SHARED_PATHS_MAX_B
 from ..config.point import Point
 from .resolve import values_of
 
-#: the slowest simulator speed measured (flow-level model, events per second):
-#: a point may run max_events / this many seconds before the watchdog stops it
-MIN_EVENT_RATE = 10_000
 BASE_B = 200e6  # the interpreter, numpy, pandas and the network model
 _CACHE_B = float(1 << 30)  # the bound of each of the workload's caches (simsparse.lru.LRU)
 _STATES_MAX_B = float(4 << 30)  # the most the noise states' cache grows to (simsparse.workload.STATE_MAX_B)
@@ -114,16 +111,17 @@ class BudgetError(Exception):
 @dataclass(frozen=True)
 class Budget:
     max_points: int = 10_000
-    max_events: float = 2e8
+    #: the estimated wall seconds of the largest point (and what the watchdog lets a point run)
+    max_seconds: float = 4 * 3600.0
     max_memory_B: float = field(default_factory=memory_limit_B)
 
     @classmethod
     def from_env(cls) -> "Budget":
-        """Defaults, overridden by ``SIMSPARSE_BUDGET`` (points=, events=, memory_gb=)."""
+        """Defaults, overridden by ``SIMSPARSE_BUDGET`` (points=, seconds=, memory_gb=)."""
         text = os.environ.get("SIMSPARSE_BUDGET", "").strip()
         if not text:
             return cls()
-        names = {"points": "max_points", "events": "max_events", "memory_gb": "max_memory_B"}
+        names = {"points": "max_points", "seconds": "max_seconds", "memory_gb": "max_memory_B"}
         kw = {}
         for item in text.split(","):
             key, _, val = item.partition("=")
@@ -131,24 +129,107 @@ class Budget:
                 num = float(val)
             except ValueError:
                 num = float("nan")
+            if key.strip() == "events":
+                raise BudgetError("SIMSPARSE_BUDGET: 'events' was replaced by 'seconds' (the estimated wall seconds "
+                                  "of the largest point, from the evaluators that will time it); use points=N, "
+                                  "seconds=N and memory_gb=N")
             if key.strip() not in names or not (math.isfinite(num) and num > 0):
-                raise BudgetError(f"SIMSPARSE_BUDGET: {item.strip()!r} is not allowed; use points=N, events=N and "
+                raise BudgetError(f"SIMSPARSE_BUDGET: {item.strip()!r} is not allowed; use points=N, seconds=N and "
                                   f"memory_gb=N, positive numbers separated by commas")
             kw[names[key.strip()]] = {"memory_gb": num * 1e9, "points": int(num)}.get(key.strip(), num)
         return cls(**kw)
 
-    @property
-    def max_point_s(self) -> float:
-        return max(1.0, self.max_events / MIN_EVENT_RATE)
-
 
 # -- estimates ------------------------------------------------------------------------
 
-def events(point: Point) -> float:
-    P, T = point.P, iterations_run(point)
-    calls = len(point.workload.get("layers") or [1]) if point.schedule else 1
-    msgs = 2 * P * (P - 1) + 2 * P * math.ceil(math.log2(max(P, 2)))
-    return 2.0 * msgs * calls * T
+#: wall seconds a simulated point costs beyond its collectives and values: its set-up, loop and row
+POINT_S = 0.02
+#: wall seconds per rank and collective call where the collective is gathered: the rank program's steps
+#: around it (posting, resuming, its kernels' bookkeeping)
+RANK_CALL_S = 25e-6
+#: wall seconds to draw one sampled entry (a value above the floor and its index; resolve.VALUE_S: a full one)
+SAMPLED_VALUE_S = 150e-9
+
+
+@dataclass(frozen=True)
+class PointEstimate:
+    seconds: float
+    memory_B: float
+    how: str   # the evaluators and values the estimate assumed
+
+
+def messages(point: Point) -> tuple[float, int]:
+    """(messages of one collective call, calls an iteration): the algorithm's
+    count (``Algorithm.messages``), a training iteration one call a bucket
+    (``Schedule.buckets``)."""
+    cls, w = point.algorithm_cls, point.workload
+    calls = 1
+    if point.schedule:
+        sched = point.schedule_cls
+        calls = len(point.plan) if point.plan else \
+            sched.buckets(sched.Params.model_validate(point.schedule_params), tuple(w["layers"]))
+    n = max(1, w["n"] // calls)
+    k = max(1, int(round(w["density"] * n)))
+    return cls.messages(point.P, n, k, point.params_model()), calls
+
+
+def point_estimate(point: Point, trace: bool = False, resolved=None) -> PointEstimate:
+    """What simulating ``point`` will take, from the evaluators the table
+    will choose and the values it will carry (module docstring)."""
+    from ...backends.evaluators import TABLE
+    from .resolve import resolve
+
+    r = resolved or resolve(point, network_of(point), trace)
+    M, calls = messages(point)
+    first = r.plan.point[0]
+    if first.name == "rounds":
+        per_call, how = first.seconds(M), "rounds"
+    elif r.plan.chain is not None:
+        chosen = _collective_evaluator(r.plan.chain, M)
+        per_call, how = chosen.seconds(M) + point.P * RANK_CALL_S, f"events+{chosen.name}"
+    else:
+        per_call, how = TABLE[first.name].seconds(M), first.name
+    seconds = POINT_S + r.iterations * calls * per_call + values_seconds(point, r)
+    if point.schedule:   # the plan's microbenchmarks: the bucket collective alone at five sizes
+        seconds += 5 * per_call
+    return PointEstimate(seconds, memory_B(point, "sim", trace), f"{how}, {r.values} values")
+
+
+def _collective_evaluator(chain, M: float):
+    """The evaluator the chain would time a collective of M messages with
+    (the arrays aside: they may decline)."""
+
+    class Recorded:
+        messages = M
+
+    chosen = [e for e, _ in chain.choose(Recorded()) if e.name != "arrays"]
+    return chosen[0] if chosen else chain.evaluators[0]
+
+
+def values_seconds(point: Point, r) -> float:
+    """Seconds the point's values take to draw, every rank and iteration."""
+    from .resolve import VALUE_S, full_values_s
+
+    if r.values == "full":
+        return full_values_s(point)
+    if r.values == "sampled":
+        k = max(1.0, point.workload["density"] * point.workload["n"] * point.data_scale)
+        margin = point.algorithm_cls.sampled_margin_for(k)
+        return point.P * k * margin * r.iterations * SAMPLED_VALUE_S * (1 + (r.law.T if r.law else 0))
+    return 0.0 if VALUE_S else 0.0
+
+
+_NETWORKS: dict = {}
+
+
+def network_of(point: Point):
+    """The point's network model, built once per description (an estimate of a grid builds each once)."""
+    key = json.dumps(point.network, sort_keys=True, default=str)
+    if key not in _NETWORKS:
+        if len(_NETWORKS) > 32:
+            _NETWORKS.clear()
+        _NETWORKS[key] = point.network_spec().build()
+    return _NETWORKS[key]
 
 
 def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
@@ -179,7 +260,10 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
             if drift < 1:
                 states = point.P * n * w
                 carried += max(_CACHE_B, min(states, _STATES_MAX_B)) if drift > 0 else min(_CACHE_B, states)
-    records = events(point) / 2 * 300 if trace else 0.0
+    records = 0.0
+    if trace:   # a record per send and receive of every message, in every iteration run
+        M, calls = messages(point)
+        records = 2 * M * calls * iterations_run(point) * 300
     return BASE_B + carried + records
 
 
@@ -212,45 +296,41 @@ def sampled_results_B(point: Point, n: float, k: float, w: int) -> float:
 @dataclass
 class Estimate:
     points: int
-    events: float        # of the point with the most
+    seconds: float       # of the point that takes the longest
     memory_B: float      # of the point that needs the most
-    seconds: float       # of the whole grid, at MIN_EVENT_RATE
-    most_events: Point | None
+    total_s: float       # of the whole grid
+    most_seconds: Point | None
     most_memory: Point | None
 
 
-def bulk(point: Point, trace: bool = False) -> bool:
-    """Whether the simulator tries ``point`` as bulk lockstep rounds (the evaluator table's choice)."""
-    from .resolve import values_of
-
-    compute = point.compute or {}
-    return (point.algorithm_cls.rounds is not None and values_of(point) == "sizes" and point.evaluation == "fast"
-            or point.evaluation in ("exact", "rounds")) and not point.schedule and not trace \
-        and point.algorithm_cls.rounds is not None and values_of(point) == "sizes" \
-        and not compute.get("shared_cores") and not compute.get("kernel_noise")
-
-
 def estimate(points: list[Point], backend: str = "sim", trace: bool = False) -> Estimate:
-    """Counts and the largest needs; ``events`` of the points that run as
-    events (bulk-rounds points count 0 there: :func:`declined` guards them)."""
+    """Counts and the largest needs of ``points`` (seconds: the simulator's
+    estimate; the real backend's runs take the time they take)."""
     if not points:
         return Estimate(0, 0.0, 0.0, 0.0, None, None)
-    ev = [events(p) for p in points]
-    checked = [0.0 if backend == "sim" and bulk(p, trace) else e for p, e in zip(points, ev)]
-    mem = [memory_B(p, backend, trace) for p in points]
-    i, j = max(range(len(ev)), key=checked.__getitem__), max(range(len(mem)), key=mem.__getitem__)
-    return Estimate(len(points), checked[i], mem[j], sum(checked) / MIN_EVENT_RATE, points[i], points[j])
+    if backend == "sim":
+        ests = [point_estimate(p, trace) for p in points]
+        secs, mem = [e.seconds for e in ests], [e.memory_B for e in ests]
+    else:
+        secs, mem = [0.0] * len(points), [memory_B(p, backend, trace) for p in points]
+    i, j = max(range(len(secs)), key=secs.__getitem__), max(range(len(mem)), key=mem.__getitem__)
+    return Estimate(len(points), secs[i], mem[j], sum(secs), points[i], points[j])
 
 
-def declined(point: Point, max_events: float | None) -> None:
-    """Called when the bulk rounds of ``point`` declined and its events are to
-    run: :class:`BudgetError` if they are past ``max_events`` (None: no limit)."""
-    ev = events(point)
-    if max_events is not None and ev > max_events:
-        raise BudgetError(f"P = {point.P}, {point.algorithm}: the bulk lockstep rounds declined (a message would "
-                          f"wait for a busy port or link of this network), and as events the point needs about "
-                          f"{ev:.3g}, over the limit of {max_events:.3g}. Lower 'P' or 'iterations' + 'warmup', "
-                          f"or pass --force to run anyway")
+def declined(point: Point, max_seconds: float | None) -> None:
+    """Called when the lockstep rounds of ``point`` declined and its events are
+    to run: :class:`BudgetError` if they are estimated past ``max_seconds``
+    (None: no limit)."""
+    if max_seconds is None:
+        return
+    from dataclasses import replace
+
+    est = point_estimate(replace(point, evaluation="events"))
+    if est.seconds > max_seconds:
+        raise BudgetError(f"P = {point.P}, {point.algorithm}: the lockstep rounds declined (a message would wait "
+                          f"for a busy port or link of this network), and as events the point would take about "
+                          f"{est.seconds:.3g} s, over the limit of {max_seconds:.3g} s. Lower 'P' or 'iterations' + "
+                          f"'warmup', or pass --force to run anyway")
 
 
 def _widest_axis(points: list[Point]) -> tuple[str, int]:
@@ -273,12 +353,14 @@ def check(points: list[Point], budget: Budget, backend: str = "sim", trace: bool
         key, count = _widest_axis(points)
         problems.append(f"the grid has {est.points:,} points, over the limit of {budget.max_points:,}; the key "
                         f"'{key}' contributes {count} values")
-    if backend == "sim" and est.events > budget.max_events:
-        p = est.most_events
-        problems.append(f"the largest point (P = {p.P}, {p.algorithm}) needs about {est.events:.3g} simulator "
-                        f"events, over the limit of {budget.max_events:.3g}; driven by 'P' = {p.P} (messages grow "
-                        f"as P^2) and the {iterations_run(p)} iterations it runs ('iterations' + 'warmup' = "
-                        f"{p.iterations + p.warmup}, and one of each kind of its periodic work they miss)")
+    if backend == "sim" and est.seconds > budget.max_seconds:
+        p = est.most_seconds
+        pe = point_estimate(p, trace)
+        hint = _faster(p, trace, budget)
+        problems.append(f"the largest point (P = {p.P}, {p.algorithm}) would take about {pe.seconds:.3g} s "
+                        f"({pe.how}), over the limit of {budget.max_seconds:.3g} s; driven by 'P' = {p.P} and the "
+                        f"{iterations_run(p)} iterations it runs ('iterations' + 'warmup' = {p.iterations + p.warmup}, "
+                        f"and one of each kind of its periodic work they miss){hint}")
     if est.memory_B > budget.max_memory_B:
         p = est.most_memory
         scale = f" x data_scale {p.data_scale:g}" if backend == "sim" and p.data_scale < 1 else ""
@@ -286,9 +368,24 @@ def check(points: list[Point], budget: Budget, backend: str = "sim", trace: bool
                         f"{budget.max_memory_B / 1e9:.3g} GB; driven by 'workload.n' = {p.workload['n']:,}{scale} "
                         f"times 'P' = {p.P} ranks" + ("; 'data_scale' below 1 shrinks it" if backend == "sim" else ""))
     if problems:
-        raise BudgetError(f"{where}: " + "; ".join(problems) + f". Estimated {est.seconds:.3g} s at {MIN_EVENT_RATE:,} events/s. "
-                          "Lower the key named, or pass --force to run anyway")
+        raise BudgetError(f"{where}: " + "; ".join(problems) + ". Lower the key named, or pass --force to run anyway")
     return est
+
+
+def _faster(point: Point, trace: bool, budget: Budget) -> str:
+    """A setting under which ``point`` would fit the time limit, as a clause, or ''."""
+    from dataclasses import replace
+
+    for mode in ("fast", "sampled"):
+        if mode == point.evaluation:
+            continue
+        try:
+            if point_estimate(replace(point, evaluation=mode), trace).seconds <= budget.max_seconds:
+                return f"; with 'evaluation: {mode}' it would take about " \
+                       f"{point_estimate(replace(point, evaluation=mode), trace).seconds:.3g} s"
+        except Exception:   # (a mode the point cannot take: sampled values of an algorithm that reads every value)
+            continue
+    return ""
 
 
 # -- while running --------------------------------------------------------------------

@@ -69,14 +69,14 @@ def execute(exp: Experiment, backend: str = "sim", out: str | None = None, *, fr
             print(f"simsparse: {'simulating' if backend == 'sim' else 'measuring'} {len(s.pending)} points of "
                   f"{exp.name}", file=log, flush=True)
         progress = s.progress(backend, backend)
-        watchdog = budget.Watchdog(limits.max_memory_B, None if force else limits.max_point_s)
+        watchdog = budget.Watchdog(limits.max_memory_B, None if force else limits.max_seconds)
         try:
             if backend == "sim":
                 with watchdog:
                     for p in s.pending:
                         progress.started(p)
                         watchdog.point_started()
-                        got = runner.simulate_point(p, trace=trace, max_events=None if force else limits.max_events)
+                        got = runner.simulate_point(p, trace=trace, max_seconds=None if force else limits.max_seconds)
                         s.save(got.row, got.trace)
                         progress.finished(p, got.row)
             else:

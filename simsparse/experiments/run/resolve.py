@@ -28,7 +28,7 @@ from ..config.point import Point
 #: seconds one full-size value costs to draw (a normal gradient's value with its noise state: about 15 ns,
 #: docs/performance.md); ``fast`` samples a point whose full values would take longer than FULL_VALUES_S
 VALUE_S = 15e-9
-FULL_VALUES_S = 1.0
+FULL_VALUES_S = 5.0
 #: knob values that carry every value (the reference checks every result)
 REFERENCE = ("events", "events_simpy")
 

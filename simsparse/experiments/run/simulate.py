@@ -13,7 +13,7 @@ from ...compute.kernels import phantom
 from ...compute.sampled import BelowFloor
 from ...sampling import SAMPLED_ATTEMPTS, SampledModel, sampled_gradient, widened
 from ...compute.models import ModelProfile, model_profile
-from .budget import BASE_B, KEEP_PATHS_MAX_B, declined, kept_paths_B, memory_B
+from .budget import BASE_B, KEEP_PATHS_MAX_B, declined, kept_paths_B, memory_B, point_estimate
 from .loop import run_point
 from .resolve import Resolved, resolve
 from ..results.metrics import PointOutcome
@@ -48,7 +48,7 @@ class SimBackend:
     name = "sim"
     root = True
 
-    def __init__(self, resolved: Resolved, network, trace: bool = False, max_events: float | None = None,
+    def __init__(self, resolved: Resolved, network, trace: bool = False, max_seconds: float | None = None,
                  widen: tuple | None = None):
         point = resolved.point
         spec = point.network_spec()
@@ -78,7 +78,7 @@ class SimBackend:
             self.workload.hold_states(point.P)
         self.model = None
         self.rounds = point.algorithm_cls.rounds if self.plan.point[0].name == "rounds" else None
-        self.max_events = max_events
+        self.max_seconds = max_seconds
         if point.schedule:
             prof = model_profile_of(point)
             self.model = TrainingModel(prof.t_forward, prof.t_bwd, tuple(small.workload["layers"]))
@@ -88,13 +88,18 @@ class SimBackend:
         self.used[point_evaluator] = True
         for name in stats.evaluated:
             self.used[name] = True
-        if not runtime_ok(self.resolved.mode, stats.inexact):
+        if not runtime_ok(self.resolved.mode, stats.inexact, self._events_s):
             raise Inexact(stats.inexact)
         chain = self.plan.chain
         self.bound = max(self.bound, runtime_bound(stats.inexact), *(chain.bounds.values() if chain else ()))
         for cause, n in stats.inexact.items():
             self.met[cause] = self.met.get(cause, 0) + n
         return stats
+
+    def _events_s(self) -> float:
+        """The point's estimated seconds as events (every collective as its messages)."""
+        p = self.resolved.point
+        return point_estimate(p, self.trace, resolve(p, self.sim.network, self.trace, expand=True)).seconds
 
     @property
     def evaluator(self) -> str:
@@ -115,7 +120,7 @@ class SimBackend:
                 if stats is not None:
                     stats.results = grads
                     return self._timed(stats, "rounds")
-                declined(self.point, self.max_events)   # the budget did not count its events (P, not n, decides them)
+                declined(self.point, self.max_seconds)   # the budget did not count its events (P, not n, decides them)
                 self.rounds = None   # a message would wait: the same happens every iteration
         elif self.values == "sampled" and self.model is not None:   # each bucket drawn when the schedule packs it
             cls, buckets = self.point.algorithm_cls, next(iter(jobs.values())).sched.buckets
@@ -159,7 +164,7 @@ PILOT_P = 4
 
 
 def simulate(point: Point, trace: bool = False, keep_results: bool = False,
-             max_events: float | None = None) -> PointOutcome:
+             max_seconds: float | None = None) -> PointOutcome:
     """Simulate a point whose schedule plan (if any) is resolved. A sampled
     point whose selection reaches below a floor runs again, the floor of
     that iteration widened (:func:`~simsparse.sampling.widened`), at most
@@ -171,13 +176,7 @@ def simulate(point: Point, trace: bool = False, keep_results: bool = False,
     of the point)."""
     network = point.network_spec().build()
     resolved = resolve(point, network, trace)
-    try:
-        out, backend, widen = _attempts(resolved, network, trace, keep_results, max_events, _pilot(resolved))
-    except Inexact as err:   # the bulk evaluation met what the knob does not allow: every collective as messages
-        resolved = resolve(point, network, trace, expand=True)
-        out, backend, widen = _attempts(resolved, network, trace, keep_results, max_events, _pilot(resolved))
-        out.row["evaluator_note"] = ("ran again as events: a bulk evaluation met " +
-                                     ", ".join(f"{k} ({n})" for k, n in err.inexact.items()))
+    out, backend, widen = _timed_run(resolved, network, trace, keep_results, max_seconds, _pilot(resolved))
     out.row["evaluator"] = backend.evaluator
     out.row["error_bound"] = backend.bound
     out.row["inexact"] = " ".join(f"{k}:{n}" for k, n in sorted(backend.met.items()))
@@ -194,11 +193,24 @@ def simulate(point: Point, trace: bool = False, keep_results: bool = False,
     return out
 
 
-def _attempts(resolved: Resolved, network, trace: bool, keep_results: bool, max_events, widen: tuple | None):
+def _timed_run(resolved: Resolved, network, trace: bool, keep_results: bool, max_seconds, widen: tuple | None):
+    """:func:`_attempts`; where a bulk evaluation met what the knob does not allow, again with every
+    collective as its messages (the row's ``evaluator_note`` says why)."""
+    try:
+        return _attempts(resolved, network, trace, keep_results, max_seconds, widen)
+    except Inexact as err:
+        again = resolve(resolved.point, network, trace, expand=True)
+        out, backend, widen = _attempts(again, network, trace, keep_results, max_seconds, widen)
+        out.row["evaluator_note"] = ("ran again as events: a bulk evaluation met " +
+                                     ", ".join(f"{k} ({n})" for k, n in err.inexact.items()))
+        return out, backend, widen
+
+
+def _attempts(resolved: Resolved, network, trace: bool, keep_results: bool, max_seconds, widen: tuple | None):
     """Run the point, again with widened floors while a selection reaches below one."""
     point = resolved.point
     for _ in range(SAMPLED_ATTEMPTS - 1):
-        backend = SimBackend(resolved, network, trace, max_events, widen)
+        backend = SimBackend(resolved, network, trace, max_seconds, widen)
         try:
             return run_point(point, backend, keep_results), backend, widen
         except BelowFloor as err:
@@ -207,7 +219,7 @@ def _attempts(resolved: Resolved, network, trace: bool, keep_results: bool, max_
             widen = widened(widen, err, resolved.iterations)
             del backend
             gc.collect()
-    backend = SimBackend(resolved, network, trace, max_events, widen)
+    backend = SimBackend(resolved, network, trace, max_seconds, widen)
     return run_point(point, backend, keep_results), backend, widen
 
 
@@ -226,7 +238,7 @@ def _pilot(resolved: Resolved) -> tuple | None:
         if len(_PILOTS) >= 64:
             _PILOTS.clear()
         network = pilot.network_spec().build()
-        _PILOTS[key] = _attempts(resolve(pilot, network), network, False, False, None, None)[2]
+        _PILOTS[key] = _timed_run(resolve(pilot, network), network, False, False, None, None)[2]
     return _PILOTS[key]
 
 

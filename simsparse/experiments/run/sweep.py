@@ -51,12 +51,12 @@ def ident(point: Point) -> str:
     return point.point_id("sim")
 
 
-def run_task(point: Point, trace: bool = False, max_events: float | None = None) -> tuple[dict, list]:
+def run_task(point: Point, trace: bool = False, max_seconds: float | None = None) -> tuple[dict, list]:
     """Simulate one point (in a worker): its row, with where and when it ran, and its trace rows."""
     from .runner import simulate_point
 
     started = provenance.now()
-    out = simulate_point(point, trace=trace, max_events=max_events)
+    out = simulate_point(point, trace=trace, max_seconds=max_seconds)
     row = {**out.row, "host": socket.gethostname(), "worker": os.getpid(), "started_at": started}
     return row, out.trace
 
@@ -138,18 +138,18 @@ def _dask_executor(jobs: int, scheduler: str | None):
 
 
 def outcomes(points: list[Point], executor: str, jobs: int, scheduler: str | None = None,
-             trace: bool = False, max_events: float | None = None) -> Iterator[tuple[Point, tuple | BaseException]]:
+             trace: bool = False, max_seconds: float | None = None) -> Iterator[tuple[Point, tuple | BaseException]]:
     """(point, (row, trace) or the exception it raised), as points finish.
     The largest points go first, so a pool does not end on one long point."""
     if executor == "local" and jobs == 1:
         for p in points:
             try:
-                yield p, run_task(p, trace, max_events)
+                yield p, run_task(p, trace, max_seconds)
             except Exception as e:  # reported with the point; the sweep goes on
                 yield p, e
         return
     with open_executor(executor, jobs, scheduler) as ex:
-        futures = {ex.submit(run_task, p, trace, max_events): p for p in sorted(points, key=cost, reverse=True)}
+        futures = {ex.submit(run_task, p, trace, max_seconds): p for p in sorted(points, key=cost, reverse=True)}
         for f in as_completed(futures):
             err = f.exception()
             yield futures[f], err if err is not None else f.result()
@@ -168,9 +168,9 @@ class SweepResult:
 
 def sweep(exp: Experiment, out_dir: Path, executor: str = "local", jobs: int = 1, scheduler: str | None = None,
           fmt: str = "csv", fresh: bool = False, trace: bool = False, command: list[str] | None = None,
-          log=None, max_events: float | None = None) -> SweepResult:
+          log=None, max_seconds: float | None = None) -> SweepResult:
     """Simulate the points of ``exp`` not yet in ``out_dir``, writing each row as it arrives
-    (``max_events``: :func:`~.runner.simulate_point`)."""
+    (``max_seconds``: :func:`~.runner.simulate_point`)."""
     log = log or sys.stderr
     with Session(exp, out_dir, ident, fresh=fresh, trace=trace, fmt=fmt, command=command, executor=executor,
                  jobs=jobs, log=log) as s:
@@ -182,7 +182,7 @@ def sweep(exp: Experiment, out_dir: Path, executor: str = "local", jobs: int = 1
         progress = s.progress("sweep", "sim")
         failed = []
         try:
-            for p, got in outcomes(s.pending, executor, jobs, scheduler, trace, max_events):
+            for p, got in outcomes(s.pending, executor, jobs, scheduler, trace, max_seconds):
                 if isinstance(got, BaseException):
                     failed.append((p, got))
                     print(f"simsparse: {progress.label(p)} failed: {type(got).__name__}: {got}", file=log, flush=True)
