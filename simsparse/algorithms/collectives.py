@@ -1,10 +1,14 @@
 """Helper collectives, each one request of the contract (like ``waitall``).
 
 A rank yields the request and gets the result, ``blocks = yield
-Allgather(block, "rd", tag)``. Its ``expand(ctx)`` is the point-to-point
-schedule below: the real backend always runs it, and so does the
-simulator's event path; the simulator may instead evaluate a ``bulk``
-collective for all P ranks at once (:mod:`simsparse.backends.fast.bulk`).
+Allgather(block, "rd", tag)``. Each is one class holding its schedule
+twice over the same description of who sends what to whom (:class:`Fold`
+and its recursive-doubling pairs, the alltoall's rotation steps):
+``expand(ctx)``, one rank's point-to-point messages, which the real backend
+and the simulator's event engine run; and ``bulk(reqs, run)``, the same
+messages for all P ranks at once, as waves, which the simulator's array
+evaluators time (:mod:`simsparse.backends.fast.bulk`) where every rank's
+exit waits for every rank's entry (allgather, alltoall, host allreduce).
 Payloads are any :class:`~simsparse.ops.Payload`, so an allgather of
 variable-size sparse blocks is an allgatherv. Costs in the alpha-beta model
 (``m`` = bytes of one block, all blocks equal, P a power of two):
@@ -24,6 +28,7 @@ the odd ones hand the result back.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
@@ -31,7 +36,9 @@ import numpy as np
 from ..compute.sparse_kernels import COOParts
 from ..ops import Bundle, Collective, Payload, Scalars
 from .base import pof2_floor
-from .collectives_bulk import HOST_OPS, allgather_bulk, allreduce_host_bulk, alltoall_bulk
+
+HOST_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+from .rotation_sums import alltoall_scatter, rotation, scatter_split
 
 
 def send(ctx, dst, payload, tag=0):
@@ -46,7 +53,11 @@ def recv(ctx, src, tag=0):
 @dataclass(frozen=True)
 class Fold:
     """MPICH's reduction of P ranks to the largest power of two ``pof2``:
-    :meth:`fold_in` before the power-of-two algorithm, :meth:`fold_out` after."""
+    :meth:`fold_in` before the power-of-two algorithm, :meth:`fold_out` after,
+    and the recursive-doubling pairs between (:attr:`masks`). One rank's view
+    (:meth:`newrank`, :meth:`real`) and every rank's at once (:attr:`even`,
+    :attr:`odd`, :attr:`reals`, :meth:`partners`: what the bulk schedules
+    and the lockstep rounds read), from one description."""
 
     P: int
     pof2: int = field(init=False)
@@ -68,6 +79,30 @@ class Fold:
     def ranks_of(self, newrank: int) -> list[int]:
         """The original ranks a participant stands for after folding."""
         return [2 * newrank, 2 * newrank + 1] if newrank < self.rem else [newrank + self.rem]
+
+    @property
+    def masks(self) -> list[int]:
+        """The recursive-doubling steps: participant nr exchanges with nr ^ mask."""
+        return [1 << j for j in range(self.pof2.bit_length() - 1)]
+
+    @cached_property
+    def even(self) -> np.ndarray:
+        """The ranks that fold in (hand their data to r + 1) and out (get the result back)."""
+        return np.arange(0, 2 * self.rem, 2)
+
+    @cached_property
+    def odd(self) -> np.ndarray:
+        return self.even + 1
+
+    @cached_property
+    def reals(self) -> np.ndarray:
+        """Every participant's rank (:meth:`real` of 0 .. pof2 - 1)."""
+        nr = np.arange(self.pof2)
+        return np.where(nr < self.rem, 2 * nr + 1, nr + self.rem)
+
+    def partners(self, mask: int) -> np.ndarray:
+        """Every participant's partner at step ``mask``, as a rank."""
+        return self.reals[np.arange(self.pof2) ^ mask]
 
     def fold_in(self, ctx, value, wrap: Callable, combine: Callable, tag: int):
         """Generator: an even rank below ``2 rem`` sends ``wrap(value)`` to
@@ -117,12 +152,10 @@ def recursive_doubling(ctx, value, wrap: Callable, unwrap: Callable, combine: Ca
     nr = f.newrank(r)
     if nr >= 0:
         with ctx.phase("recursive_doubling"):
-            mask = 1
-            while mask < f.pof2:
+            for mask in f.masks:
                 peer = f.real(nr ^ mask)
                 got = yield Sendrecv(peer, wrap(value), peer, tag)
                 value = yield from combine(value, unwrap(got))
-                mask <<= 1
     with ctx.phase("unfold"):
         value = yield from f.fold_out(ctx, value, wrap, take, tag)
     return value
@@ -158,8 +191,6 @@ class Allgather(Collective):
     block: Payload
     algorithm: str = "rd"
     tag: int = 0
-    bulk = staticmethod(allgather_bulk)
-
     def __post_init__(self):
         if self.algorithm not in ("rd", "ring"):
             raise ValueError(f"allgather algorithm {self.algorithm!r}; allowed: rd, ring")
@@ -167,6 +198,31 @@ class Allgather(Collective):
     def expand(self, ctx):
         return _allgather_rd(ctx, self.block, self.tag) if self.algorithm == "rd" else \
             _allgather_ring(ctx, self.block, self.tag)
+
+    @staticmethod
+    def bulk(reqs, run):
+        """The same messages for all ranks at once (a :class:`~simsparse.backends.fast.bulk.BulkRun`):
+        every rank gets the P blocks in rank order (one tuple, shared by all
+        ranks, as read-only as received payloads)."""
+        P = run.P
+        blocks = run.gathered(run.freeze(q.block) for q in reqs)
+        sizes = np.array([run.size(b) for b in blocks], dtype=np.int64)
+        r = np.arange(P)
+        if reqs[0].algorithm == "ring":
+            right = (r + 1) % P
+            for s in range(P - 1):   # step s forwards block (r - s) mod P
+                run.wave(r, right, sizes[(r - s) % P])
+        elif P > 1:
+            f = Fold(P)
+            nr = np.arange(f.pof2)
+            if f.rem:   # the even ranks hand their block over
+                run.wave(f.even, f.odd, sizes[f.even])
+            held = sizes[f.reals] + np.where(nr < f.rem, sizes[np.minimum(2 * nr, P - 1)], 0)   # a participant's blocks
+            for mask in f.masks:   # everything of the aligned group of mask, to the partner at distance mask
+                run.wave(f.reals, f.partners(mask), np.repeat(held.reshape(-1, mask).sum(axis=1), mask))
+            if f.rem:   # the odd ranks hand back every block but their partner's
+                run.wave(f.odd, f.even, sizes.sum() - sizes[f.even])
+        return [blocks] * P
 
 
 def _allgather_rd(ctx, block, tag):
@@ -193,15 +249,13 @@ def _allgather_rd(ctx, block, tag):
     have = yield from f.fold_in(ctx, have, lambda h: h[r], keep, tag)
     nr = f.newrank(r)
     if nr >= 0:
-        mask = 1
-        while mask < f.pof2:
+        for mask in f.masks:
             pnr = nr ^ mask
             peer = f.real(pnr)
             got = yield Sendrecv(peer, Bundle(tuple(have[q] for q in sorted(have))), peer, tag)
             lo = pnr & ~(mask - 1)
             for q, part in zip([q for g in range(lo, lo + mask) for q in f.ranks_of(g)], got.parts):
                 have[q] = part
-            mask <<= 1
     have = yield from f.fold_out(ctx, have, rest, spread, tag)
     return tuple(have[q] for q in range(P))
 
@@ -290,7 +344,6 @@ class Alltoall(Collective):
     rotation: bool = True
     bucket_size: int | None = None
     reduce: Reduce | None = None
-    bulk = staticmethod(alltoall_bulk)
 
     def steps(self, P: int, r: int, i: int) -> tuple[list, list]:
         """Step i of rank r: (destinations, sources), self excluded."""
@@ -335,6 +388,67 @@ class Alltoall(Collective):
             acc = yield from _reduce(ctx, red, acc, pending)
         return acc
 
+    @staticmethod
+    def bulk(reqs, run):
+        """The same messages for all ranks at once: bucket by bucket, every rank
+        posts its receives and sends, reduces the previous bucket
+        (``overlap``), waits. The reduction kernels run per rank, as
+        ``compute`` would run them; a split selection is reduced on arrays
+        (:func:`~.rotation_sums.alltoall_scatter`)."""
+        P, q0 = run.P, reqs[0]
+        kind = scatter_split(reqs)
+        if kind:
+            return alltoall_scatter(reqs, run, kind)
+        blocks = [[run.freeze(b) for b in q.blocks] for q in reqs]
+        size = np.array([[run.size(b) for b in row] for row in blocks], dtype=np.int64)
+        ranks = np.arange(P)
+        red = q0.reduce
+        acc = [q.reduce.acc for q in reqs] if red else None
+        got = [[None] * P for _ in range(P)]
+        pending = [[] for _ in range(P)]
+        for bucket in q0.buckets(P):
+            src, dst, pos, srcs_of = [], [], [], [[] for _ in range(P)]
+            if q0.rotation:
+                src, dst, pos = rotation(P, bucket)
+                for r in range(P):
+                    srcs_of[r] = [(r - i) % P for i in bucket if i]
+                local = 0 in bucket
+            else:
+                for k, i in enumerate(bucket):
+                    s = ranks[ranks != i]
+                    src.append(s)
+                    dst.append(np.full(len(s), i))
+                    pos.append(k - ((s >= bucket.start) & (s < i)))   # its earlier steps in the bucket, skipping itself
+                    srcs_of[i] = [j for j in range(P) if j != i]
+                if src:
+                    src, dst, pos = np.concatenate(src), np.concatenate(dst), np.concatenate(pos)
+            if len(src):
+                run.wave(src, dst, size[src, dst], pos)
+            if red and red.overlap:   # the previous bucket, while this one is in flight
+                for r in range(P):
+                    if pending[r]:
+                        acc[r] = _reduce_all(run, r, reqs[r].reduce, acc[r], pending[r], during=True)
+                        pending[r] = []
+            for r in range(P):
+                vals = [blocks[s][r] for s in srcs_of[r]]
+                if red is None:
+                    for s, v in zip(srcs_of[r], vals):
+                        got[r][s] = v
+                    continue
+                is_local = local if q0.rotation else r in bucket
+                pending[r] = pending[r] + ([reqs[r].blocks[r]] if is_local else []) + vals
+                if not red.overlap and pending[r]:
+                    acc[r] = _reduce_all(run, r, reqs[r].reduce, acc[r], pending[r])
+                    pending[r] = []
+        if red is None:
+            for r in range(P):
+                got[r][r] = reqs[r].blocks[r]
+            return got
+        for r in range(P):
+            if pending[r]:
+                acc[r] = _reduce_all(run, r, reqs[r].reduce, acc[r], pending[r])
+        return acc
+
 
 def _reduce(ctx, red: Reduce, acc, blocks):
     if red.each:
@@ -342,6 +456,14 @@ def _reduce(ctx, red: Reduce, acc, blocks):
             acc = yield ctx.compute(red.kernel, acc, b, *red.args, **red.kwargs)
         return acc
     return (yield ctx.compute(red.kernel, acc, blocks, *red.args, **red.kwargs))
+
+
+def _reduce_all(run, r, red, acc, blocks, during=False):
+    if red.each:
+        for b in blocks:
+            acc = run.kernel(r, red.kernel, (acc, b, *red.args), red.kwargs, during)
+        return acc
+    return run.kernel(r, red.kernel, (acc, blocks, *red.args), red.kwargs, during)
 
 
 def _values(p):
@@ -358,7 +480,6 @@ class AllreduceHost(Collective):
     values: Any
     op: str = "sum"
     tag: int = 0
-    bulk = staticmethod(allreduce_host_bulk)
 
     def expand(self, ctx):
         fn = HOST_OPS[self.op]
@@ -368,3 +489,29 @@ class AllreduceHost(Collective):
             yield  # pragma: no cover - makes this a generator
 
         return recursive_doubling(ctx, np.asarray(self.values), Scalars, _values, combine, self.tag)
+
+    @staticmethod
+    def bulk(reqs, run):
+        """The same fold, pairwise steps and unfold for all ranks at once,
+        reducing every rank's array in the same order (bit-identical)."""
+        P = run.P
+        fn = HOST_OPS[reqs[0].op]
+        M = np.stack([np.asarray(q.values) for q in reqs])
+        sizes = np.array([run.size(Scalars(v)) for v in M], dtype=np.int64)
+        if P > 1:
+            f = Fold(P)
+            real, ev, od = f.reals, f.even, f.odd
+            if f.rem:
+                run.wave(ev, od, sizes[ev])
+                M[od] = fn(M[od], M[ev])
+            for mask in f.masks:
+                peer = f.partners(mask)
+                run.wave(real, peer, sizes[real])
+                if f.rem:
+                    M[real] = fn(M[real], M[peer])
+                else:   # every rank takes part: in place (M[peer] is a copy)
+                    fn(M, M[peer], out=M)
+            if f.rem:
+                run.wave(od, ev, sizes[od])
+                M[ev] = M[od]
+        return list(M)   # (each rank's own row: no two share memory)

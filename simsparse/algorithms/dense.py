@@ -161,38 +161,39 @@ def _folded(P, n, pair_steps, unfold_kernel):
     elements per participant and kernel, for each round among the pof2
     participants), the unfold (odd ranks return the result, which their
     partner takes with ``unfold_kernel``, None: as it is)."""
-    f, ranks = Fold(P), np.arange(P)
-    low = ranks < 2 * f.rem
-    nrs = np.arange(f.pof2)
-    real = np.where(nrs < f.rem, 2 * nrs + 1, nrs + f.rem)   # Fold.real of every participant
+    f = Fold(P)
+    real = f.reals
+
+    def one_way(src, to):   # the fold's messages: all n from src to to, the other ranks idle
+        dst = np.full(P, -1)
+        dst[src] = to
+        return dst, np.where(dst >= 0, n, 0)
+
     if f.rem:
-        dst = np.where(low & (ranks % 2 == 0), ranks + 1, -1)
-        yield dst, np.where(dst >= 0, n, 0), "add_into"
-    for newdst, count, kernel in pair_steps(f.pof2, nrs):
+        yield (*one_way(f.even, f.odd), "add_into")
+    for newdst, count, kernel in pair_steps(f, np.arange(f.pof2)):
         dst = np.full(P, -1)
         dst[real] = real[newdst]
         full = np.zeros(P, dtype=np.int64)
         full[real] = count
         yield dst, full, kernel
     if f.rem:
-        dst = np.where(low & (ranks % 2 == 1), ranks - 1, -1)
-        yield dst, np.where(dst >= 0, n, 0), unfold_kernel
+        yield (*one_way(f.odd, f.even), unfold_kernel)
 
 
 def recursive_doubling_rounds(P, n):
     """:func:`recursive_doubling_allreduce` as lockstep rounds."""
-    def steps(pof2, nrs):
-        mask = 1
-        while mask < pof2:
-            yield nrs ^ mask, np.full(pof2, n), "add_into"
-            mask <<= 1
+    def steps(f, nrs):
+        for mask in f.masks:
+            yield nrs ^ mask, np.full(f.pof2, n), "add_into"
     return _folded(P, n, steps, None)   # the unfolded value is used as it arrives (no kernel)
 
 
 def rabenseifner_rounds(P, n):
     """:func:`rabenseifner_allreduce` as lockstep rounds, from the same
     :func:`_rabenseifner_steps` (P log P steps of plain Python, once)."""
-    def steps(pof2, nrs):
+    def steps(f, nrs):
+        pof2 = f.pof2
         if pof2 == 1:
             return
         b = np.array(_bounds(n, pof2))

@@ -4,8 +4,8 @@ Ok-Topk's split and reduce (Li and Hoefler, PPoPP'22, Sec. 3.2) is an
 alltoall with destination rotation: at step i rank s sends its block for
 region (s + i) mod P, so region r receives from sources r, r - 1, ...,
 r - P + 1 (mod P), in that order, and adds each block into its region.
-:func:`~simsparse.algorithms.collectives_bulk.alltoall_bulk` needs two
-things over all P^2 blocks:
+``Alltoall.bulk`` (:mod:`.collectives`) needs two things over all P^2
+blocks, and records the split and reduce itself (:func:`alltoall_scatter`):
 
 * :func:`step_sums`: per receiver and per bucket of steps, the entries and
   bytes it receives (the size of its reduction kernels);
@@ -25,7 +25,10 @@ from __future__ import annotations
 import numpy as np
 
 from .. import jit
+from ..compute.kernels import Work
+from ..compute.sparse_kernels import COOParts
 from ..jit import numba
+from .streams import DenseRange
 
 
 def transposed(C: np.ndarray) -> np.ndarray:
@@ -232,3 +235,127 @@ _STEP_SUMS = jit.njit(_step_sums)
 _TRANSPOSED = jit.njit(_transposed)
 _REDUCE_FLAT = jit.njit(_reduce_flat)
 _REDUCE_LISTS = jit.njit(_reduce_lists)
+
+
+# -- the split and reduce recorded on arrays (Alltoall.bulk) ---------------------------------------------
+
+#: (P, steps) -> the read-only src and pos of a rotation wave of that many steps
+_ROTATION: dict = {}
+
+
+def rotation(P: int, bucket: range):
+    """A bucket of rotation steps as one wave: step i (not 0, the block that
+    stays) sends r -> (r + i) mod P for every rank r, at the place of i among
+    the bucket's steps; (src, dst, pos) int32 arrays, empty when the bucket is
+    step 0 only. Buckets of one length share one read-only ``src`` and
+    ``pos`` (8 bytes a message less: 134 MB at P = 4096)."""
+    steps = [i for i in bucket if i]
+    key = (P, len(steps))
+    if key not in _ROTATION:
+        if len(_ROTATION) > 8:
+            _ROTATION.clear()
+        ranks = np.arange(P, dtype=np.int32)
+        src, pos = np.tile(ranks, len(steps)), np.repeat(np.arange(len(steps), dtype=np.int32), P)
+        src.setflags(write=False)
+        pos.setflags(write=False)
+        _ROTATION[key] = (src, pos)
+    src, pos = _ROTATION[key]
+    dst = (np.add.outer(np.asarray(steps, dtype=np.int64), np.arange(P)) % P).astype(np.int32).ravel()
+    return src, dst, pos
+
+
+#: the reductions :func:`alltoall_scatter` evaluates on arrays, both ``acc[idx - offset] += values``
+#: part by part: Ok-Topk's once per bucket (:func:`simsparse.algorithms.oktopk.scatter_add_region`),
+#: TopkDSA's once per part into a dense range in place (:func:`simsparse.algorithms.streams.stream_add`)
+SCATTER = "scatter_add_region"
+STREAM = "stream_add"
+
+
+def scatter_split(reqs) -> str | None:
+    """Which of the reductions on arrays applies (:data:`SCATTER`,
+    :data:`STREAM`), or None: every rank sends one COO selection cut at the
+    regions its receivers scatter-add into
+    (:class:`~simsparse.compute.sparse_kernels.COOParts`, numpy, one dtype),
+    with destination rotation: Ok-Topk's and TopkDSA's split and reduce."""
+    q0 = reqs[0]
+    red = q0.reduce
+    if red is None or not q0.rotation or not isinstance(q0.blocks, COOParts):
+        return None
+    if red.kernel == SCATTER and not red.each and not red.kwargs:
+        kind = SCATTER
+    elif red.kernel == STREAM and red.each and red.kwargs == {"inplace": True}:
+        kind = STREAM
+    else:
+        return None
+    shared = q0.blocks.bounds
+    bounds = np.asarray(shared, dtype=np.int64)
+    for r, q in enumerate(reqs):
+        b, acc = q.blocks, q.reduce.acc
+        if kind == STREAM:   # a dense range of the region, written in place (stream_add's "scatter" path)
+            if not (isinstance(acc, DenseRange) and q.reduce.args == (bounds[r], bounds[r + 1])
+                    and acc.offset == bounds[r]):
+                return None
+            acc = acc.values
+            if not (isinstance(acc, np.ndarray) and acc.flags.writeable):
+                return None
+        elif q.reduce.args != (bounds[r],):
+            return None
+        if not (isinstance(b, COOParts) and isinstance(b.coo.values, np.ndarray) and isinstance(acc, np.ndarray)
+                and acc.dtype == b.coo.values.dtype and len(b) == len(reqs)
+                and (b.bounds is shared or np.array_equal(np.asarray(b.bounds, dtype=np.int64), bounds))
+                and len(acc) == bounds[r + 1] - bounds[r]):
+            return None
+    return kind
+
+
+def alltoall_scatter(reqs, run, kind: str = SCATTER):
+    """``Alltoall.bulk`` of split selections, on arrays: the sizes from
+    the cut positions, the reductions' seconds from their work (one kernel
+    per bucket, or with :data:`STREAM` one per part, in step order), and the
+    reduced regions summed in the order the receivers add them (source r,
+    r-1, ..., r-P+1 for region r; :mod:`.rotation_sums`), so every value is
+    the event path's to the last bit. No part object is made."""
+    P, q0 = run.P, reqs[0]
+    parts = [q.blocks for q in reqs]
+    C = np.stack([p.counts() for p in parts])   # C[s, d]: entries s sends to d
+    if C.size and C.max() < 2**31:
+        C = C.astype(np.int32)   # (P x P: 67 MB less at P = 4096)
+    unit = np.array([p.coo.indices.itemsize + p.coo.values.itemsize for p in parts], dtype=np.int64)
+    nbytes = C * unit[:, None]
+    size = run.sizes(nbytes)
+    buckets = q0.buckets(P)
+    each = kind == STREAM   # a kernel per part (step), else per bucket
+    starts = list(range(P)) if each else [b.start for b in buckets]
+    nnz, nb = step_sums(C, unit, starts)   # what each rank adds per bucket (or step)
+    accs = [q.reduce.acc.values if each else q.reduce.acc for q in reqs]
+    isz = accs[0].itemsize
+    # one kernel time per distinct (entries, bytes): unique on one int64 key, not on pairs (axis=1 sorts rows)
+    m = int(nb.max()) + 1 if nb.size else 1
+    key, inv = np.unique(nnz.ravel() * m + nb.ravel(), return_inverse=True)
+    e_of, b_of = np.divmod(key, m)
+    dts = [run.work_seconds(kind, Work(e, b + 2 * e * isz, path="scatter" if each else ""))
+           for e, b in zip(e_of.tolist(), b_of.tolist())]
+    dt = np.asarray(dts)[inv.reshape(-1)].reshape(P, len(starts)).T   # dt[bucket or step, rank]
+    del nnz, nb, inv
+    runs = [list(b) for b in buckets] if each else [[j] for j in range(len(buckets))]   # dt's rows per bucket
+    overlap = q0.reduce.overlap
+    for j, bucket in enumerate(buckets):
+        src, dst, pos = rotation(P, bucket)
+        if len(src):
+            run.wave(src, dst, size[src, dst], pos)
+        if overlap and j:   # the previous bucket, while this one is in flight
+            for i in runs[j - 1]:
+                run.timed_all(dt[i], during=True)
+        if not overlap:
+            for i in runs[j]:
+                run.timed_all(dt[i])
+    if overlap and buckets:
+        for i in runs[-1]:
+            run.timed_all(dt[i])
+    del nbytes, size, dt   # (P x P each, while the values are reduced: the peak of the run)
+    CT = transposed(C)
+    del C   # (the counts once, transposed, at that peak)
+    reduce_in_rotation(reqs, CT, accs)
+    return [q.reduce.acc for q in reqs]
+
+

@@ -12,7 +12,6 @@ import numpy as np
 
 from ..jit import njit
 from ..ops import COO
-from .sampled import _LOCATE, Sampled, count_at_least
 from .kernels import Work, _isz, kernel
 
 
@@ -28,6 +27,44 @@ def _tidx(n):
 
 def _nnz_bytes(parts) -> int:
     return sum(int(p.nbytes) for p in parts)
+
+
+# -- compiled passes (sampled vectors use them too: :mod:`.sampled`) ---------
+
+def count_at_least(x, thr) -> int:
+    """How many |x| >= thr, compared in the type numpy compares them in (a
+    Python float: x's dtype); one compiled pass without the |x| and mask
+    temporaries where x is a long float vector."""
+    if _COUNT is not None and type(x) is np.ndarray and x.ndim == 1 and x.dtype.kind == "f" and len(x) >= 4096:
+        return int(_COUNT(x, np.result_type(x, thr).type(thr)))
+    return int(np.count_nonzero(np.abs(x) >= thr))
+
+
+def _count_at_least(x, t):
+    """How many |x[i]| >= t."""
+    c = 0
+    for i in range(x.shape[0]):
+        if abs(x[i]) >= t:
+            c += 1
+    return c
+
+
+_COUNT = njit(_count_at_least)
+
+
+def _locate(a, q, pos, found):
+    """For ascending ``q`` in ascending ``a``: ``np.searchsorted(a, q)`` into
+    ``pos`` and whether ``a`` holds each into ``found``, in one merge pass."""
+    j, n = 0, a.shape[0]
+    for i in range(q.shape[0]):
+        x = q[i]
+        while j < n and a[j] < x:
+            j += 1
+        pos[i] = j
+        found[i] = j < n and a[j] == x
+
+
+_LOCATE = njit(_locate)
 
 
 # -- thresholds ---------------------------------------------------------------
@@ -51,8 +88,6 @@ def _kth_abs_torch(x, k):
 @kernel("count_above", work=lambda out, x, thr: Work(len(x), len(x) * _isz(x)))
 def count_above(x, thr):
     """How many |x| >= thr."""
-    if type(x) is Sampled:
-        return x.count_above(thr)
     return count_at_least(x, thr)   # (no |x| and mask temporaries: 5.3 MB each for BERT at data_scale 0.01)
 
 
@@ -68,8 +103,6 @@ def _select_work(out, x, thr):
 @kernel("threshold_select", work=_select_work)
 def threshold_select(x, thr):
     """COO of the entries of dense x with |x| >= thr."""
-    if type(x) is Sampled:
-        return x.threshold_select(thr)
     idx = np.flatnonzero(np.abs(x) >= thr).astype(_idx_dtype(len(x)))
     return COO(idx, x[idx], len(x))
 
@@ -154,7 +187,7 @@ class COOParts(Sequence):
     What ``coo_split`` returns: the selection and P + 1 positions
     (``cuts``), not P objects -- Ok-Topk's split at P = 4096 would make
     16.8 M of them. The bulk alltoall reads the counts and the entries as
-    arrays (:mod:`simsparse.algorithms.collectives_bulk`)."""
+    arrays (``Alltoall.bulk``, :mod:`simsparse.algorithms.collectives`)."""
 
     __slots__ = ("coo", "bounds", "cuts")
 
@@ -289,8 +322,6 @@ def _sparsify_torch(x, offset=0, n=None):
 @kernel("gather_at", work=lambda out, x, idx: Work(len(idx), 2 * len(idx) * _isz(x) + len(idx) * 4))
 def gather_at(x, idx):
     """x[idx]: the values of a dense vector at given indices."""
-    if type(x) is Sampled:
-        return x.gather_at(idx)
     return x[idx]
 
 
@@ -305,8 +336,6 @@ def zero_at(x, idx, inplace: bool = False):
     ``inplace``: x's own buffer, which the caller owns and lets go of (the
     simulator's host saves the copy; the device is charged the copy as
     before, and the real backend makes it)."""
-    if type(x) is Sampled:
-        return x.zero_at(idx)
     out = x if inplace and x.flags.writeable else x.copy()
     out[idx] = 0
     return out
@@ -322,7 +351,7 @@ def _zero_at_torch(x, idx, inplace=False):
 @kernel("intersect", work=lambda out, a, b: Work(len(a) + len(b), 4 * (len(a) + len(b))))
 def intersect(a, b):
     """Sorted intersection of two sorted unique index arrays: one compiled
-    merge pass (:func:`~.sampled._locate` of a's entries in b), or a binary
+    merge pass (:func:`_locate` of a's entries in b), or a binary
     search of a's entries in b (no sort of both, as ``np.intersect1d`` does)
     without numba."""
     a, b = np.asarray(a), np.asarray(b)

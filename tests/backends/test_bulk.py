@@ -139,11 +139,11 @@ def test_split_selections_are_reduced_on_arrays(monkeypatch, algorithm, kind):
     part into a dense range) take the array path: no part objects, every
     value and time the event path's (also with P100 kernel times, where the
     reductions overlap the next bucket)."""
-    import simsparse.algorithms.collectives_bulk as cb
+    import simsparse.algorithms.collectives as cb
 
     calls = []
-    real = cb._alltoall_scatter
-    monkeypatch.setattr(cb, "_alltoall_scatter",
+    real = cb.alltoall_scatter
+    monkeypatch.setattr(cb, "alltoall_scatter",
                         lambda reqs, run, k: calls.append((len(reqs), k)) or real(reqs, run, k))
     for P in (5, 12):
         calls.clear()
