@@ -1,50 +1,43 @@
-"""The scale table of issue 23: wall time and peak memory of each row, the
-event path beside it where it finishes, and the growth exponent in P.
+"""The scale table: wall time and peak memory of each row with the defaults,
+the budget's estimate of both beside them, the event path where it finishes,
+and the growth exponent in P.
 
     python benchmarks/bench_scale.py                                     # every row, P up to its target
     python benchmarks/bench_scale.py --case ab_oktopk --P 256 1024 4096 --cap 600
-    python benchmarks/bench_scale.py --path fast                         # without the event path
+    python benchmarks/bench_scale.py --path both                         # and the events beside them
 
 Rows (one iteration of the config, as ``simsparse run`` runs it: the loop
 adds an iteration of each kind of an algorithm's periodic work it would
-otherwise miss; no check):
+otherwise miss; no check), every one with no setting beyond model, network,
+P and ``data_scale`` (``evaluation: fast``, the default):
 
-* ``ab_oktopk``, ``ab_topka``, ``ab_gaussiank``: 1M float32, 1 %, on
-  ``aries_alphabeta``, ``values: sampled``; target P = 4096;
+* ``ab_oktopk``, ``ab_topka``, ``ab_gaussiank``, ``ab_ring``: 1M float32,
+  1 %, on ``aries_alphabeta``; target P = 4096;
+* ``flow_ring``: the ring of 1M float32 on the FDR fat tree; target P = 1024;
 * ``bert_oktopk``: Ok-Topk of BERT-base (133.5M, 1 %) on ``piz_daint_aries``
-  with P100 compute at ``data_scale: 0.01``; target P = 1024;
-* ``bert_oktopk_sampled``: the same at ``data_scale: 0.1``, ``values: sampled``;
-  ``bert_oktopk_sampled_small``: at ``data_scale: 0.01``, ``values: sampled``;
+  with P100 compute at ``data_scale: 0.01``; ``bert_oktopk_ds0.1`` at 0.1;
+  target P = 1024;
 * ``bert_omgs``: one BERT-base iteration, ``omgs_sgd`` over Ok-Topk, same
   machine (the plan's simulated microbenchmarks included); target P = 1024;
 * ``bert_paper``: ``configs/papers/oktopk_bert.yaml`` (every scheme) at P = 256;
-* ``bert_paper_sampled``: the same with ``values: sampled`` (Ok-Topk's
-  reused thresholds fall under the floors its error feedback had: run again
-  with them widened, ``sampled_widen``);
-  ``bert_paper_sampled_full_size``: that at ``data_scale: 1``, without
-  Ok-Topk (its widened floors admit some 10 M entries a rank there);
-* ``flow_ring``, ``ab_ring``: the ring allreduce of 1M float32 (lockstep rounds).
+  ``bert_paper_daint``: the same on the flow-level Piz Daint it ran on.
 
-Two paths per point: ``fast`` is the default configuration (helper
-collectives in bulk where the network allows, ``values`` as the row says);
-``events`` is ``collectives: events`` with full values, the reference. The
-``err`` column is the relative difference of their simulated times (the
-fast one is exact where its ``coll`` is ``bulk`` and ``values`` is not
-``sampled``; sampled values differ in distribution only). ``--path waves``
-runs ``collectives: waves`` (on flow-level networks, adaptive routing
-included, the collectives timed wave after wave: approximate). Each point runs
-in a fresh process that writes the case as a YAML config, loads it with the
-config loader and simulates every point with ``simulate_point``. Peak RSS is
-the process's own (``ru_maxrss``). ``jit s`` is the part of the wall time
-numba spent compiling: 0 once its disk cache holds the point's functions,
-some 10 s on the first run from a fresh clone (then included in the wall
-time, as a user's first run would see it). ``msgs/it`` is the points'
-simulated messages in one timed iteration (``msgs_total``, summed over the
-points; a plan's microbenchmarks and Ok-Topk's pilot not counted). A point is killed at ``--cap`` seconds; a
-larger P is skipped when the last one, scaled by the growth seen so far
-(P^2 before two points exist), would pass the cap, or when its peak RSS
-scaled linearly in P would pass ``--max-rss-gb``. The load average is
-printed with every point: this machine is shared, so figures are under load.
+``--path`` names the evaluation (``fast``, ``exact``, ``events`` or an
+evaluator's name); ``both`` runs ``fast`` and ``events`` side by side, and
+``err`` is the relative difference of their simulated times. The columns
+``evaluator``, ``bound`` and ``values`` are the rows' own. ``est s`` and
+``est MB`` are the budget's estimate before the run (``budget.point_estimate``).
+Each point runs in a fresh process that writes the case as a YAML config,
+loads it with the config loader and simulates every point with
+``simulate_point``. Peak RSS is the process's own (``ru_maxrss``). ``jit s``
+is the part of the wall time numba spent compiling: 0 once its disk cache
+holds the point's functions. ``msgs/it`` is the points' simulated messages
+in one timed iteration (``msgs_total``, summed over the points), ``msgs/s``
+that over the wall time. A point is killed at ``--cap`` seconds; a larger P
+is skipped when the last one, scaled by the growth seen so far (P^2 before
+two points exist), would pass the cap, or when its peak RSS scaled linearly
+in P would pass ``--max-rss-gb``. The load average is printed with every
+point: measure with nothing else running.
 """
 from __future__ import annotations
 
@@ -64,44 +57,34 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 VEC = {"n": 1048576, "density": 0.01, "dtype": "float32", "seed": 0}
 BERT = {"model": "bert_base", "density": 0.01, "seed": 0}
-CASES = {   # (config, the P the issue targets)
-    "ab_oktopk": (dict(network="aries_alphabeta", workload=VEC, algorithms=["oktopk"], values="sampled"), 4096),
-    "ab_topka": (dict(network="aries_alphabeta", workload=VEC, algorithms=["topka"], values="sampled"), 4096),
-    "ab_gaussiank": (dict(network="aries_alphabeta", workload=VEC, algorithms=["gaussiank"], values="sampled"), 4096),
+CASES = {   # (config, the P the issue targets); every key not named is the default (evaluation: fast)
+    "ab_oktopk": (dict(network="aries_alphabeta", workload=VEC, algorithms=["oktopk"]), 4096),
+    "ab_topka": (dict(network="aries_alphabeta", workload=VEC, algorithms=["topka"]), 4096),
+    "ab_gaussiank": (dict(network="aries_alphabeta", workload=VEC, algorithms=["gaussiank"]), 4096),
+    "ab_ring": (dict(network="aries_alphabeta", workload=VEC, algorithms=["ring"]), 4096),
+    "flow_ring": (dict(network="ib_fdr_fattree", workload=VEC, algorithms=["ring"]), 1024),
     "bert_oktopk": (dict(network="piz_daint_aries", compute="p100", algorithms=["oktopk"], data_scale=0.01,
                          workload=BERT), 1024),
-    "bert_oktopk_sampled": (dict(network="piz_daint_aries", compute="p100", algorithms=["oktopk"], data_scale=0.1,
-                                 workload=BERT, values="sampled"), 1024),
-    "bert_oktopk_sampled_small": (dict(network="piz_daint_aries", compute="p100", algorithms=["oktopk"],
-                                       data_scale=0.01, workload=BERT, values="sampled"), 1024),
+    "bert_oktopk_ds0.1": (dict(network="piz_daint_aries", compute="p100", algorithms=["oktopk"], data_scale=0.1,
+                               workload=BERT), 1024),
     "bert_omgs": (dict(network="piz_daint_aries", compute="p100", model="bert_base", schedules=["omgs_sgd"],
                        algorithms=["oktopk"], data_scale=0.01, workload={"seed": 0}), 1024),
     "bert_paper": ("configs/papers/oktopk_bert.yaml", 256),
-    # the same with values: sampled (drift and error feedback over the iterations: sampling.paths); Ok-Topk
-    # with error feedback is refused there (its reused threshold falls under the floor), so six of the seven
-    "bert_paper_sampled": ("configs/papers/oktopk_bert.yaml", 256),
-    "bert_paper_sampled_full_size": ("configs/papers/oktopk_bert.yaml", 256),
-    "flow_ring": (dict(network="ib_fdr_fattree", workload=VEC, algorithms=["ring"]), 4096),
-    "ab_ring": (dict(network="aries_alphabeta", workload=VEC, algorithms=["ring"]), 4096),
+    "bert_paper_daint": ("configs/papers/oktopk_bert.yaml", 256),   # on the flow-level Piz Daint it ran on
 }
 
 
-def config(case: str, P: int, path: str) -> dict:
+def config(case: str, P: int, evaluation: str) -> dict:
     cfg, _ = CASES[case]
     if isinstance(cfg, str):
         cfg = yaml.safe_load((ROOT / cfg).read_text())
-        if case.startswith("bert_paper_sampled"):
-            cfg["values"] = "sampled"
-            if case.endswith("full_size"):   # (Ok-Topk's widened floors: some 10 M entries a rank, 20 GB at P = 256)
-                cfg["data_scale"] = 1.0
-                cfg["algorithms"] = [a for a in cfg["algorithms"] if not (isinstance(a, dict) and a["name"] == "oktopk")]
+        if case == "bert_paper_daint":
+            cfg["network"] = "piz_daint_aries"
     else:
         cfg = dict(name=f"scale_{case}", iterations=1, warmup=0, check=False, **cfg)
     cfg = {**cfg, "P": P}
-    if path == "events":
-        cfg.update(collectives="events", values="full")
-    elif path == "waves":   # flow-level collectives wave after wave (approximate)
-        cfg.update(collectives="waves")
+    if evaluation != "fast":
+        cfg["evaluation"] = evaluation
     return cfg
 
 
@@ -138,19 +121,23 @@ def compile_clock() -> list:
 
 
 def child(case: str, P: int, path: str) -> dict:
-    """Run one point (every point of the case's config) in this process and describe it."""
+    """Run one point (every point of the case's config) in this process and describe it,
+    beside the budget's estimate of its seconds and memory."""
+    from simsparse.experiments.run.budget import point_estimate
     from simsparse.experiments.run.runner import simulate_point
 
     points = points_of(config(case, P, path))
+    est = [point_estimate(p) for p in points]
     jit = compile_clock()
     t0 = time.perf_counter()
     rows = [simulate_point(p).row for p in points]
     wall = time.perf_counter() - t0
-    paths = {r["collectives"] for r in rows}
     return {"wall_s": wall, "jit_s": jit[0], "rss_MB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "time_s": [r["time_s"] for r in rows], "points": len(rows), "msgs": sum(int(r["msgs_total"]) for r in rows),
-            "coll": "bulk~" if "bulk~" in paths else "bulk" if "bulk" in paths else "events",
-            "values": "+".join(sorted({r["values"] for r in rows}))}
+            "evaluator": "/".join(sorted({r["evaluator"] for r in rows})),
+            "bound": max(float(r["error_bound"]) for r in rows),
+            "values": "+".join(sorted({r["values"] for r in rows})),
+            "est_s": sum(e.seconds for e in est), "est_MB": max(e.memory_B for e in est) / 2**20}
 
 
 def run_point(case: str, P: int, path: str, cap: float) -> dict:
@@ -194,7 +181,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--case", nargs="+", default=list(CASES), choices=list(CASES))
     ap.add_argument("--P", type=int, nargs="+", help="the P ladder (default: 64, 256, 1024, 4096 up to the row's target)")
-    ap.add_argument("--path", default="both", choices=["fast", "events", "waves", "both"])
+    ap.add_argument("--path", default="fast", help="the evaluation (fast, exact, events, or an evaluator's name), "
+                                                    "or 'both': fast and events side by side")
     ap.add_argument("--cap", type=float, default=600.0, help="seconds a point may run (default 600)")
     ap.add_argument("--max-rss-gb", type=float, default=round(mem_total_gb() / 2, 1),
                     help="skip a point whose predicted peak RSS passes this (default: half the memory)")
@@ -206,8 +194,9 @@ def main():
     paths = ["fast", "events"] if a.path == "both" else [a.path]
     print(f"bench_scale: {os.cpu_count()} cores, cap {a.cap:.0f} s and {a.max_rss_gb:g} GB per point, "
           f"python {sys.version.split()[0]}, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"{'case':<20} {'P':>5} {'wall s':>8} {'jit s':>6} {'RSS MB':>7} {'coll':>6} {'values':>7} {'sim time s':>12} "
-          f"{'events wall s':>13} {'err':>9} {'msgs/it':>9} {'load':>5}")
+    print(f"{'case':<20} {'P':>5} {'wall s':>8} {'est s':>7} {'jit s':>6} {'RSS MB':>7} {'est MB':>7} "
+          f"{'evaluator':>24} {'bound':>6} {'values':>7} {'sim time s':>12} {'events wall s':>13} {'err':>9} "
+          f"{'msgs/it':>9} {'msgs/s':>9} {'load':>5}")
     summary = []
     for case in a.case:
         ladder = a.P or [p for p in (64, 256, 1024, 4096) if p <= CASES[case][1]]
@@ -233,7 +222,7 @@ def main():
                 rss[path] = (P, r["rss_MB"])
             load = os.getloadavg()[0]
             f, e = got.get("fast"), got.get("events")
-            main_r = next(got[p] for p in ("fast", "waves", "events") if p in got)
+            main_r = got[paths[0]]
             if "error" in main_r:
                 print(f"{case:<20} {P:>5} {main_r['error']}  (load {load:.1f})", flush=True)
                 continue
@@ -241,9 +230,11 @@ def main():
             err = ""
             if f is not None and e is not None and "error" not in e:
                 err = f"{max(abs(x - y) / y for x, y in zip(f['time_s'], e['time_s'])):.2e}"
-            print(f"{case:<20} {P:>5} {main_r['wall_s']:8.2f} {main_r['jit_s']:6.1f} {main_r['rss_MB']:7.0f} {main_r['coll']:>6} "
+            rate = main_r["msgs"] / main_r["wall_s"] if main_r["wall_s"] else 0.0
+            print(f"{case:<20} {P:>5} {main_r['wall_s']:8.2f} {main_r['est_s']:7.3g} {main_r['jit_s']:6.1f} "
+                  f"{main_r['rss_MB']:7.0f} {main_r['est_MB']:7.0f} {main_r['evaluator']:>24} {main_r['bound']:6.3g} "
                   f"{main_r['values']:>7} {max(main_r['time_s']):12.6g} {ev:>13} {err:>9} {main_r['msgs']:>9.3g} "
-                  f"{load:5.1f}", flush=True)
+                  f"{rate:9.3g} {load:5.1f}", flush=True)
         for path in paths:
             k = exponent(seen[path])
             summary.append(f"{case:<20} {path:<6} wall ~ P^{k:.2f} over P = {', '.join(str(p) for p, _ in seen[path])}"

@@ -14,7 +14,22 @@ MAX_YAML_NODES = 100_000
 
 
 class YamlTooLarge(ValueError):
-    """A YAML document whose aliases expand past :data:`MAX_YAML_NODES`."""
+    """A YAML document whose aliases expand past :data:`MAX_YAML_NODES`, or
+    (:class:`SelfAlias`) a value that contains itself."""
+
+
+class SelfAlias(YamlTooLarge):
+    """An alias inside the value of its own anchor (``a: &r [*r]``)."""
+
+    def __init__(self, anchor: str, mark, start):
+        self.anchor, self.mark, self.start = anchor, mark, start
+        super().__init__(f"the anchor &{anchor} refers to itself: the alias *{anchor} at {_at(mark)} is inside the "
+                         f"value &{anchor} names (from {_at(start)}), which would contain itself without end; "
+                         f"allowed: an alias to an anchor whose value ends before the alias")
+
+
+def _at(mark) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
 
 
 def atomic_write(path: Path, write) -> None:
@@ -42,11 +57,20 @@ def _umask() -> int:
 
 class _CappedLoader(yaml.SafeLoader):
     """A SafeLoader that counts the nodes it builds, an alias's target once
-    per use, and stops past :data:`MAX_YAML_NODES`."""
+    per use, and stops past :data:`MAX_YAML_NODES`; and refuses a value that
+    contains itself (an alias to a list or mapping still being composed, its
+    end not yet read) before anything walks the cycle."""
 
     def __init__(self, stream):
         super().__init__(stream)
         self._sizes: dict[int, int] = {}
+
+    def compose_node(self, parent, index):
+        alias = self.peek_event() if self.check_event(yaml.AliasEvent) else None
+        node = super().compose_node(parent, index)
+        if alias is not None and isinstance(node, yaml.CollectionNode) and node.end_mark is None:
+            raise SelfAlias(alias.anchor, alias.start_mark, node.start_mark)
+        return node
 
     def compose_document(self):
         node = super().compose_document()

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from .base import Algorithm, SparseParams, allgather_messages, host_indices, register, topk_choice
+from .base import Algorithm, Sampling, SparseParams, allgather_messages, host_indices, register, topk_choice
 from .collectives import Allgather
 
 
@@ -32,9 +32,7 @@ class TopkAParams(SparseParams):
 class TopkA(Algorithm):
     __doc__ = __doc__
     Params = TopkAParams
-    sampled_result = "dense"
-    sampled_top_k = True
-    sampled = True
+    sampling = Sampling(top_k=True, result="dense")
 
     @classmethod
     def messages(cls, P, n, k, params) -> float:

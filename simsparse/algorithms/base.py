@@ -74,6 +74,43 @@ class Setup:
         return max(1, min(self.n, int(round(self.density * self.n))))
 
 
+@dataclass(frozen=True)
+class Sampling:
+    """What an algorithm needs of a sampled gradient (``values: sampled``,
+    :mod:`simsparse.sampling`), which carries only the entries above a floor
+    near its top k: the algorithm reads only its input's largest entries (a
+    top-k, thresholds near the k-th magnitude), its moments, and values at a
+    few indices."""
+
+    #: the gradient carries about ``margin x k`` entries: every threshold the
+    #: algorithm applies must stay above its floor (else a clear error)
+    margin: float = 4.0
+    #: reads its input only through an exact top-k (TopkA, gTopk, SparCML, CLT-k)
+    top_k: bool = False
+    #: what a rank's result holds, for the memory budget: ``k`` entries, the
+    #: ``union`` of every rank's selection (up to P k), a ``dense`` sum of n
+    #: elements that every rank computes from the same gathered blocks (one
+    #: per point) besides that union, or a ``dense_per_rank`` sum
+    result: str = "k"
+
+    def margin_for(self, k: float) -> float:
+        """The margin a rank's sampled gradient is drawn with when it selects
+        about k entries: ``margin``, or less where the algorithm's thresholds
+        stay within a few sqrt(k) of k. An exact top-k needs only its k-th
+        magnitude above the floor: the count above it is binomial with mean
+        margin x k, so eight standard deviations past k suffice."""
+        if self.top_k:
+            return min(self.margin, 1.0 + 8.0 / math.sqrt(max(k, 1.0)))
+        return self.margin
+
+    def floors_learnt(self, params: BaseModel) -> bool:
+        """Whether, under error feedback, its selections are expected to reach
+        below floors set for k (thresholds carried from one iteration to the
+        next): the simulator then learns the floors from a pilot at a few
+        ranks first (:mod:`simsparse.experiments.run.simulate`)."""
+        return False
+
+
 class Algorithm:
     """Base class. Subclasses set ``Params`` (a pydantic model, extra keys
     forbidden) and implement ``run`` and ``reference``."""
@@ -91,41 +128,9 @@ class Algorithm:
     #: the receivers apply) per round; the simulator may then evaluate it in
     #: bulk (:mod:`simsparse.backends.fast.rounds`)
     rounds: ClassVar = None
-    #: works on a sampled gradient (``values: sampled``, :mod:`simsparse.sampling`):
-    #: it reads only its input's largest entries (a top-k, thresholds near the
-    #: k-th magnitude) and its moments, and values at a few indices
-    sampled: ClassVar[bool] = False
-    #: a sampled gradient carries about ``sampled_margin x k`` entries: every threshold
-    #: the algorithm applies must stay above its floor (else a clear error)
-    sampled_margin: ClassVar[float] = 4.0
-
-    #: reads its input only through an exact top-k (TopkA, gTopk, SparCML, CLT-k)
-    sampled_top_k: ClassVar[bool] = False
-
-    @classmethod
-    def sampled_margin_for(cls, k: float) -> float:
-        """The margin a rank's sampled gradient is drawn with when it selects
-        about k entries: ``sampled_margin``, or less where the algorithm's
-        thresholds stay within a few sqrt(k) of k. An exact top-k needs only
-        its k-th magnitude above the floor: the count above it is binomial
-        with mean margin x k, so eight standard deviations past k suffice."""
-        if cls.sampled_top_k:
-            return min(cls.sampled_margin, 1.0 + 8.0 / math.sqrt(max(k, 1.0)))
-        return cls.sampled_margin
-
-    @classmethod
-    def sampled_floors_learnt(cls, params: BaseModel) -> bool:
-        """Whether, on sampled gradients under error feedback, its selections
-        are expected to reach below floors set for k (thresholds carried from
-        one iteration to the next): the simulator then learns the floors from
-        a pilot at a few ranks first (:mod:`simsparse.experiments.run.simulate`)."""
-        return False
-
-    #: what a rank's result holds on a sampled gradient, for the memory budget:
-    #: ``k`` entries, the ``union`` of every rank's selection (up to P k), a
-    #: ``dense`` sum of n elements that every rank computes from the same
-    #: gathered blocks (one per point) besides that union, or a ``dense_per_rank`` sum
-    sampled_result: ClassVar[str] = "k"
+    #: how it runs on a sampled gradient (``values: sampled``); None: it reads
+    #: every value of its input, which a sampled gradient does not carry
+    sampling: ClassVar[Sampling | None] = None
 
     def __init__(self, setup: Setup, params: BaseModel | None = None):
         self.setup = setup

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops import COO, Dense
-from .base import (Algorithm, SparseParams, agreed_state, auto_allreduce_messages, bcast_messages, host_indices,
+from .base import (Algorithm, Sampling, SparseParams, agreed_state, auto_allreduce_messages, bcast_messages, host_indices,
                    register, topk_choice)
 from .collectives import Bcast
 from .dense import allreduce
@@ -45,8 +45,7 @@ from .dense import allreduce
 class CLTk(Algorithm):
     __doc__ = __doc__
     Params = SparseParams
-    sampled_top_k = True
-    sampled = True   # the non-leaders' values at the leader's indices: drawn below the floor
+    sampling = Sampling(top_k=True)   # the non-leaders' values at the leader's indices: drawn below the floor
 
     @classmethod
     def messages(cls, P, n, k, params) -> float:

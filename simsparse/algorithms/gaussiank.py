@@ -43,7 +43,7 @@ from pydantic import Field
 
 from ..compression.gaussian import gaussian_threshold
 from ..ops import Scalars
-from .base import Algorithm, SparseParams, allgather_messages, register
+from .base import Algorithm, Sampling, SparseParams, allgather_messages, register
 from .collectives import Allgather
 
 
@@ -60,8 +60,7 @@ class GaussiankParams(SparseParams):
 class Gaussiank(Algorithm):
     __doc__ = __doc__
     Params = GaussiankParams
-    sampled_result = "dense"
-    sampled = True   # its moments are the distribution's
+    sampling = Sampling(result="dense")   # its moments are the distribution's
 
     @classmethod
     def messages(cls, P, n, k, params) -> float:

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Algorithm, SparseParams, bcast_messages, host_indices, register, pof2_floor, topk_choice
+from .base import Algorithm, Sampling, SparseParams, bcast_messages, host_indices, register, pof2_floor, topk_choice
 from .collectives import Bcast, Fold, recv, send
 
 
@@ -49,8 +49,7 @@ from .collectives import Bcast, Fold, recv, send
 class GTopk(Algorithm):
     __doc__ = __doc__
     Params = SparseParams
-    sampled_top_k = True
-    sampled = True
+    sampling = Sampling(top_k=True)
 
     @classmethod
     def messages(cls, P, n, k, params) -> float:

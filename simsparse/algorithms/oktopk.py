@@ -72,7 +72,7 @@ from pydantic import Field
 from ..compute.kernels import Work, _isz, kernel
 from ..compute.sparse_kernels import kth_abs
 from ..ops import COO, Scalars
-from .base import Algorithm, SparseParams, alltoall_messages, rd_messages, register
+from .base import Algorithm, Sampling, SparseParams, alltoall_messages, rd_messages, register
 from .collectives import Allgather, AllreduceHost, Alltoall, Reduce, count_blocks
 from .dense import _bounds
 from .oktopk_select import MAGNITUDE_BITS, ThresholdTuning, as_dtype, radix_select, rescale
@@ -160,19 +160,12 @@ def _scatter_add_region_torch(buf, parts, offset):
     return buf
 
 
-@register("oktopk")
-class OkTopk(Algorithm):
-    __doc__ = __doc__
-    Params = OkTopkParams
-    sampled_result = "dense"
-    sampled = True
-    #: its thresholds select about k: a reused one is raised while it selects more than
-    #: local_raise_above (4/3) k and adapts to select 2/3 k to 5/4 k (:mod:`.oktopk_select`);
-    #: the most it draws (small k: :meth:`sampled_margin_for`)
-    sampled_margin = 2.0
+class OkTopkSampling(Sampling):
+    """Ok-Topk's thresholds select about k: a reused one is raised while it
+    selects more than local_raise_above (4/3) k and adapts to select 2/3 k to
+    5/4 k (:mod:`.oktopk_select`); ``margin`` is the most it draws (small k)."""
 
-    @classmethod
-    def sampled_margin_for(cls, k: float) -> float:
+    def margin_for(self, k: float) -> float:
         """A reused local threshold is raised while it selects more than
         ``local_raise_above`` (4/3) k; on a new gradient its count moves by
         about sqrt(k) (a binomial count), and so does the floor's. The floor
@@ -180,14 +173,20 @@ class OkTopk(Algorithm):
         BERT's k = 133 k (data_scale 0.1), 1.41 k at 10 k, 1.51 k at 2,000, 2 k
         up to k = 144 (at BERT's k, 2 k had been 23 standard deviations more
         than 4/3 k needs, and drawing was half of a run)."""
-        return min(cls.sampled_margin, 4 / 3 + 8 / math.sqrt(max(k, 1.0)))
+        return min(self.margin, 4 / 3 + 8 / math.sqrt(max(k, 1.0)))
 
-    @classmethod
-    def sampled_floors_learnt(cls, params) -> bool:
+    def floors_learnt(self, params) -> bool:
         """Under error feedback the residual widens the accumulated vector
         from one iteration to the next, so a reused threshold selects several
         times k (3.5 k in the paper's BERT config): under a floor set for k."""
         return params.error_feedback and params.threshold_reuse
+
+
+@register("oktopk")
+class OkTopk(Algorithm):
+    __doc__ = __doc__
+    Params = OkTopkParams
+    sampling = OkTopkSampling(margin=2.0, result="dense")
 
     def __init__(self, setup, params=None):
         super().__init__(setup, params)

@@ -27,7 +27,7 @@ from pydantic import Field
 from ..compression.qsgd import levels
 from ..compression.rng import seed_of
 from ..ops import Dense, Scalars
-from .base import (Algorithm, SparseParams, allgather_messages, alltoall_messages, fold_messages, host_indices,
+from .base import (Algorithm, Sampling, SparseParams, allgather_messages, alltoall_messages, fold_messages, host_indices,
                    pof2_floor, rd_messages, register, topk_choice)
 from .collectives import Allgather, Alltoall, Fold, Reduce, Sendrecv, count_blocks, received, recursive_doubling
 from .streams import DenseRange, stream_result
@@ -74,9 +74,7 @@ def sum_of_local_topk(inputs, setup, states=None) -> np.ndarray:
 class _LocalTopkSum(Algorithm):
     """Common part: local top-k selection and the lossless reference."""
 
-    sampled_top_k = True
-    sampled = True
-    sampled_result = "union"
+    sampling = Sampling(top_k=True, result="union")
 
     def select(self, ctx, x):
         with ctx.phase("select"):
@@ -291,7 +289,7 @@ class DSARSplitAllgather(_LocalTopkSum):
     """
 
     Params = DSARSplitAllgatherParams
-    sampled_result = "dense_per_rank"
+    sampling = Sampling(top_k=True, result="dense_per_rank")
 
     @classmethod
     def messages(cls, P, n, k, params) -> float:
@@ -369,7 +367,7 @@ class TopkDSA(_LocalTopkSum):
     """
 
     Params = TopkDSAParams
-    sampled_result = "dense"
+    sampling = Sampling(top_k=True, result="dense")
 
     @classmethod
     def messages(cls, P, n, k, params) -> float:

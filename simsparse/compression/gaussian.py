@@ -27,11 +27,14 @@ from ..compute.sampled import Sampled
 def mean_std(x):
     """(mean, unbiased standard deviation) of a dense vector, as Python floats
     (of a sampled one: its distribution's)."""
-    if type(x) is Sampled:
-        return x.moments
     if len(x) < 2:
         return (float(x[0]) if len(x) else 0.0), 0.0
     return float(np.mean(x, dtype=np.float64)), float(np.std(x, dtype=np.float64, ddof=1))
+
+
+@mean_std.on(Sampled)
+def _mean_std_sampled(x):
+    return x.moments
 
 
 @mean_std.torch

@@ -15,6 +15,7 @@ Other modules register more kernels with the same :func:`kernel` decorator.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -23,7 +24,6 @@ import numpy as np
 
 from ..ops import COO
 from ..registry import Registry, instance_of
-from .sampled import Sampled, SampledPart
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class Work:
 
 
 class Kernel:
-    __slots__ = ("name", "numpy", "torch_fn", "work", "memo")
+    __slots__ = ("name", "numpy", "torch_fn", "work", "memo", "by_type")
 
     def __init__(self, name: str, numpy_fn: Callable, work: Callable, memo: bool = False):
         self.name = name
@@ -59,11 +59,49 @@ class Kernel:
         #: a pure function of its inputs whose result the simulator may share
         #: between ranks that call it on the very same (read-only) arrays
         self.memo = memo
+        #: numpy implementations for vectors of other types (:meth:`on`), by type
+        self.by_type: dict[type, Callable] = {}
 
     def torch(self, fn: Callable) -> Callable:
         """Decorator: register the torch implementation."""
         self.torch_fn = fn
         return fn
+
+    def on(self, *types: type) -> Callable[[Callable], Callable]:
+        """Decorator: register the numpy implementation for vectors of
+        ``types`` (a sampled gradient: :mod:`.sampled`), called with the
+        kernel's own arguments. ``numpy`` then dispatches on the type of its
+        first positional argument (of a list's first element: ``concat``),
+        else of its second (the other operand of ``add``); a kernel without
+        any stays its plain function, at no cost per call."""
+
+        def deco(fn: Callable) -> Callable:
+            if not self.by_type:
+                self.numpy = _dispatching(self.numpy, self.by_type)
+            self.by_type.update(dict.fromkeys(types, fn))
+            return fn
+
+        return deco
+
+
+def _dispatching(plain: Callable, by_type: dict) -> Callable:
+    """``plain``, or what ``by_type`` holds for the type of the first
+    positional argument (a list's: its first element's), else of the second."""
+    get = by_type.get
+
+    @functools.wraps(plain)   # (its signature: the memo binds arguments by it)
+    def numpy(*args, **kwargs):
+        if args:
+            first = args[0]
+            t = type(first)
+            fn = get(type(first[0]) if (t is list or t is tuple) and first else t)
+            if fn is None and len(args) > 1:
+                fn = get(type(args[1]))
+            if fn is not None:
+                return fn(*args, **kwargs)
+        return plain(*args, **kwargs)
+
+    return numpy
 
 
 #: the kernels by name: the package's, a dotted path, or entry points of group ``simsparse.kernels``
@@ -139,8 +177,6 @@ def add(a, b, inplace: bool = False):
     first touch costs more than the add on this host)."""
     if _any_phantom(a, b):
         return phantom(len(a), a.dtype)
-    if type(a) is Sampled or type(b) is Sampled:   # a sampled gradient and its residual (error feedback)
-        return a.plus(b) if getattr(a, "accumulates", False) else b.plus(a)
     if inplace and isinstance(a, np.ndarray) and a.flags.writeable and a.dtype == np.result_type(a, b):
         a += b
         return a
@@ -175,8 +211,6 @@ def concat(parts):
     without a second copy of every rank's bucket."""
     if _any_phantom(*parts):
         return phantom(sum(len(p) for p in parts), parts[0].dtype)
-    if parts and type(parts[0]) is SampledPart:   # a bucket of a sampled gradient: drawn as one vector
-        return parts[0].owner.join(parts)
     view = _adjacent(parts)
     return np.concatenate(parts) if view is None else view
 
@@ -239,8 +273,6 @@ def _topk_work(out, x, k):
 def topk(x, k):
     """Exact top-k by magnitude: COO of the k entries of largest |x|, indices
     ascending. (Ties are broken arbitrarily, as torch.topk does.)"""
-    if type(x) is Sampled:
-        return x.topk(k)
     n = len(x)
     k = min(int(k), n)
     if k == n:

@@ -14,7 +14,8 @@ threshold is at or above the floor; below it, a clear error), the mean and
 standard deviation (the distribution's, analytically), values at given
 indices (the carried ones, and for the others a draw from the distribution
 below the floor, the same for the same index), and zeroing entries.
-Kernels are charged for n elements, as for the full vector.
+Kernels are charged for n elements, as for the full vector; their
+implementations for sampled vectors are registered here (``Kernel.on``).
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import numpy as np
 
 from ..jit import njit
 from ..ops import COO
+from .kernels import add, concat, topk
+from .sparse_kernels import _LOCATE, count_above, count_at_least, gather_at, threshold_select, zero_at
 
 
 class BelowFloor(ValueError):
@@ -190,42 +193,6 @@ def sum_of_squares(v: np.ndarray) -> float:
     return float(np.square(v).sum())
 
 
-def count_at_least(x, thr) -> int:
-    """How many |x| >= thr, compared in the type numpy compares them in (a
-    Python float: x's dtype); one compiled pass without the |x| and mask
-    temporaries where x is a long float vector."""
-    if _COUNT is not None and type(x) is np.ndarray and x.ndim == 1 and x.dtype.kind == "f" and len(x) >= 4096:
-        return int(_COUNT(x, np.result_type(x, thr).type(thr)))
-    return int(np.count_nonzero(np.abs(x) >= thr))
-
-
-def _count_at_least(x, t):
-    """How many |x[i]| >= t."""
-    c = 0
-    for i in range(x.shape[0]):
-        if abs(x[i]) >= t:
-            c += 1
-    return c
-
-
-_COUNT = njit(_count_at_least)
-
-
-def _locate(a, q, pos, found):
-    """For ascending ``q`` in ascending ``a``: ``np.searchsorted(a, q)`` into
-    ``pos`` and whether ``a`` holds each into ``found``, in one merge pass."""
-    j, n = 0, a.shape[0]
-    for i in range(q.shape[0]):
-        x = q[i]
-        while j < n and a[j] < x:
-            j += 1
-        pos[i] = j
-        found[i] = j < n and a[j] == x
-
-
-_LOCATE = njit(_locate)
-
-
 def _drop(a, v, q, out_a, out_v):
     """The entries of ascending ``a`` (values ``v``) that ascending ``q``
     does not hold, in order, into ``out_a`` and ``out_v``; returns how many."""
@@ -259,3 +226,42 @@ class SampledPart:
 
     def __len__(self) -> int:
         return self.end - self.start
+
+
+# -- the kernels on sampled vectors ------------------------------------------------
+
+@add.on(Sampled)
+def _add_sampled(a, b, inplace: bool = False):
+    """A sampled gradient and its residual (error feedback): added to the one that accumulates."""
+    return a.plus(b) if getattr(a, "accumulates", False) else b.plus(a)
+
+
+@concat.on(SampledPart)
+def _concat_sampled(parts):
+    """A bucket of a sampled gradient's tensors: drawn as one vector."""
+    return parts[0].owner.join(parts)
+
+
+@topk.on(Sampled)
+def _topk_sampled(x, k):
+    return x.topk(k)
+
+
+@count_above.on(Sampled)
+def _count_above_sampled(x, thr):
+    return x.count_above(thr)
+
+
+@threshold_select.on(Sampled)
+def _threshold_select_sampled(x, thr):
+    return x.threshold_select(thr)
+
+
+@gather_at.on(Sampled)
+def _gather_at_sampled(x, idx):
+    return x.gather_at(idx)
+
+
+@zero_at.on(Sampled)
+def _zero_at_sampled(x, idx, inplace: bool = False):
+    return x.zero_at(idx)

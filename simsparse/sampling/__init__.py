@@ -49,7 +49,7 @@ def sampled_problem(point) -> str | None:
     cls = point.algorithm_cls
     if cls.value_free:
         return None
-    if not cls.sampled:
+    if cls.sampling is None:
         return (f"{point.algorithm} reads every value of its input (not only the largest ones), which a sampled "
                 f"gradient does not carry; use evaluation: exact (full values)")
     workload = point.workload_obj()

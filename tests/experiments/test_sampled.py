@@ -156,7 +156,7 @@ def test_the_compiled_normal_quantile_is_scipys(monkeypatch):
 def test_each_algorithm_draws_its_own_margin(monkeypatch, algorithm, margin):
     """Ok-Topk's thresholds stay near its k-th magnitude: it draws 4/3 k
     entries per rank plus eight standard deviations (at most 2 k); an exact
-    top-k (TopkA) k plus eight; the others 4 k (``Algorithm.sampled_margin_for``)."""
+    top-k (TopkA) k plus eight; the others 4 k (``Sampling.margin_for``)."""
     import simsparse.experiments.run.simulate as simulate
 
     drawn, real = [], simulate.sampled_gradient
@@ -243,9 +243,9 @@ def test_ok_topk_draws_less_at_large_k_and_its_reused_thresholds_stay_above_the_
     ones, never reach below the floor (which would be a clear error)."""
     from simsparse.algorithms import ALGORITHMS
 
-    cls = ALGORITHMS["oktopk"]
-    assert cls.sampled_margin_for(80) == 2.0 and cls.sampled_margin_for(144) == 2.0
-    assert cls.sampled_margin_for(10_000) == pytest.approx(4 / 3 + 0.08)
+    sampling = ALGORITHMS["oktopk"].sampling
+    assert sampling.margin_for(80) == 2.0 and sampling.margin_for(144) == 2.0
+    assert sampling.margin_for(10_000) == pytest.approx(4 / 3 + 0.08)
     p = make_point("oktopk", 4, n=10**6, density=0.01, seed=3, iterations=10, warmup=0,
                    params={"tau": 5, "tau_prime": 5})
     row = simulate_point(dataclasses.replace(p, evaluation="sampled")).row

@@ -8,7 +8,7 @@ import yaml
 from pydantic import ValidationError
 
 from ...compute.devices import DEVICES, DeviceProfile, ProfileError, builtin_profiles, load_profile
-from ...files import YamlTooLarge, _CappedLoader
+from ...files import SelfAlias, YamlTooLarge, yaml_load
 from ...network.presets import NETWORKS
 from ...network.spec import NETWORK_SPECS
 from ...registry import UnknownName, is_dotted
@@ -162,15 +162,9 @@ def read_yaml(path: Path, what: str):
         text = data.decode("utf-8")
         if _flow_depth(text) > MAX_DEPTH:  # the parser takes seconds per thousand levels before it gives up
             raise RecursionError
-        loader = _Loader(text)
-        try:
-            return loader.get_single_data()
-        finally:
-            loader.dispose()
+        return yaml_load(text)
     except SelfAlias as e:
-        raise ConfigError(f"{path}: the anchor &{e.anchor} refers to itself: the alias *{e.anchor} at {_at(e.mark)} "
-                          f"is inside the value &{e.anchor} names (from {_at(e.start)}), which would contain itself "
-                          f"without end; allowed: an alias to an anchor whose value ends before the alias.") from None
+        raise ConfigError(f"{path}: {e}.") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML{yaml_where(e, path)}.") from None
     except RecursionError:
@@ -179,31 +173,6 @@ def read_yaml(path: Path, what: str):
         raise ConfigError(f"{path}: {e}; allowed: a hand-written YAML {what}.") from None
     except (OSError, UnicodeDecodeError, ValueError) as e:  # ValueError: e.g. an integer of 5000 digits
         raise ConfigError(f"{path}: cannot read {what} file: {limits.show(str(e), 200)}.") from None
-
-
-class SelfAlias(Exception):
-    """An alias inside the value of its own anchor (``a: &r [*r]``)."""
-
-    def __init__(self, anchor: str, mark, start):
-        super().__init__(anchor)
-        self.anchor, self.mark, self.start = anchor, mark, start
-
-
-class _Loader(_CappedLoader):
-    """The capped loader (alias expansion) that also refuses a value that
-    contains itself: an alias to a list or mapping still being composed (its
-    end not yet read), before anything walks the cycle."""
-
-    def compose_node(self, parent, index):
-        alias = self.peek_event() if self.check_event(yaml.AliasEvent) else None
-        node = super().compose_node(parent, index)
-        if alias is not None and isinstance(node, yaml.CollectionNode) and node.end_mark is None:
-            raise SelfAlias(alias.anchor, alias.start_mark, node.start_mark)
-        return node
-
-
-def _at(mark) -> str:
-    return f"line {mark.line + 1}, column {mark.column + 1}"
 
 
 def _flow_depth(text: str) -> int:

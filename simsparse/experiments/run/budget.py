@@ -23,8 +23,8 @@ project's simulator:
   checked on); plus the workload's cache of generated gradients (at most
   1 GiB) and, when ``drift`` < 1, its AR(1) noise states (1 GiB, or every
   rank's up to 4 GiB: ``Workload.hold_states``); nothing per element
-  when only sizes travel; with ``values: sampled`` ``w + 4`` bytes for each
-  of a rank's about ``sampled_margin`` x k sampled entries (value and index;
+  when only sizes travel; with sampled values ``w + 4`` bytes for each
+  of a rank's about ``sampling.margin`` x k sampled entries (value and index;
   4 k unless the algorithm says; T times that where the draws span T
   iterations, :mod:`simsparse.sampling.paths`, with their values at the
   T - 1 other iterations where those take at most 2 GiB: they are kept
@@ -214,7 +214,7 @@ def values_seconds(point: Point, r) -> float:
         return full_values_s(point)
     if r.values == "sampled":
         k = max(1.0, point.workload["density"] * point.workload["n"] * point.data_scale)
-        margin = point.algorithm_cls.sampled_margin_for(k)
+        margin = point.algorithm_cls.sampling.margin_for(k)
         return point.P * k * margin * r.iterations * SAMPLED_VALUE_S * (1 + (r.law.T if r.law else 0))
     return 0.0 if VALUE_S else 0.0
 
@@ -246,7 +246,7 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
         k = max(1.0, point.workload["density"] * n)
         law = point_law(point)
         T = 1 if law is None else law.T
-        drawn = point.algorithm_cls.sampled_margin_for(k) * T
+        drawn = point.algorithm_cls.sampling.margin_for(k) * T
         kept = kept_paths_B(point)
         carried = point.P * k * (drawn * (w + 4) + 12 * (w + 4)) + kept * (kept <= KEEP_PATHS_MAX_B) \
             + sampled_results_B(point, n, k, w) + (SHARED_PATHS_MAX_B if law is not None else 0.0)
@@ -279,17 +279,17 @@ def kept_paths_B(point: Point) -> float:
     if law is None:
         return 0.0
     k = max(1.0, point.workload["density"] * point.workload["n"] * point.data_scale)
-    return point.P * k * point.algorithm_cls.sampled_margin_for(k) * law.T * (law.T - 1) * _itemsize(point)
+    return point.P * k * point.algorithm_cls.sampling.margin_for(k) * law.T * (law.T - 1) * _itemsize(point)
 
 
 def sampled_results_B(point: Point, n: float, k: float, w: int) -> float:
     """What the results of a sampled point hold beyond the ranks' entries, by
-    the algorithm's ``sampled_result``: a union of the P selections (and the
+    the algorithm's ``sampling.result``: a union of the P selections (and the
     blocks it is built from), a dense sum of n elements, or one per rank.
     Measured at n = 4M..16M, P = 4..32: within these."""
     P = point.P
     union = P * min(n, P * k) * (w + 4) * 2
-    kind = point.algorithm_cls.sampled_result
+    kind = point.algorithm_cls.sampling.result
     return {"k": 0.0, "union": union, "dense": 1.25 * n * w + union, "dense_per_rank": 1.5 * P * n * w}[kind]
 
 
@@ -363,10 +363,21 @@ def check(points: list[Point], budget: Budget, backend: str = "sim", trace: bool
                         f"and one of each kind of its periodic work they miss){hint}")
     if est.memory_B > budget.max_memory_B:
         p = est.most_memory
+        lighter = ""
+        if backend == "sim" and p.evaluation != "fast":
+            from dataclasses import replace
+
+            fast_B = memory_B(replace(p, evaluation="fast"), backend, trace)
+            if fast_B <= budget.max_memory_B:
+                lighter = f"; with 'evaluation: fast' it would need about {fast_B / 1e9:.3g} GB (sampled values)"
         scale = f" x data_scale {p.data_scale:g}" if backend == "sim" and p.data_scale < 1 else ""
         problems.append(f"the largest point needs about {est.memory_B / 1e9:.3g} GB of memory, over the limit of "
                         f"{budget.max_memory_B / 1e9:.3g} GB; driven by 'workload.n' = {p.workload['n']:,}{scale} "
-                        f"times 'P' = {p.P} ranks" + ("; 'data_scale' below 1 shrinks it" if backend == "sim" else ""))
+                        f"times 'P' = {p.P} ranks" + (("; a smaller 'data_scale' shrinks it" if p.data_scale < 1
+                                                       else "; 'data_scale' below 1 shrinks it") if backend == "sim" else "")
+                        + (" (the limit is this process's address-space limit, ulimit -v, less what the "
+                           "interpreter maps)" if address_space_limit() is not None
+                           and budget.max_memory_B == memory_limit_B() < 0.8 * physical_memory() else "") + lighter)
     if problems:
         raise BudgetError(f"{where}: " + "; ".join(problems) + ". Lower the key named, or pass --force to run anyway")
     return est

@@ -12,7 +12,9 @@ from ..config.schema import Experiment
 from ..results.format import fmt_duration
 from ..results.paths import results_dir
 from ..results.store import ResultsStore
+from ...backends.evaluators import EvaluationError
 from . import budget
+from .resolve import resolve
 from .session import Session
 
 
@@ -59,6 +61,13 @@ def execute(exp: Experiment, backend: str = "sim", out: str | None = None, *, fr
 
     limits = budget.Budget.from_env()
     checked = force or not out_dir.exists()
+    if backend == "sim":   # every point's evaluation resolves (a forced evaluator that cannot time one, said here)
+        for p in points:
+            try:
+                resolve(p, budget.network_of(p), trace)
+            except EvaluationError as e:
+                raise ConfigError(f"{exp.path}: {e}. Allowed: fast (the default), exact, events, sampled, or an "
+                                  f"evaluator the point's network and device allow (simsparse run --explain)") from None
     if not force and not out_dir.exists():   # every point is pending: a refused config leaves no folder behind
         budget.check(points, limits, backend, trace, where=exp.path)
     with Session(exp, out_dir, ident, points, fresh=fresh, trace=trace, command=command, log=log) as s:

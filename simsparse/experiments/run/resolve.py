@@ -104,6 +104,6 @@ def explain(point: Point, trace: bool = False) -> list[str]:
     why = {"sizes": "the algorithm's times and bytes follow from sizes alone",
            "full": "every value (checked against the numpy reference where the config asks)",
            "sampled": "the entries above a floor near the top k, exact in distribution"}[r.values]
-    if r.values == "full" and point.evaluation == "fast" and point.algorithm_cls.sampled:
+    if r.values == "full" and point.evaluation == "fast" and point.algorithm_cls.sampling is not None:
         why += f"; sampled where they would take over {FULL_VALUES_S:g} s to draw (these: {full_values_s(point):.2g} s)"
     return [f"values: {r.values} ({why})", *ev.explain(r.plan)]

@@ -124,10 +124,10 @@ class SimBackend:
                 self.rounds = None   # a message would wait: the same happens every iteration
         elif self.values == "sampled" and self.model is not None:   # each bucket drawn when the schedule packs it
             cls, buckets = self.point.algorithm_cls, next(iter(jobs.values())).sched.buckets
-            grads = [SampledModel(self.workload, r, it, buckets, cls.sampled_margin_for, self.law, self.widen, self.kept)
+            grads = [SampledModel(self.workload, r, it, buckets, cls.sampling.margin_for, self.law, self.widen, self.kept)
                      for r in self.local_ranks]
         elif self.values == "sampled":
-            margin = self.point.algorithm_cls.sampled_margin_for(self.workload.k)
+            margin = self.point.algorithm_cls.sampling.margin_for(self.workload.k)
             draw = [_drawn(jobs[r], self.workload, r, it, margin, self.law, self.widen, self.kept)
                     for r in self.local_ranks]
             return self._timed(self._sampled(it, lambda: self.sim.run(draw)), events)
@@ -159,7 +159,7 @@ def _drawn(job, workload, rank: int, it: int, margin: float, law, widen, kept):
 
 
 #: a sampled point of more ranks whose algorithm carries thresholds between iterations under error
-#: feedback (``Algorithm.sampled_floors_learnt``) first runs at this many, to learn its floors
+#: feedback (``Algorithm.sampling.floors_learnt``) first runs at this many, to learn its floors
 PILOT_P = 4
 
 
@@ -230,7 +230,7 @@ def _pilot(resolved: Resolved) -> tuple | None:
     pilot learnt)."""
     point = resolved.point
     if resolved.values != "sampled" or point.P <= PILOT_P or resolved.law is None \
-            or not point.algorithm_cls.sampled_floors_learnt(point.params_model()):
+            or not point.algorithm_cls.sampling.floors_learnt(point.params_model()):
         return None
     pilot = replace(point, P=PILOT_P, evaluation="sampled")
     key = json.dumps(pilot.to_dict(), sort_keys=True, default=str)   # (every field: the same pilot, the same floors)
