@@ -6,22 +6,26 @@ entries it could select, exactly in distribution, at O(k) instead of O(n).
   back (each coordinate's path);
 * :class:`SampledModel`: a training iteration's buckets, each a vector of
   its own;
-* :func:`sampled_problem`: why a point cannot be sampled.
+* :func:`sampled_problem`: why a point cannot be sampled;
+* :func:`within_floors`: a run again with a floor widened while a selection
+  reaches below one, and :func:`learnt_floors`, the floors a pilot learnt.
 """
 from __future__ import annotations
 
+import gc
 import math
 
 import numpy as np
 
-from ..compute.sampled import Sampled, SampledPart
+from ..compute.sampled import BelowFloor, Sampled, SampledPart
 from ..period import iterations_run
 from .draws import salt_of, selected
 from .gradient import sampled_gradient as _one_iteration
 from .law import PathLaw, path_law, path_problem
 from .paths import path_gradient
 
-__all__ = ["SAMPLED_ATTEMPTS", "SampledModel", "point_law", "sampled_gradient", "sampled_problem", "widened"]
+__all__ = ["SAMPLED_ATTEMPTS", "SampledModel", "learnt_floors", "point_law", "sampled_gradient", "sampled_problem",
+           "widened", "within_floors"]
 
 
 def sampled_gradient(workload, rank: int, iteration: int, margin: float = 4.0,
@@ -134,3 +138,34 @@ def widened(widen: tuple | None, err, T: int) -> tuple:
         need = err.needed + 8.0 * math.sqrt(err.needed) + 10.0
         w[t] *= max(1.25, need / err.have)
     return tuple(w[:t + 1] + [max(x, w[t]) for x in w[t + 1:]])
+
+
+def within_floors(run, widen: tuple | None, T: int):
+    """``run(widen)``, again with the floor of the iteration a selection
+    reached below widened (:func:`widened`; ``T``: the iterations a run
+    draws), at most :data:`SAMPLED_ATTEMPTS` times: (its value, the factors
+    it ran with). The floors only decide which entries are drawn: any floor
+    the selections stay above gives the same distribution."""
+    for _ in range(SAMPLED_ATTEMPTS - 1):
+        try:
+            return run(widen), widen
+        except BelowFloor as err:
+            if err.iteration is None:
+                raise
+            widen = widened(widen, err, T)
+            gc.collect()   # (the failed run's gradients and states before the next draws them)
+    return run(widen), widen
+
+
+#: the floors the pilots of this process learnt, by their point: a P sweep runs one pilot
+_PILOTS: dict = {}
+
+
+def learnt_floors(key: str, pilot):
+    """The factors the pilot ``pilot()`` (a run at a few ranks, returning the
+    factors it ended with) learnt, run once per ``key`` in this process."""
+    if key not in _PILOTS:
+        if len(_PILOTS) >= 64:
+            _PILOTS.clear()
+        _PILOTS[key] = pilot()
+    return _PILOTS[key]

@@ -325,9 +325,10 @@ def test_ok_topk_under_error_feedback_learns_its_floors_from_a_pilot(monkeypatch
     pilot's floors, and the same point at another P reuses the pilot; TopkA
     (exact top-k) runs no pilot."""
     import simsparse.experiments.run.simulate as simulate
+    import simsparse.sampling as sampling
 
     made, real = [], simulate.SimBackend
-    monkeypatch.setattr(simulate, "_PILOTS", {})
+    monkeypatch.setattr(sampling, "_PILOTS", {})
 
     def counting(resolved, *a, **kw):
         made.append((resolved.point.P, kw.get("widen", a[3] if len(a) > 3 else None)))

@@ -11,7 +11,7 @@ from ...backends.events.sim import Simulator, TrainingModel
 from ...backends.fast.rounds import run_rounds
 from ...compute.kernels import phantom
 from ...compute.sampled import BelowFloor
-from ...sampling import SAMPLED_ATTEMPTS, SampledModel, sampled_gradient, widened
+from ...sampling import SampledModel, learnt_floors, sampled_gradient, within_floors
 from ...compute.models import ModelProfile, model_profile
 from .budget import BASE_B, KEEP_PATHS_MAX_B, declined, kept_paths_B, memory_B, point_estimate
 from .loop import run_point
@@ -165,15 +165,13 @@ PILOT_P = 4
 
 def simulate(point: Point, trace: bool = False, keep_results: bool = False,
              max_seconds: float | None = None) -> PointOutcome:
-    """Simulate a point whose schedule plan (if any) is resolved. A sampled
-    point whose selection reaches below a floor runs again, the floor of
-    that iteration widened (:func:`~simsparse.sampling.widened`), at most
-    ``SAMPLED_ATTEMPTS`` times; the row's ``sampled_widen`` says by how much
-    (the floors only decide which entries are drawn: any floor the
-    selections stay above gives the same distribution). Where that is to be
-    expected it starts from the floors a pilot at ``PILOT_P`` ranks learnt
-    (the Ok-Topk paper's BERT config at P = 256: a failed first run was 43 %
-    of the point)."""
+    """Simulate a point whose schedule plan (if any) is resolved, as
+    :func:`~.resolve.resolve` decides. A sampled point runs again while a
+    selection reaches below a floor (:func:`~simsparse.sampling.within_floors`;
+    the row's ``sampled_widen`` says by how much), from the floors a pilot
+    at ``PILOT_P`` ranks learnt where that is to be expected (the Ok-Topk
+    paper's BERT config at P = 256: a failed first run was 43 % of the
+    point)."""
     network = point.network_spec().build()
     resolved = resolve(point, network, trace)
     out, backend, widen = _timed_run(resolved, network, trace, keep_results, max_seconds, _pilot(resolved))
@@ -207,20 +205,15 @@ def _timed_run(resolved: Resolved, network, trace: bool, keep_results: bool, max
 
 
 def _attempts(resolved: Resolved, network, trace: bool, keep_results: bool, max_seconds, widen: tuple | None):
-    """Run the point, again with widened floors while a selection reaches below one."""
-    point = resolved.point
-    for _ in range(SAMPLED_ATTEMPTS - 1):
-        backend = SimBackend(resolved, network, trace, max_seconds, widen)
-        try:
-            return run_point(point, backend, keep_results), backend, widen
-        except BelowFloor as err:
-            if err.iteration is None:
-                raise
-            widen = widened(widen, err, resolved.iterations)
-            del backend
-            gc.collect()
-    backend = SimBackend(resolved, network, trace, max_seconds, widen)
-    return run_point(point, backend, keep_results), backend, widen
+    """Run the point (sampled: :func:`~simsparse.sampling.within_floors`); (outcome, backend, floors' factors)."""
+    backends = []
+
+    def run(widen):
+        backends[:] = [SimBackend(resolved, network, trace, max_seconds, widen)]
+        return run_point(resolved.point, backends[0], keep_results)
+
+    out, widen = within_floors(run, widen, resolved.iterations)
+    return out, backends[0], widen
 
 
 def _pilot(resolved: Resolved) -> tuple | None:
@@ -233,14 +226,6 @@ def _pilot(resolved: Resolved) -> tuple | None:
             or not point.algorithm_cls.sampling.floors_learnt(point.params_model()):
         return None
     pilot = replace(point, P=PILOT_P, evaluation="sampled")
+    network = pilot.network_spec().build()
     key = json.dumps(pilot.to_dict(), sort_keys=True, default=str)   # (every field: the same pilot, the same floors)
-    if key not in _PILOTS:
-        if len(_PILOTS) >= 64:
-            _PILOTS.clear()
-        network = pilot.network_spec().build()
-        _PILOTS[key] = _timed_run(resolve(pilot, network), network, False, False, None, None)[2]
-    return _PILOTS[key]
-
-
-#: the pilots this process ran, by their point: a P sweep runs one pilot (3 s for Ok-Topk of BERT)
-_PILOTS: dict = {}
+    return learnt_floors(key, lambda: _timed_run(resolve(pilot, network), network, False, False, None, None)[2])
