@@ -108,3 +108,23 @@ def sim_backend(point, trace=False):
 
     network = point.network_spec().build()
     return SimBackend(resolve(point, network, trace), network, trace)
+
+
+def cli_run(argv, capsys) -> tuple:
+    """``simsparse`` in this process: (exit status, what it printed on stderr, seconds)."""
+    import time
+
+    from simsparse.cli import main
+
+    t0 = time.perf_counter()
+    code = main(argv)
+    return code, capsys.readouterr().err, time.perf_counter() - t0
+
+
+def write_config(tmp_path, body: str, name: str = "bad.yaml"):
+    """A config file of ``body`` (dedented) in ``tmp_path``."""
+    import textwrap
+
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(body))
+    return p

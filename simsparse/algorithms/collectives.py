@@ -36,9 +36,9 @@ import numpy as np
 from ..compute.sparse_kernels import COOParts
 from ..ops import Bundle, Collective, Payload, Scalars
 from .base import pof2_floor
+from .rotation_sums import alltoall_scatter, rotation, scatter_split
 
 HOST_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
-from .rotation_sums import alltoall_scatter, rotation, scatter_split
 
 
 def send(ctx, dst, payload, tag=0):

@@ -1,8 +1,9 @@
 """Max-min fair rates of flows on links: the flow-level model's solver.
 
 :func:`maxmin_rates` is compiled with numba (a wheel on every platform,
-nothing to build) outside :func:`simsparse.jit.python`; the pure numpy path, :func:`maxmin_rates_numpy`, gives the same rates to the
-last bit (the same operations in the same order; ``tests/network/test_flow_model.py``
+nothing to build) outside :func:`simsparse.jit.python`; the pure numpy
+path, :func:`maxmin_rates_numpy`, gives the same rates to the last bit
+(the same operations in the same order; ``tests/network/test_flow_model.py``
 compares them) and runs otherwise. The flow model's tick calls
 :func:`_classify` and :func:`_solve_shared` (compiled, through
 :mod:`.flow_solve`): a solve on Piz Daint's Ok-Topk of BERT has about 125

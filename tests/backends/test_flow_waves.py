@@ -63,7 +63,6 @@ def test_with_adaptive_routing_the_waves_stay_inside_the_event_paths_spread_over
 def test_the_compiled_route_choice_gives_the_times_of_the_models_own(monkeypatch):
     """On Piz Daint the waves route through :mod:`simsparse.network.dragonfly_wave`;
     the model's own ``select`` with the same draws gives the same time, to the bit."""
-    from simsparse.backends.fast import waves_flow
 
     fast = _row("oktopk", 16, "piz_daint_aries", "waves_flow")
     with jit.python():

@@ -3,12 +3,9 @@ a YAML alias bomb, a profile path that names a file which is not a profile,
 and ``workload.n`` at the top of its range whose results would not fit."""
 from __future__ import annotations
 
-import textwrap
-import time
 
 import pytest
 
-from simsparse.cli import main
 from simsparse.compute.devices import ProfileError, load_profile
 from simsparse.experiments.config.errors import ConfigError
 from simsparse.experiments.config.point import Point
@@ -16,22 +13,15 @@ from simsparse.experiments.config.schema import load_config
 from simsparse.experiments.run import budget
 from simsparse.files import MAX_YAML_NODES, YamlTooLarge, yaml_load
 
+from tests.helpers import cli_run, write_config
+
 NET = "{model: alphabeta, alpha_s: 1.0e-6, bandwidth_Bps: 1.0e9}"
 # nine levels of nine aliases: 9**9 (387 million) strings once expanded
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
 
 
-def _run(argv, capsys) -> tuple[int, str, float]:
-    t0 = time.perf_counter()
-    code = main(argv)
-    return code, capsys.readouterr().err, time.perf_counter() - t0
-
-
-def _cfg(tmp_path, body: str):
-    p = tmp_path / "bad.yaml"
-    p.write_text(textwrap.dedent(body))
-    return p
+_run, _cfg = cli_run, write_config
 
 
 # -- YAML alias expansion --------------------------------------------------------------------

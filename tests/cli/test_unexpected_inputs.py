@@ -8,7 +8,6 @@ import os
 import resource
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -16,27 +15,19 @@ import pytest
 import yaml
 
 from simsparse import cli
-from simsparse.cli import main
 from simsparse.experiments.config.errors import ConfigError
 from simsparse.experiments.config.schema import load_config
 from simsparse.experiments.config.sources import read_yaml
 from simsparse.experiments.run import budget
+
+from tests.helpers import cli_run, write_config
 
 REPO = Path(__file__).resolve().parents[2]
 NET = "{model: alphabeta, alpha_s: 1.0e-6, bandwidth_Bps: 1.0e9}"
 REST = f"network: {NET}\nworkload: {{n: 64}}\nalgorithms: [ring]\nP: 2\n"
 
 
-def _run(argv, capsys) -> tuple[int, str, float]:
-    t0 = time.perf_counter()
-    code = main(argv)
-    return code, capsys.readouterr().err, time.perf_counter() - t0
-
-
-def _cfg(tmp_path, body: str):
-    p = tmp_path / "bad.yaml"
-    p.write_text(textwrap.dedent(body))
-    return p
+_run, _cfg = cli_run, write_config
 
 
 # -- a value that contains itself --------------------------------------------------------------

@@ -51,7 +51,6 @@ may be changed with ``SIMSPARSE_BUDGET="points=100,events=1e6,memory_gb=2"``.
 from __future__ import annotations
 
 import _thread
-import dataclasses
 import json
 import math
 import os
