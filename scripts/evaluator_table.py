@@ -61,7 +61,7 @@ def main(argv=None) -> int:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    table = render(rows, args.variants)
+    table = render(rows, args.variants)   # (from the rows: also `--render` of a stored CSV)
     arch = args.out / "architecture.md"
     text = arch.read_text()
     if BEGIN in text:
@@ -87,7 +87,7 @@ def render(rows: list, variants: list) -> str:
             n = {k: sum(r["outcome"] == k for r in mine) for k in ("exact", "within", "declined", "broken")}
             errs = [float(r["error_pct"]) for r in mine if r["error_pct"]]
             worst = f" ({max(errs):.2f} %)" if errs else ""
-            bounds = sorted({r["detail"].split("at most ")[-1] for r in mine if r["outcome"] == "within"})
+            bounds = sorted({r["detail"].split("at most ")[-1].split(" met ")[0] for r in mine if r["outcome"] == "within"})
             declared = ", ".join(bounds) + (" (at run time)" if n["exact"] and bounds else "") if bounds \
                 else "exact" if n["exact"] else "-"
             broken = f", {n['broken']} BROKEN" if n["broken"] else ""
