@@ -52,9 +52,11 @@ class FlowBulk:
             return frozenset()
         return frozenset(("flow_waves",) if self.machine(P)[0].adaptive else ("arrays", "flow_waves"))
 
-    def bulk_start(self, P: int, earliest: float = 0.0) -> None:
+    def bulk_start(self, P: int, earliest: float = 0.0, keep: bool = True) -> None:
         """Begin a bulk evaluation on the network as it is now (no message of
-        it ready before ``earliest``)."""
+        it ready before ``earliest``; ``keep``: hold its links for later
+        messages, :meth:`bulk_commit`)."""
+        self._keep = keep
         self.bulk_restart()
 
     def bulk_restart(self) -> None:
@@ -132,7 +134,8 @@ class FlowBulk:
         end = t0[f] + nbytes[f] / rt.bneck[rid[f]]
         if not self._solo_batch(links, owner, distinct, nf, end):
             return None, False
-        self._bulk_links.append(links)
+        if self._keep:
+            self._bulk_links.append(links)
         out[f] = nf + (((end + tail[f]) + self.o_r) - nf)
         return out, True
 

@@ -37,8 +37,8 @@ class NetworkModel(Protocol):
         """What the array evaluators may do here for P ranks (:data:`CAPABILITIES`); the
         evaluator table (``simsparse.backends.evaluators``) reads only this."""
 
-    def bulk_start(self, P: int, earliest: float = 0.0) -> None:
-        """Begin a bulk evaluation on the network as it is now."""
+    def bulk_start(self, P: int, earliest: float = 0.0, keep: bool = True) -> None:
+        """Begin a bulk evaluation on the network as it is now (``keep``: hold what it books for later messages)."""
 
     def bulk_restart(self) -> None:
         """Forget what this evaluation timed so far."""

@@ -146,8 +146,14 @@ POINT_S = 0.02
 #: wall seconds per rank and collective call where the collective is gathered: the rank program's steps
 #: around it (posting, resuming, its kernels' bookkeeping)
 RANK_CALL_S = 25e-6
-#: wall seconds to draw one sampled entry (a value above the floor and its index; resolve.VALUE_S: a full one)
-SAMPLED_VALUE_S = 150e-9
+#: wall seconds to draw one sampled entry (a value above the floor and its index; resolve.VALUE_S: a full one):
+#: Gaussiank of 1M at P = 1024 and 4096 on aries_alphabeta, where the draws are most of the run (bench_scale)
+SAMPLED_VALUE_S = 45e-9
+#: a sampled rank's selections and the messages made of them, in entries per k (TopkA at P = 4096: about 2)
+SELECTED_PER_K = 4
+#: the event engine's wall seconds per message on a flow-level network against the alpha-beta model's (the
+#: max-min solves: Ok-Topk of BERT on Piz Daint at P = 64 and 256, 60 to 130 us a message, bench_scale)
+FLOW_EVENTS_FACTOR = 2.5
 
 
 @dataclass(frozen=True)
@@ -175,20 +181,27 @@ def messages(point: Point) -> tuple[float, int]:
 def point_estimate(point: Point, trace: bool = False, resolved=None) -> PointEstimate:
     """What simulating ``point`` will take, from the evaluators the table
     will choose and the values it will carry (module docstring)."""
-    from ...backends.evaluators import TABLE
+    from ...backends.evaluators import RERUN_MAX_S, TABLE
     from .resolve import resolve
 
     r = resolved or resolve(point, network_of(point), trace)
     M, calls = messages(point)
     first = r.plan.point[0]
+    flow = "port_waves" not in r.situation.network   # (a flow-level network: max-min solves)
+    events = TABLE[r.plan.point[-1].name].seconds(M) * (FLOW_EVENTS_FACTOR if flow else 1.0)
     if first.name == "rounds":
         per_call, how = first.seconds(M), "rounds"
     elif r.plan.chain is not None:
         chosen = _collective_evaluator(r.plan.chain, M)
         per_call, how = chosen.seconds(M) + point.P * RANK_CALL_S, f"events+{chosen.name}"
     else:
-        per_call, how = TABLE[first.name].seconds(M), first.name
-    seconds = POINT_S + r.iterations * calls * per_call + values_seconds(point, r)
+        per_call, how = events, r.plan.point[-1].name
+    work = r.iterations * calls
+    seconds = POINT_S + work * per_call + values_seconds(point, r)
+    if first.name != "rounds" and r.plan.chain is not None and work * events <= RERUN_MAX_S:   # it may run again
+        # as events (evaluators.runtime_ok)
+        seconds += work * events
+        how += f" (or events, {work * events:.2g} s)"
     if point.schedule:   # the plan's microbenchmarks: the bucket collective alone at five sizes
         seconds += 5 * per_call
     return PointEstimate(seconds, memory_B(point, "sim", trace), f"{how}, {r.values} values")
@@ -247,7 +260,7 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
         T = 1 if law is None else law.T
         drawn = point.algorithm_cls.sampling.margin_for(k) * T
         kept = kept_paths_B(point)
-        carried = point.P * k * (drawn * (w + 4) + 12 * (w + 4)) + kept * (kept <= KEEP_PATHS_MAX_B) \
+        carried = point.P * k * (drawn * (w + 4) + SELECTED_PER_K * (w + 4)) + kept * (kept <= KEEP_PATHS_MAX_B) \
             + sampled_results_B(point, n, k, w) + (SHARED_PATHS_MAX_B if law is not None else 0.0)
     elif values != "sizes":
         T = iterations_run(point)
@@ -287,9 +300,12 @@ def sampled_results_B(point: Point, n: float, k: float, w: int) -> float:
     blocks it is built from), a dense sum of n elements, or one per rank.
     Measured at n = 4M..16M, P = 4..32: within these."""
     P = point.P
-    union = P * min(n, P * k) * (w + 4) * 2
+    union = min(n, P * k) * (w + 4) * 2
     kind = point.algorithm_cls.sampling.result
-    return {"k": 0.0, "union": union, "dense": 1.25 * n * w + union, "dense_per_rank": 1.5 * P * n * w}[kind]
+    # a dense sum of the gathered selections is one array every rank shares (the memoised kernels run once on
+    # the one gathered tuple: benchmarks/bench_scale.py, TopkA, Gaussiank and Ok-Topk at P = 4096, 1.4 to
+    # 2.2 GB); SparCML's unions and DSAR's dense results are each rank's own
+    return {"k": 0.0, "union": P * union, "dense": 1.25 * n * w + union, "dense_per_rank": 1.5 * P * n * w}[kind]
 
 
 @dataclass

@@ -74,6 +74,7 @@ class Resolved:
     plan: ev.Plan
     iterations: int
     law: object = None       # sampling.PathLaw where sampled gradients drift or feed back errors
+    situation: ev.Situation | None = None
 
     @property
     def mode(self) -> str:
@@ -95,7 +96,7 @@ def resolve(point: Point, network=None, trace: bool = False, expand: bool = Fals
     plan = ev.plan(point.evaluation if point.evaluation != "sampled" else "fast", s)
     if expand:
         plan = ev.Plan(plan.mode, [ev.TABLE["events"]], None, plan.reasons)
-    return Resolved(point, values, plan, iterations_run(point), point_law(point) if values == "sampled" else None)
+    return Resolved(point, values, plan, iterations_run(point), point_law(point) if values == "sampled" else None, s)
 
 
 def explain(point: Point, trace: bool = False) -> list[str]:
