@@ -220,7 +220,7 @@ def _collective_evaluator(chain, M: float):
 
 def values_seconds(point: Point, r) -> float:
     """Seconds the point's values take to draw, every rank and iteration."""
-    from .resolve import VALUE_S, full_values_s
+    from .resolve import full_values_s
 
     if r.values == "full":
         return full_values_s(point)
@@ -228,7 +228,7 @@ def values_seconds(point: Point, r) -> float:
         k = max(1.0, point.workload["density"] * point.workload["n"] * point.data_scale)
         margin = point.algorithm_cls.sampling.margin_for(k)
         return point.P * k * margin * r.iterations * SAMPLED_VALUE_S * (1 + (r.law.T if r.law else 0))
-    return 0.0 if VALUE_S else 0.0
+    return 0.0
 
 
 _NETWORKS: dict = {}
@@ -338,9 +338,9 @@ def declined(point: Point, max_seconds: float | None) -> None:
     (None: no limit)."""
     if max_seconds is None:
         return
-    from dataclasses import replace
+    from .resolve import resolve
 
-    est = point_estimate(replace(point, evaluation="events"))
+    est = point_estimate(point, resolved=resolve(point, network_of(point), expand=True))   # (the same values)
     if est.seconds > max_seconds:
         raise BudgetError(f"P = {point.P}, {point.algorithm}: the lockstep rounds declined (a message would wait "
                           f"for a busy port or link of this network), and as events the point would take about "

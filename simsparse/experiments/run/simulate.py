@@ -120,7 +120,7 @@ class SimBackend:
                 if stats is not None:
                     stats.results = grads
                     return self._timed(stats, "rounds")
-                declined(self.point, self.max_seconds)   # the budget did not count its events (P, not n, decides them)
+                declined(self.resolved.point, self.max_seconds)   # the budget counted the rounds, not the events
                 self.rounds = None   # a message would wait: the same happens every iteration
         elif self.values == "sampled" and self.model is not None:   # each bucket drawn when the schedule packs it
             cls, buckets = self.point.algorithm_cls, next(iter(jobs.values())).sched.buckets
