@@ -244,8 +244,10 @@ def network_of(point: Point):
     return _NETWORKS[key]
 
 
-def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
-    """Peak memory of one point, an upper bound (module docstring)."""
+def memory_B(point: Point, backend: str = "sim", trace: bool = False, caches: bool = True) -> float:
+    """Peak memory of one point, an upper bound (module docstring); without
+    ``caches``, what the point itself holds (not the process-wide caches of
+    gradients, noise states and shared paths that outlive it)."""
     w = _itemsize(point)
     sim = backend == "sim"
     n = point.workload["n"] * (point.data_scale if sim else 1.0)
@@ -261,12 +263,12 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False) -> float:
         drawn = point.algorithm_cls.sampling.margin_for(k) * T
         kept = kept_paths_B(point)
         carried = point.P * k * (drawn * (w + 4) + SELECTED_PER_K * (w + 4)) + kept * (kept <= KEEP_PATHS_MAX_B) \
-            + sampled_results_B(point, n, k, w) + (SHARED_PATHS_MAX_B if law is not None else 0.0)
+            + sampled_results_B(point, n, k, w) + (SHARED_PATHS_MAX_B if law is not None and caches else 0.0)
     elif values != "sizes":
         T = iterations_run(point)
         per = 2 * w + (2 * w if T > 1 else 0) + (8 + w if point.check else 0)
         carried = point.P * n * per
-        if sim:   # the workload's caches: gradient sets, and every rank's AR(1) noise state when they drift
+        if sim and caches:   # the workload's caches: gradient sets, and every rank's AR(1) noise state when they drift
             carried += min(_CACHE_B, T * point.P * n * w)
             drift = point.workload.get("drift", 1.0)
             if drift < 1:

@@ -186,7 +186,7 @@ def simulate(point: Point, trace: bool = False, keep_results: bool = False,
     # for its largest point alone). A point that carries much is collected before the next one allocates
     # (a full collection takes about 0.2 s here: as long as a small point).
     del backend
-    if memory_B(point, "sim", trace) - BASE_B > GC_AFTER_B:
+    if memory_B(point, "sim", trace, caches=False) - BASE_B > GC_AFTER_B:   # (the caches outlive the point)
         gc.collect()
     return out
 
