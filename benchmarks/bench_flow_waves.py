@@ -1,4 +1,4 @@
-"""``collectives: waves`` against the event path on the flow-level networks
+"""``evaluation: waves_flow`` against the event path on the flow-level networks
 (issue 23).
 
     python benchmarks/bench_flow_waves.py
@@ -7,9 +7,12 @@
 Each point (a gradient of ``--n`` float32 at 1 %, or BERT-base's at
 ``data_scale`` 0.01 with the P100's compute with ``--bert``; full values;
 one iteration as ``bench_scale.py`` runs it) is simulated twice in this
-process: with ``collectives: events`` (every message an event of the flow
-model: the reference) and with ``collectives: waves`` (the helper
-collectives in bulk, timed wave after wave: :mod:`simsparse.backends.fast.waves_flow`).
+process: with ``evaluation: events`` (every message an event of the flow
+model: the reference) and ``evaluation: waves_flow`` (the helper
+collectives gathered, timed wave after wave: :mod:`simsparse.backends.fast.waves_flow`).
+The events carry full values; a forced evaluator carries what ``fast``
+would (sampled where full values take over five seconds to draw: then the
+error includes one draw's spread).
 With ``--seeds S`` each runs with the network's ``routing_seed`` 0 .. S - 1:
 adaptive routing and ECMP choices depend on it, and so does the event
 path's own time (by up to 31 % on small bare collectives on Piz Daint).
@@ -34,14 +37,14 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
 def simulate(cfg: dict) -> tuple[float, float, str]:
-    """(simulated seconds, wall seconds, the row's collectives path) of the config's one point."""
+    """(simulated seconds, wall seconds, the row's evaluator) of the config's one point."""
     import bench_scale
     from simsparse.experiments.run.runner import simulate_point
 
     (point,) = bench_scale.points_of(cfg)
     t0 = time.perf_counter()
     row = simulate_point(point).row
-    return row["time_s"], time.perf_counter() - t0, row["collectives"]
+    return row["time_s"], time.perf_counter() - t0, row["evaluator"]
 
 
 def main():
@@ -60,8 +63,7 @@ def main():
     for net in a.networks:
         for alg in a.algorithms:
             for P in a.P:
-                base = dict(name="flow_waves", algorithms=[alg], P=P, iterations=1, warmup=0, check=False,
-                            values="full")
+                base = dict(name="flow_waves", algorithms=[alg], P=P, iterations=1, warmup=0, check=False)
                 if a.bert:
                     base.update(compute="p100", data_scale=0.01, workload={"model": "bert_base", "density": 0.01,
                                                                            "seed": 0})
@@ -70,10 +72,10 @@ def main():
                 te, tw, we, ww = [], [], 0.0, 0.0
                 for seed in range(a.seeds):
                     cfg = {**base, "network": {"preset": net, "routing_seed": seed}}
-                    t, w, _ = simulate({**cfg, "collectives": "events"})
+                    t, w, _ = simulate({**cfg, "evaluation": "events"})
                     te.append(t)
                     we += w
-                    t, w, path = simulate({**cfg, "collectives": "waves"})
+                    t, w, path = simulate({**cfg, "evaluation": "waves_flow"})
                     tw.append(t)
                     ww += w
                 me, mw = float(np.median(te)), float(np.median(tw))

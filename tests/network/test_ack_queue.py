@@ -3,7 +3,6 @@ import numpy as np
 import pytest
 
 from simsparse.calibration.network import fit_ack_queue
-from simsparse.engine import HeapEngine
 from simsparse.network.ack_queue import derated
 from simsparse.network.spec import EthernetSpec
 from tests.network.test_flow_model import drive, star

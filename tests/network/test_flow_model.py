@@ -13,7 +13,6 @@ from simsparse.network.maxmin import maxmin_rates
 from simsparse.network.spec import DragonflySpec, EthernetSpec, FatTreeSpec
 from simsparse.ops import Dense
 
-from tests.helpers import REPO
 
 INF = np.inf
 

@@ -121,7 +121,8 @@ class RunSpec(BaseModel):
                             "sampled values where the algorithm allows and full ones would take over five seconds to "
                             "draw; exact: only evaluators equal to the events to the bit; events: the reference, "
                             "every message and value through the event engine, every result checked; sampled: fast, "
-                            "with sampled values wherever the algorithm allows; or one evaluator's name, forced. "
+                            "with sampled values wherever the algorithm allows; or one evaluator's name, forced, on the values "
+                            "fast would carry. "
                             "The row's evaluator and error_bound say what ran")
 
     @field_validator("evaluation")

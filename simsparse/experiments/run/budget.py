@@ -1,21 +1,22 @@
 """Work estimates: no unbounded run by surprise.
 
 Before anything runs, :func:`estimate` counts the points of a config and
-bounds the events and the memory of its largest point; :func:`check`
+estimates the wall seconds and the memory of its largest point; :func:`check`
 refuses a config past the :class:`Budget` with the estimate and the key
 that drives it (``--force`` runs anyway). While points run, a
 :class:`Watchdog` stops a point that still outgrows the budget (memory, or
 wall time per point) by interrupting the main thread, so the points
 finished before it are kept.
 
-The estimates are deliberately generous upper bounds, measured on this
-project's simulator:
+The estimates, measured on this project's simulator:
 
-* messages per collective call: ``2 P (P - 1) + 2 P log2 P`` (a ring
-  allreduce sends ``2 P (P - 1)``; the allgather-based algorithms fewer), per
-  bucket of a training iteration, two events per message, in every
-  iteration the point runs (:func:`iterations_run`);
-* memory, at ``n = n x data_scale`` elements of ``w`` bytes per rank:
+* seconds: the algorithm's messages per collective call
+  (``Algorithm.messages``), per bucket of a training iteration
+  (``Schedule.buckets``), in every iteration the point runs
+  (:func:`iterations_run`), at the seconds per message of the evaluators the
+  table will choose (:func:`point_estimate`), and the seconds its values take
+  to draw;
+* memory, an upper bound, at ``n = n x data_scale`` elements of ``w`` bytes per rank:
   ``P n`` times ``2 w`` (the gradients; the algorithm's input or dense
   result), ``+ 2 w`` when a point runs more than one iteration (the
   error-feedback residuals, the last iteration's inputs), ``+ 8 + w`` when
@@ -29,7 +30,7 @@ project's simulator:
   iterations, :mod:`simsparse.sampling.paths`, with their values at the
   T - 1 other iterations where those take at most 2 GiB: they are kept
   then, :func:`kept_paths_B`; and the paths a process keeps for later
-  points, at most 512 MiB) and 12 k entries for its selections and the
+  points, at most 512 MiB) and SELECTED_PER_K x k entries for its selections and the
   messages made of them, and what its results hold (a union of
   the selections, or a dense sum of n elements: :func:`sampled_results_B`);
   plus 300 bytes per trace record. Peak RSS measured
@@ -37,16 +38,14 @@ project's simulator:
   bytes per element for one unchecked iteration, up to 24.6 checked over
   three (28 estimated), plus the caches at small P.
 
-A point the simulator tries as bulk lockstep rounds (a dense collective on
-sizes, :func:`rounds_may_apply`) costs a few
-numpy operations per round, not its events: its events do not count against
-the limit before it runs. If its rounds decline (a message would wait for a
-busy port or link) and its events are past the limit, :func:`declined`
-stops it then.
+The seconds come from the evaluators the table will choose for each
+point (:func:`point_estimate`), calibrated on ``benchmarks/bench_scale.py``'s
+rows. A point whose lockstep rounds decline at run time is stopped
+(:func:`declined`) where its events are estimated past the limit.
 
 Limits come from :class:`Budget` (defaults below, 80% of this machine's
 memory, or less under an address-space limit: :func:`memory_limit_B`) and
-may be changed with ``SIMSPARSE_BUDGET="points=100,events=1e6,memory_gb=2"``.
+may be changed with ``SIMSPARSE_BUDGET="points=100,seconds=600,memory_gb=2"``.
 """
 from __future__ import annotations
 
@@ -256,7 +255,7 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False, caches: bo
     if values == "sampled":
         # each rank's entries above the floor (about margin x k of them: value and int32 index; over
         # several iterations a union, kept with its values at every one), its selections and the messages
-        # made of them (12 k)
+        # made of them (SELECTED_PER_K x k)
         k = max(1.0, point.workload["density"] * n)
         law = point_law(point)
         T = 1 if law is None else law.T

@@ -6,9 +6,9 @@ nowhere else below it:
 * the values it carries (:func:`values_of`): ``sizes`` where the
   algorithm's time and bytes follow from sizes alone (dense allreduces: the
   same times, no check), ``sampled`` where the algorithm reads only its
-  input's largest entries and the knob asks or allows it (``fast`` on a
-  point whose full values would cost more than :data:`FULL_VALUES_S`),
-  else ``full``;
+  input's largest entries and the knob asks or allows it (``fast``, or an
+  evaluator named, on a point whose full values would cost more than
+  :data:`FULL_VALUES_S`), else ``full``;
 * how it is timed: the evaluator table's :class:`~simsparse.backends.evaluators.Plan`
   for the point's :class:`~simsparse.backends.evaluators.Situation`;
 * the iterations it runs (whole periods of the algorithm's periodic work)
@@ -43,7 +43,9 @@ def values_of(point: Point) -> str:
         return "sizes"
     if mode == "sampled":
         return "sampled"
-    if mode == "fast" and full_values_s(point) > FULL_VALUES_S and sampled_problem(point) is None:
+    # fast, or an evaluator forced by name (it decides the timing, not the values)
+    if (mode == "fast" or mode in ev.TABLE) and full_values_s(point) > FULL_VALUES_S \
+            and sampled_problem(point) is None:
         return "sampled"
     return "full"
 
