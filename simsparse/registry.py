@@ -128,6 +128,14 @@ class Registry(Mapping):
         self._items[name] = obj
         return obj
 
+    def named(self, name: str):
+        """Class decorator: register the class as ``name`` and set its ``name``."""
+        def deco(cls):
+            self.add(name, cls)
+            cls.name = name
+            return cls
+        return deco
+
     # -- mapping -------------------------------------------------------------------
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)

@@ -13,10 +13,13 @@ boundary allreduce, DEFT's value allreduce).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable
+
 import numpy as np
 
 from ..ops import Dense, nbytes_of
-from .base import (AUTO_ALLREDUCE_RD_MAX_B, Algorithm, rabenseifner_messages, rd_messages, register,
+from .base import (AUTO_ALLREDUCE_RD_MAX_B, Algorithm, dense_sum, rabenseifner_messages, rd_messages, register,
                    ring_allreduce_messages)
 from .collectives import Fold, recursive_doubling
 
@@ -205,42 +208,58 @@ def rabenseifner_rounds(P, n):
     return _folded(P, n, steps, "copy_into")   # Fold.fold_out
 
 
+@dataclass(frozen=True)
+class DenseCollective:
+    """One dense allreduce schedule: its generator (one rank's messages and
+    kernels), the same schedule as lockstep rounds, and its message count
+    over all ranks (exact: the schedule is fixed)."""
+
+    run: Callable
+    rounds: Callable
+    messages: Callable[[int], int]
+
+
+#: by name: the ring (2(P-1) steps, each rank sending once a step: 2P(P-1) messages), recursive
+#: doubling (log2(pof2) exchanges among pof2 ranks, plus the fold in and out: pof2 log2(pof2) +
+#: 2 (P - pof2)) and Rabenseifner (halving, then doubling: 2 pof2 log2(pof2) + 2 (P - pof2))
+DENSE = {"ring": DenseCollective(ring_allreduce, ring_rounds, ring_allreduce_messages),
+         "recursive_doubling": DenseCollective(recursive_doubling_allreduce, recursive_doubling_rounds, rd_messages),
+         "rabenseifner": DenseCollective(rabenseifner_allreduce, rabenseifner_rounds, rabenseifner_messages)}
+
+
 def allreduce(ctx, buf, algorithm="auto", tag=0):
     """Dense allreduce inside another algorithm. ``auto`` follows MPICH 3.x:
     recursive doubling up to 2048 bytes, Rabenseifner above."""
     if algorithm == "auto":
         nominal = len(buf) * nbytes_of(buf[:1]) * ctx.byte_scale
         algorithm = "recursive_doubling" if nominal <= AUTO_ALLREDUCE_RD_MAX_B else "rabenseifner"
-    fn = {"ring": ring_allreduce, "recursive_doubling": recursive_doubling_allreduce,
-          "rabenseifner": rabenseifner_allreduce}[algorithm]
-    return (yield from fn(ctx, buf, tag))
+    return (yield from DENSE[algorithm].run(ctx, buf, tag))
 
 
 class _DenseAllreduce(Algorithm):
     """Common part: copy the input into a working buffer (as MPI_Allreduce
-    copies sendbuf into recvbuf) and reduce it in place."""
+    copies sendbuf into recvbuf) and reduce it in place with the class's
+    :attr:`collective`."""
 
     dense = True
     value_free = True   # fixed schedules: every message and kernel size follows from n and P
-    collective = staticmethod(ring_allreduce)
-    collective_rounds = staticmethod(ring_rounds)
+    collective: DenseCollective = DENSE["ring"]
 
     def run(self, ctx, x):
         buf = yield ctx.compute("copy", x)
-        return (yield from type(self).collective(ctx, buf))
+        return (yield from self.collective.run(ctx, buf))
 
     @classmethod
     def rounds(cls, P, n):
         """:meth:`run` as lockstep rounds: the copy, then the collective's rounds."""
         yield None, n, "copy"
-        yield from cls.collective_rounds(P, n)
+        yield from cls.collective.rounds(P, n)
+
+    reference = staticmethod(dense_sum)
 
     @classmethod
-    def reference(cls, inputs, setup, params, states):
-        out = np.zeros(setup.n)
-        for g in inputs:
-            out += g
-        return out
+    def messages(cls, P, n, k, params) -> float:
+        return float(cls.collective.messages(P))
 
 
 _SOURCE = """
@@ -254,37 +273,18 @@ _SOURCE = """
 @register("ring")
 class RingAllreduce(_DenseAllreduce):
     __doc__ = "Dense ring allreduce (reduce-scatter + allgather around a ring).\n\n    " + \
-        ring_allreduce.__doc__ + _SOURCE   # collective and its rounds: the base class's ring
-
-    @classmethod
-    def messages(cls, P, n, k, params) -> float:
-        """2(P-1) steps, each rank sending once a step: ``2P(P-1)``; exact."""
-        return float(ring_allreduce_messages(P))
+        ring_allreduce.__doc__ + _SOURCE
 
 
 @register("recursive_doubling")
 class RecursiveDoublingAllreduce(_DenseAllreduce):
     __doc__ = "Dense recursive-doubling allreduce (whole vector, log2 P steps).\n\n    " + \
         recursive_doubling_allreduce.__doc__ + _SOURCE
-    collective = staticmethod(recursive_doubling_allreduce)
-    collective_rounds = staticmethod(recursive_doubling_rounds)
-
-    @classmethod
-    def messages(cls, P, n, k, params) -> float:
-        """log2(pof2) exchanges among pof2 ranks, plus the fold in and out:
-        ``pof2 log2(pof2) + 2 (P - pof2)``; exact."""
-        return float(rd_messages(P))
+    collective = DENSE["recursive_doubling"]
 
 
 @register("rabenseifner")
 class RabenseifnerAllreduce(_DenseAllreduce):
     __doc__ = "Dense Rabenseifner allreduce (recursive halving + doubling), the Dense baseline.\n\n    " + \
         rabenseifner_allreduce.__doc__ + _SOURCE
-    collective = staticmethod(rabenseifner_allreduce)
-    collective_rounds = staticmethod(rabenseifner_rounds)
-
-    @classmethod
-    def messages(cls, P, n, k, params) -> float:
-        """2 log2(pof2) exchanges (halving, then doubling) among pof2 ranks,
-        plus the fold in and out: ``2 pof2 log2(pof2) + 2 (P - pof2)``; exact."""
-        return float(rabenseifner_messages(P))
+    collective = DENSE["rabenseifner"]

@@ -31,6 +31,7 @@ estimates a point's wall time from (``experiments/run/budget.py``).
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 
 from .. import jit
@@ -185,8 +186,20 @@ class _Collective(Evaluator):
             return no(f"the network does not declare '{self.needs}'")
         return self.verdict(s, run)
 
-    def verdict(self, s, run) -> Verdict:   # pragma: no cover - interface
-        raise NotImplementedError
+    #: why an exact evaluator is exact (None: :meth:`verdict` decides)
+    exact_because: str | None = None
+    #: what times a run: ``module:function`` under ``simsparse.backends``, the function taking the run
+    runs = ""
+
+    def verdict(self, s, run) -> Verdict:
+        return exact(self.exact_because)
+
+    def time(self, run) -> bool:
+        module, _, path = self.runs.partition(":")
+        fn = importlib.import_module(f"simsparse.backends.{module}")
+        for name in path.split("."):
+            fn = getattr(fn, name)
+        return fn(run)
 
 
 class Arrays(_Collective):
@@ -194,18 +207,15 @@ class Arrays(_Collective):
     summary = "waves of messages as numpy arrays while each starts when ready (fast/timing.py)"
     per_message_s = 0.3e-6
     per_call_s = 50e-6
-
-    def verdict(self, s, run):
-        return exact("every message starts when ready; where one would wait, the next evaluator takes the collective")
-
-    def time(self, run) -> bool:
-        return run.arrays()
+    exact_because = "every message starts when ready; where one would wait, the next evaluator takes the collective"
+    runs = "fast.timing:BulkTiming.arrays"
 
 
 class WavesAB(_Collective):
     name = "waves_ab"
     needs = "port_waves"
     summary = "wave after wave, each message booked on its alpha-beta ports in recorded order (fast/waves_ab.py)"
+    runs = "fast.waves_ab:waves_run"
     per_message_s = 0.35e-6
     per_call_s = 1e-3
     #: the bound from this many messages on (benchmarks/bench_approx.py: within 1 % of the exact replay on
@@ -219,15 +229,12 @@ class WavesAB(_Collective):
             return approximate(self.BOUND_LARGE, f"{run.messages:,} messages, at least {self.LARGE:,}")
         return approximate(self.BOUND_SMALL, f"below {self.LARGE:,} messages ranks may run waves apart")
 
-    def time(self, run) -> bool:
-        from .fast.waves_ab import waves_run
-        return waves_run(run)
-
 
 class WavesFlow(_Collective):
     name = "waves_flow"
     needs = "flow_waves"
     summary = "wave after wave on the flow-level model, routes in booking order, max-min solved per wave (fast/waves_flow.py)"
+    runs = "fast.waves_flow:flow_waves_run"
     per_message_s = 2.0e-6
     per_call_s = 1e-3
     #: the differential harness's grid (scripts/evaluator_table.py): on a fat tree up to 13.4 % (a dense
@@ -241,15 +248,12 @@ class WavesFlow(_Collective):
             return approximate(self.BOUND_STATIC, "static routes: shares solved per wave, not per flow departure")
         return approximate(self.BOUND_ADAPTIVE, "adaptive routes chosen on the wave's load, not at each start")
 
-    def time(self, run) -> bool:
-        from .fast.waves_flow import flow_waves_run
-        return flow_waves_run(run)
-
 
 class Replay(_Collective):
     name = "replay"
     needs = "compiled_replay"
     summary = "the replay in event order, compiled with numba (fast/replay_ab.py, fast/replay_arrays.py)"
+    runs = "fast.replay_arrays:replay_run"
     per_message_s = 1.25e-6
     #: its compiling amortised (about 20 s once per installation, then cached): the Python replay is
     #: cheaper below about 20,000 messages (0.3 s for those)
@@ -260,23 +264,14 @@ class Replay(_Collective):
             return no("numba is not installed")
         return exact("the Python replay's events, compiled: the same times, order and flags")
 
-    def time(self, run) -> bool:
-        from .fast.replay_arrays import replay_run
-        run._reset()
-        return replay_run(run)
-
 
 class ReplayPy(_Collective):
     name = "replay_py"
     summary = "every message a transfer on a scratch copy of the network, in event order (fast/timing.py)"
     per_message_s = 15e-6
     per_call_s = 20e-6
-
-    def verdict(self, s, run):
-        return exact("the event engine's order of events, without rank programs")
-
-    def time(self, run) -> bool:
-        return run.replay()
+    exact_because = "the event engine's order of events, without rank programs"
+    runs = "fast.timing:BulkTiming.replay"
 
 
 #: every evaluator, fastest first within its level

@@ -16,6 +16,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..size_scale import SizeScale
 
 
+def bandwidth_field(default: float, what: str):
+    """A link's bandwidth key: bytes per second per direction, positive."""
+    return Field(default, gt=0, description=f"{what} bandwidth per direction (bytes/s)")
+
+
+def latency_field(what: str):
+    """A link's latency key: seconds, default 0."""
+    return Field(0.0, ge=0, description=f"latency of {what}")
+
+
 class NetworkSpecBase(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str | None = Field(None, description="label for tables and plots")
@@ -80,7 +90,7 @@ class FlowSpecBase(NetworkSpecBase):
     pcie_bw_Bps: float = Field(16e9, gt=0, description="PCIe bandwidth per direction of each GPU's and NIC's link to the root")
     nvlink_bw_Bps: float | None = Field(None, gt=0, description="NVLink bandwidth per direction: per GPU pair (nvlink) "
                                                                 "or per GPU port (nvswitch)")
-    intra_latency_s: float = Field(0.0, ge=0, description="latency of each link inside a node")
+    intra_latency_s: float = latency_field("each link inside a node")
     placement: Literal["linear", "round_robin", "random", "list"] = Field(
         "linear", description="ranks onto endpoints: linear, round_robin (across nodes), random (placement_seed), "
                               "list (endpoints)")
@@ -178,7 +188,7 @@ class FatTreeSpec(_SizedSpec):
     model: Literal["fattree"] = "fattree"
     link_rate: Literal["FDR", "EDR", "HDR", "NDR"] = Field("EDR", description="InfiniBand 4x generation (data rate)")
     link_bw_Bps: float | None = Field(None, gt=0, description="link bandwidth per direction; overrides link_rate")
-    link_latency_s: float = Field(0.0, ge=0, description="latency of every link (cable + the switch it enters)")
+    link_latency_s: float = latency_field("every link (cable + the switch it enters)")
     radix: int = Field(36, ge=4, le=1024, description="ports per switch")
     levels: Literal[2, 3] = Field(2, description="switch levels: 2 (leaf-spine) or 3 (leaf-aggregation-core)")
     hosts_per_leaf: int | None = Field(None, ge=1, description="hosts per leaf switch (default radix/2)")
@@ -214,14 +224,14 @@ class DragonflySpec(FlowSpecBase):
     nodes_per_router: int = Field(4, ge=1, description="nodes per router")
     global_links_per_router: int = Field(10, ge=0, description="rank-3 (global) links per router")
     rank2_links: int = Field(3, ge=1, description="parallel rank-2 cables between two routers (one link of their sum)")
-    injection_bw_Bps: float = Field(10.2e9, gt=0, description="node <-> router bandwidth per direction")
-    rank1_bw_Bps: float = Field(5.25e9, gt=0, description="rank-1 link bandwidth per direction")
-    rank2_bw_Bps: float = Field(5.25e9, gt=0, description="rank-2 bandwidth per cable per direction")
-    rank3_bw_Bps: float = Field(4.7e9, gt=0, description="rank-3 (global) link bandwidth per direction")
-    injection_latency_s: float = Field(0.0, ge=0, description="latency of a node <-> router link")
-    rank1_latency_s: float = Field(0.0, ge=0, description="latency of a rank-1 hop")
-    rank2_latency_s: float = Field(0.0, ge=0, description="latency of a rank-2 hop")
-    rank3_latency_s: float = Field(0.0, ge=0, description="latency of a rank-3 hop")
+    injection_bw_Bps: float = bandwidth_field(10.2e9, "node <-> router")
+    rank1_bw_Bps: float = bandwidth_field(5.25e9, "rank-1 link")
+    rank2_bw_Bps: float = bandwidth_field(5.25e9, "rank-2 cable")
+    rank3_bw_Bps: float = bandwidth_field(4.7e9, "rank-3 (global) link")
+    injection_latency_s: float = latency_field("a node <-> router link")
+    rank1_latency_s: float = latency_field("a rank-1 hop")
+    rank2_latency_s: float = latency_field("a rank-2 hop")
+    rank3_latency_s: float = latency_field("a rank-3 hop")
     routing: Literal["minimal", "valiant", "ugal"] = Field("minimal", description="minimal, valiant or ugal")
 
     def nodes_for(self, P: int) -> int:
@@ -291,7 +301,7 @@ class EthernetSpec(_SizedSpec):
     shaper_burst_B: int = Field(0, ge=0, description="links are token-bucket shapers that let this many bytes (on the "
                                                      "wire) pass at once after an idle period: the testbed's tbf burst; "
                                                      "0 for a wire")
-    link_latency_s: float = Field(0.0, ge=0, description="latency of every link (cable + the switch it enters)")
+    link_latency_s: float = latency_field("every link (cable + the switch it enters)")
     congestion_control: Literal["cubic", "reno", "bbr"] = Field(
         "cubic", description="the hosts' TCP congestion control (the testbed sets it on every host's route): cubic, "
                              "Linux's default, or reno keep a link busy as the flow model assumes; bbr paces each "

@@ -165,15 +165,7 @@ SCHEDULES = Registry("schedule", "simsparse.schedules", subclass_of(Schedule),
                      "a subclass of simsparse.schedules.Schedule")
 
 
-def register_schedule(name: str):
-    def deco(cls):
-        SCHEDULES.add(name, cls)
-        cls.name = name
-        return cls
-
-    return deco
-
-
-def get_schedule(name: str) -> type[Schedule]:
-    """The schedule class ``name`` resolves to (:class:`~simsparse.registry.Registry`)."""
-    return SCHEDULES[name]
+#: class decorator: ``@register_schedule("name")`` registers the class under that name
+register_schedule = SCHEDULES.named
+#: the schedule class a name resolves to (:class:`~simsparse.registry.Registry`)
+get_schedule = SCHEDULES.__getitem__

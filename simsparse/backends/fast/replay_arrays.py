@@ -90,6 +90,7 @@ def replay_run(run) -> bool:
     network as the Python replay hands them."""
     if not run.waves:   # no message: the kernels alone, as the Python replay runs them
         return run.replay()
+    run._reset()
     host, P = run.host, run.P
     net = host.network
     nw = len(run.waves)
