@@ -55,9 +55,8 @@ class Fold:
     """MPICH's reduction of P ranks to the largest power of two ``pof2``:
     :meth:`fold_in` before the power-of-two algorithm, :meth:`fold_out` after,
     and the recursive-doubling pairs between (:attr:`masks`). One rank's view
-    (:meth:`newrank`, :meth:`real`) and every rank's at once (:attr:`even`,
-    :attr:`odd`, :attr:`reals`, :meth:`partners`: what the bulk schedules
-    and the lockstep rounds read), from one description."""
+    (:meth:`newrank`, :meth:`real`) and every rank's at once (:meth:`waves`:
+    what the bulk schedules and the lockstep rounds read), from one description."""
 
     P: int
     pof2: int = field(init=False)
@@ -103,6 +102,21 @@ class Fold:
     def partners(self, mask: int) -> np.ndarray:
         """Every participant's partner at step ``mask``, as a rank."""
         return self.reals[np.arange(self.pof2) ^ mask]
+
+    def waves(self, masks=None):
+        """Every rank's messages at once, in order, as ``(step, src, dst)``:
+        the fold in (``step`` "fold": even ranks to r + 1), one exchange per
+        mask of ``masks`` (default :attr:`masks`; ``step`` the mask) among the
+        participants in new-rank order, each with ``nr ^ mask``, and the fold
+        out ("unfold": odd ranks back to r - 1). What the bulk schedules and
+        the lockstep rounds read; :meth:`fold_in`, :meth:`fold_out` and
+        :meth:`real` are the same for one rank."""
+        if self.rem:
+            yield "fold", self.even, self.odd
+        for mask in self.masks if masks is None else masks:
+            yield mask, self.reals, self.partners(mask)
+        if self.rem:
+            yield "unfold", self.odd, self.even
 
     def fold_in(self, ctx, value, wrap: Callable, combine: Callable, tag: int):
         """Generator: an even rank below ``2 rem`` sends ``wrap(value)`` to
@@ -215,13 +229,15 @@ class Allgather(Collective):
         elif P > 1:
             f = Fold(P)
             nr = np.arange(f.pof2)
-            if f.rem:   # the even ranks hand their block over
-                run.wave(f.even, f.odd, sizes[f.even])
             held = sizes[f.reals] + np.where(nr < f.rem, sizes[np.minimum(2 * nr, P - 1)], 0)   # a participant's blocks
-            for mask in f.masks:   # everything of the aligned group of mask, to the partner at distance mask
-                run.wave(f.reals, f.partners(mask), np.repeat(held.reshape(-1, mask).sum(axis=1), mask))
-            if f.rem:   # the odd ranks hand back every block but their partner's
-                run.wave(f.odd, f.even, sizes.sum() - sizes[f.even])
+            for step, src, dst in f.waves():
+                if step == "fold":   # the even ranks hand their block over
+                    nb = sizes[src]
+                elif step == "unfold":   # the odd ranks hand back every block but their partner's
+                    nb = sizes.sum() - sizes[dst]
+                else:   # everything of the aligned group of the mask, to the partner at that distance
+                    nb = np.repeat(held.reshape(-1, step).sum(axis=1), step)
+                run.wave(src, dst, nb)
         return [blocks] * P
 
 
@@ -498,20 +514,7 @@ class AllreduceHost(Collective):
         fn = HOST_OPS[reqs[0].op]
         M = np.stack([np.asarray(q.values) for q in reqs])
         sizes = np.array([run.size(Scalars(v)) for v in M], dtype=np.int64)
-        if P > 1:
-            f = Fold(P)
-            real, ev, od = f.reals, f.even, f.odd
-            if f.rem:
-                run.wave(ev, od, sizes[ev])
-                M[od] = fn(M[od], M[ev])
-            for mask in f.masks:
-                peer = f.partners(mask)
-                run.wave(real, peer, sizes[real])
-                if f.rem:
-                    M[real] = fn(M[real], M[peer])
-                else:   # every rank takes part: in place (M[peer] is a copy)
-                    fn(M, M[peer], out=M)
-            if f.rem:
-                run.wave(od, ev, sizes[od])
-                M[ev] = M[od]
+        for step, src, dst in Fold(P).waves() if P > 1 else ():
+            run.wave(src, dst, sizes[src])
+            M[dst] = M[src] if step == "unfold" else fn(M[dst], M[src])   # (M[src] is a copy)
         return list(M)   # (each rank's own row: no two share memory)

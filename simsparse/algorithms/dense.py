@@ -158,54 +158,47 @@ def rabenseifner_allreduce(ctx, buf, tag=0):
 
 # -- the same schedules as lockstep rounds (simsparse.backends.fast.rounds) ------------------------
 
-def _folded(P, n, pair_steps, unfold_kernel):
-    """Rounds of a folded schedule: the fold (even ranks below 2 rem send all
-    n to r + 1, which adds), ``pair_steps`` (destination per participant,
-    elements per participant and kernel, for each round among the pof2
-    participants), the unfold (odd ranks return the result, which their
-    partner takes with ``unfold_kernel``, None: as it is)."""
+def _folded(P, n, masks, pair_steps, unfold_kernel):
+    """Rounds of a folded schedule (:meth:`Fold.waves` over ``masks(fold)``):
+    the fold (even ranks below 2 rem send all n to r + 1, which adds), one
+    round per mask with ``pair_steps(fold)``'s (elements per participant,
+    kernel), the unfold (odd ranks return the result, which their partner
+    takes with ``unfold_kernel``, None: as it is)."""
     f = Fold(P)
-    real = f.reals
-
-    def one_way(src, to):   # the fold's messages: all n from src to to, the other ranks idle
-        dst = np.full(P, -1)
-        dst[src] = to
-        return dst, np.where(dst >= 0, n, 0)
-
-    if f.rem:
-        yield (*one_way(f.even, f.odd), "add_into")
-    for newdst, count, kernel in pair_steps(f, np.arange(f.pof2)):
-        dst = np.full(P, -1)
-        dst[real] = real[newdst]
-        full = np.zeros(P, dtype=np.int64)
-        full[real] = count
-        yield dst, full, kernel
-    if f.rem:
-        yield (*one_way(f.odd, f.even), unfold_kernel)
+    pairs = pair_steps(f)
+    for step, src, dst in f.waves(masks(f)):
+        to = np.full(P, -1)
+        to[src] = dst
+        count = np.zeros(P, dtype=np.int64)
+        if step == "fold" or step == "unfold":
+            count[src] = n
+            kernel = "add_into" if step == "fold" else unfold_kernel
+        else:
+            count[src], kernel = next(pairs)
+        yield to, count, kernel
 
 
 def recursive_doubling_rounds(P, n):
     """:func:`recursive_doubling_allreduce` as lockstep rounds."""
-    def steps(f, nrs):
-        for mask in f.masks:
-            yield nrs ^ mask, np.full(f.pof2, n), "add_into"
-    return _folded(P, n, steps, None)   # the unfolded value is used as it arrives (no kernel)
+    def steps(f):
+        for _ in f.masks:
+            yield n, "add_into"
+    return _folded(P, n, lambda f: f.masks, steps, None)   # the unfolded value is used as it arrives (no kernel)
 
 
 def rabenseifner_rounds(P, n):
     """:func:`rabenseifner_allreduce` as lockstep rounds, from the same
     :func:`_rabenseifner_steps` (P log P steps of plain Python, once)."""
-    def steps(f, nrs):
-        pof2 = f.pof2
-        if pof2 == 1:
-            return
-        b = np.array(_bounds(n, pof2))
-        kernels = [st[-1] for st in _rabenseifner_steps(pof2, 0)]   # the same on every participant
-        per = np.array([[st[1:4] for st in _rabenseifner_steps(pof2, nr)] for nr in range(pof2)])
-        for k, kernel in enumerate(kernels):
-            newdst, s_lo, s_hi = per[:, k].T
-            yield newdst, b[s_hi] - b[s_lo], kernel
-    return _folded(P, n, steps, "copy_into")   # Fold.fold_out
+    def masks(f):   # participant 0's partners: the masks, halving then doubling
+        return [st[1] for st in _rabenseifner_steps(f.pof2, 0)]
+
+    def steps(f):
+        b = np.array(_bounds(n, f.pof2))
+        per = np.array([[st[2:4] for st in _rabenseifner_steps(f.pof2, nr)] for nr in range(f.pof2)])
+        for k, st in enumerate(_rabenseifner_steps(f.pof2, 0)):
+            s_lo, s_hi = per[:, k].T
+            yield b[s_hi] - b[s_lo], st[-1]   # (the kernel: the same on every participant)
+    return _folded(P, n, masks, steps, "copy_into")   # Fold.fold_out
 
 
 @dataclass(frozen=True)
