@@ -271,12 +271,16 @@ def _add_papers_parser(sub) -> None:
     p.add_argument("--smoke", action="store_true", help="the reduced variants (fewer ranks, less data), as CI runs")
     p.add_argument("--no-run", action="store_true", help="only read the results already there")
     p.add_argument("--no-plot", action="store_true", help="skip papers.png")
+    p.add_argument("--doc", metavar="MD", help="also write the claim-by-claim table into this markdown file, "
+                                               "between its '<!-- papers: begin -->' and '<!-- papers: end -->' lines "
+                                               "(docs/papers.md)")
 
 
 def _papers(args) -> int:
     from .experiments.analysis.papers_run import main as papers_main
 
-    return papers_main(args.names, out=args.out, smoke=args.smoke, run=not args.no_run, plot=not args.no_plot)
+    return papers_main(args.names, out=args.out, smoke=args.smoke, run=not args.no_run, plot=not args.no_plot,
+                       doc=args.doc)
 
 
 # -- simsparse sweep | advise | plot -------------------------------------------------------

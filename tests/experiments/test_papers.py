@@ -10,12 +10,16 @@ import pytest
 
 from simsparse.cli import main
 from simsparse.experiments.config.schema import ConfigError, load_config
-from simsparse.experiments.analysis.papers import REPO_ROOT, Results, evaluate, load_papers, verdict
+from simsparse.experiments.analysis.papers import REPO_ROOT, PapersError, Results, evaluate, load_papers, verdict
+from simsparse.experiments.analysis.papers_run import BEGIN, END, markdown, splice
 from simsparse.experiments.analysis.papers_run import main as papers_main
 from simsparse.experiments.run.runner import simulate_point
 from simsparse.schedules.stack import OPTIMIZERS
 
 from tests.helpers import simulate
+
+#: every claim's value in the smoke run, to 9 significant digits
+PINNED = Path(__file__).parent / "papers_smoke_pinned.csv"
 
 
 def _training(tmp_path: Path, stack: str = "", schedule: str = "whole", algorithm: str = "rabenseifner") -> float:
@@ -140,6 +144,44 @@ def test_claim_expressions():
         evaluate({"col": "t", "where": {"P": 2}}, res)   # three rows match
     assert verdict(1.0, 1.2)[1] is True and verdict(1.0, 1.3)[1] is False
     assert verdict([1.0, 2.0], [1.1, 2.4])[1] is True and verdict(True, False) == ("does not hold", False)
+    assert verdict(False, False) == ("holds", True)
+
+
+def test_lowest_reads_a_phase_span(tmp_path):
+    (tmp_path / "0.csv").write_text("iteration,rank,phase,start_s,end_s\n0,0,select,0,2\n0,0,comm,2,9\n")
+    (tmp_path / "1.csv").write_text("iteration,rank,phase,start_s,end_s\n0,0,local_select,0,1\n0,0,comm,1,9\n")
+    res = _res([{"algorithm": "a", "t": 1.0}, {"algorithm": "b", "t": 2.0}])
+    res.trace_dir = tmp_path
+    assert evaluate({"lowest": {"phase": ["select", "local_select"], "where": {}, "expect": {"algorithm": "b"}}}, res)
+
+
+def test_a_ratio_must_keep_the_papers_direction():
+    """Ok-Topk's Fig. 7b: the paper's 1.12-1.43x speed-up is not met by 0.85-1.11x, though each
+    end lies within 25 %; the same numbers without a unit are."""
+    assert verdict([1.12, 1.43], [0.85, 1.11], "x") == ("0.76 / 0.78", False)
+    assert verdict([1.12, 1.43], [0.85, 1.11])[1] is True
+    assert verdict(1.12, 1.05, "x")[1] is True and verdict(0.9, 1.05, "x")[1] is False
+
+
+def test_an_efficiency_is_scored_in_points():
+    """76.3 % against 92.5 % is 16.2 points apart: outside 10, though within 25 % relative."""
+    assert verdict(0.763, 0.925, "efficiency") == ("+16.2 pt", False)
+    assert verdict(0.763, 0.70, "efficiency") == ("-6.3 pt", True)
+
+
+def test_the_doc_table_is_spliced_between_its_markers(tmp_path):
+    doc = tmp_path / "papers.md"
+    doc.write_text(f"# head\n{BEGIN}\nold table\n{END}\ntail\n")
+    table = pd.DataFrame([{"paper": "p", "experiment": "e", "claim": "c", "what": "w", "unit": "x", "source": "s",
+                           "paper_value": "2", "ours": "2.1", "ours_exact": "2.1", "ratio": "1.05", "meets_aim": True,
+                           "note": ""}])
+    splice(doc, markdown(table))
+    text = doc.read_text()
+    assert "old table" not in text and text.startswith("# head\n") and text.endswith(f"{END}\ntail\n")
+    assert "| `e` | `c` | w | 2 x | 2.1 x | 1.05 | yes |" in text and "1 of 1 claims meet the aim" in text
+    doc.write_text("no markers\n")
+    with pytest.raises(PapersError, match="no '<!-- papers: begin -->'"):
+        splice(doc, "x")
 
 
 def test_papers_smoke_runs_every_experiment(tmp_path, capsys):
@@ -148,6 +190,14 @@ def test_papers_smoke_runs_every_experiment(tmp_path, capsys):
     table = pd.read_csv(tmp_path / "smoke" / "papers.csv")
     assert set(table["paper"]) == {"oktopk", "omgs", "fft", "sparcml", "deft"}
     assert table["meets_aim"].notna().any()
+    # every claim's value pinned: a change of any simulated time shows in this file's diff
+    # (regenerate: simsparse papers --smoke --no-plot --out /tmp/p; keep experiment, claim, ours_exact
+    # of /tmp/p/smoke/papers.csv)
+    got = table[["experiment", "claim", "ours_exact"]].astype(str)
+    pinned = pd.read_csv(PINNED, dtype=str).fillna("")
+    diff = got.merge(pinned, on=["experiment", "claim"], how="outer", suffixes=("", "_pinned"), indicator=True)
+    moved = diff[(diff["_merge"] != "both") | (diff["ours_exact"] != diff["ours_exact_pinned"])]
+    assert moved.empty, "claims that moved from " + str(PINNED) + ":\n" + moved.to_string(index=False)
     assert "claims meet the aim" in capsys.readouterr().out
     # a second call reads the results already there
     assert main(["papers", "deft", "--smoke", "--no-run", "--no-plot", "--out", str(tmp_path)]) == 0

@@ -65,9 +65,11 @@ def run_experiment(exp: Experiment, out_dir: Path, smoke: bool = False, run: boo
     return Results(rows, out_dir / "trace" if exp.trace else None)
 
 
-def main(names: list[str], out: str | None = None, smoke: bool = False, run: bool = True, plot: bool = True) -> int:
+def main(names: list[str], out: str | None = None, smoke: bool = False, run: bool = True, plot: bool = True,
+         doc: str | None = None) -> int:
     """Run (or read) the experiments named, print the side-by-side table,
-    write ``papers.csv`` and ``papers.png`` under ``out``."""
+    write ``papers.csv``, ``papers.md`` and ``papers.png`` under ``out``
+    (and the markdown into ``doc`` between its markers)."""
     base = Path(out) if out else Path("results") / "papers"
     if smoke:
         base = base / "smoke"
@@ -89,7 +91,11 @@ def main(names: list[str], out: str | None = None, smoke: bool = False, run: boo
         rows += compare(paper, name, exp, res)
     table = pd.DataFrame(rows)
     atomic_write(base / "papers.csv", lambda tmp: table.to_csv(tmp, index=False))
-    written = [base / "papers.csv"]
+    md = markdown(table)
+    atomic_write(base / "papers.md", lambda tmp: Path(tmp).write_text(md))
+    written = [base / "papers.csv", base / "papers.md"]
+    if doc:
+        written.append(splice(Path(doc), md))
     for paper_name, part in table.groupby("paper", sort=False):
         print(f"\n{paper_name}")
         shown = part[_SHOWN].copy()
@@ -103,6 +109,44 @@ def main(names: list[str], out: str | None = None, smoke: bool = False, run: boo
         written.append(plot_claims(table, base / "papers.png"))
     print("wrote " + ", ".join(str(w) for w in written))
     return 0
+
+
+#: the lines a document's generated table sits between (``--doc``)
+BEGIN, END = "<!-- papers: begin -->", "<!-- papers: end -->"
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The claims as markdown: per experiment how many meet the aim, then every claim with the
+    paper's value, ours, the ratio (points for an efficiency) and the verdict; generated, so
+    the document says what ``simsparse papers`` printed."""
+    if not len(table):
+        return "No claims.\n"
+    met, judged = int(table["meets_aim"].eq(True).sum()), int(table["meets_aim"].notna().sum())
+    lines = [f"{met} of {judged} claims meet the aim; {len(table) - judged} not computed.", "",
+             "| experiment | claims met |", "|---|---|"]
+    for name, part in table.groupby("experiment", sort=False):
+        lines.append(f"| `{name}` | {int(part['meets_aim'].eq(True).sum())} of {int(part['meets_aim'].notna().sum())} |")
+    lines += ["", "| experiment | claim | what | paper | ours | ratio | aim |", "|---|---|---|---|---|---|---|"]
+    for _, r in table.iterrows():
+        unit = f" {r['unit']}" if isinstance(r["unit"], str) and r["unit"] and r["unit"] != "efficiency" else ""
+        aim = {True: "yes", False: "**no**"}.get(r["meets_aim"], "-")
+        lines.append(f"| `{r['experiment']}` | `{r['claim']}` | {r['what']} | {r['paper_value']}{unit} | "
+                     f"{r['ours']}{unit} | {r['ratio']} | {aim} |")
+    return "\n".join(lines) + "\n"
+
+
+def splice(doc: Path, text: str) -> Path:
+    """Replace what lies between ``doc``'s :data:`BEGIN` and :data:`END` lines with ``text``."""
+    try:
+        old = doc.read_text()
+    except OSError as e:
+        raise PapersError(f"--doc {doc}: {e.strerror}") from None
+    if BEGIN not in old or END not in old:
+        raise PapersError(f"--doc {doc}: the file has no '{BEGIN}' and '{END}' lines to write between")
+    head, rest = old.split(BEGIN, 1)
+    new = head + BEGIN + "\n" + text + END + rest.split(END, 1)[1]
+    atomic_write(doc, lambda tmp: Path(tmp).write_text(new))
+    return doc
 
 
 def _referenced(exp: Experiment) -> set[str]:
