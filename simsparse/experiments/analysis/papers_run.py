@@ -22,7 +22,7 @@ import yaml
 from ...files import yaml_load
 from ..config.schema import load_config
 from ..run.execute import execute
-from .papers import REPO_ROOT, TOLERANCE, Experiment, PapersError, Results, compare, load_papers, select
+from .papers import POINTS, REPO_ROOT, TOLERANCE, Experiment, PapersError, Results, compare, load_papers, select
 from ...files import atomic_write
 from ..results.store import ResultsStore
 
@@ -103,7 +103,8 @@ def main(names: list[str], out: str | None = None, smoke: bool = False, run: boo
         print(shown.to_string(index=False))
     met = table["meets_aim"].eq(True).sum()
     judged = table["meets_aim"].notna().sum()
-    print(f"\n{met} of {judged} claims meet the aim (within {TOLERANCE:.0%}, or the relation holds); "
+    print(f"\n{met} of {judged} claims meet the aim (within {TOLERANCE:.0%} and a ratio on the paper's side of 1, "
+          f"an efficiency within {POINTS} points, or the relation holds); "
           f"{len(table) - judged} not computed. Wall: " + ", ".join(f"{k} {v:.0f} s" for k, v in walls.items()))
     if plot and len(table):
         written.append(plot_claims(table, base / "papers.png"))
