@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import signal
 import threading
 import sys
@@ -111,6 +112,7 @@ def main(argv=None) -> int:
     _add_analysis_parsers(sub)
     _add_testbed_parsers(sub)
     _add_papers_parser(sub)
+    _add_model_parser(sub)
     args = ap.parse_args(argv)
     with _signals_as_interrupts() as received:
         return _dispatch(args, received)
@@ -197,6 +199,8 @@ def _dispatch(args, received: list) -> int:
             return _testbed_commands(args)
         if args.cmd == "papers":
             return _papers(args)
+        if args.cmd == "model":
+            return _model(args)
         return _execute(load_config(args.config), args)
     except (ConfigError, BudgetError, OutsideError, TestbedError, PlanError, PapersError, EvaluationError) as e:
         print(f"simsparse: error: {e}", file=sys.stderr)
@@ -281,6 +285,39 @@ def _papers(args) -> int:
 
     return papers_main(args.names, out=args.out, smoke=args.smoke, run=not args.no_run, plot=not args.no_plot,
                        doc=args.doc)
+
+
+# -- simsparse model ------------------------------------------------------------------------
+
+def _add_model_parser(sub) -> None:
+    p = sub.add_parser("model", help="a model simsparse did not ship: count its per-tensor work (import)")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    q = verbs.add_parser("import", help="build a model on the meta device (no GPU, no weights), count its FLOPs, "
+                                        "bytes and kernels per parameter tensor, and write the table a config's "
+                                        "model key can name")
+    q.add_argument("spec", help="hf:ConfigClass[(key=value, ...)], torchvision:name or package.module:function(...); "
+                                "input keys: seq, vocab, image=(C, H, W), classes")
+    q.add_argument("-o", "--out", required=True, metavar="JSON", help="the table to write")
+
+
+def _model(args) -> int:
+    from .files import atomic_write
+    from .models.sources import ModelSpecError, table
+
+    try:
+        doc = table(args.spec)
+    except ModelSpecError as e:
+        print(f"simsparse: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        atomic_write(Path(args.out), lambda tmp: Path(tmp).write_text(json.dumps(doc, indent=1) + "\n"))
+    except OSError as e:
+        print(f"simsparse: error: model import -o {args.out}: {e.strerror}", file=sys.stderr)
+        return 2
+    print(f"{doc['spec']}: {doc['total_params']:,} parameters in {doc['num_tensors']} tensors, {doc['input']}; "
+          f"per sample {doc['fwd_gflops']:.4g} GFLOP forward, {doc['bwd_gflops']:.4g} backward; wrote {args.out} "
+          f"(a config names it as model: {{name: {args.out}}})")
+    return 0
 
 
 # -- simsparse sweep | advise | plot -------------------------------------------------------

@@ -241,13 +241,23 @@ def model_layer_params() -> dict:
     return json.loads(resources.files("simsparse").joinpath("data", "layer_params.json").read_text())
 
 
+def model_sizes(model: str) -> tuple:
+    """Per-tensor parameter counts of ``model`` in registration order: a packaged model, or
+    one from elsewhere (:func:`simsparse.compute.models.model_table`)."""
+    known = model_layer_params()
+    if model in known:
+        return tuple(known[model]["sizes_in_registration_order"])
+    from .compute.models import is_spec, model_table
+    if not is_spec(model):
+        raise ValueError(f"workload.model = {model!r}; known models: {', '.join(sorted(known))}, or hf:ConfigClass, "
+                         f"torchvision:name, package.module:function, a .json table")
+    return tuple(int(t["size"]) for t in model_table(model)["tensors"])
+
+
 def resolve_layers(model: str | None, layers, n: int | None) -> tuple[tuple | None, int | None]:
     """(layer sizes, n) from ``model`` or ``layers``; n is checked or filled in."""
     if model is not None:
-        known = model_layer_params()
-        if model not in known:
-            raise ValueError(f"workload.model = {model!r}; known models: {', '.join(sorted(known))}")
-        sizes = tuple(known[model]["sizes_in_registration_order"])
+        sizes = model_sizes(model)
         if layers is not None and tuple(layers) != sizes:
             raise ValueError(f"workload: give either layers or model ({model!r}), not both")
         layers = sizes

@@ -74,19 +74,70 @@ DEFAULT_BATCH = {
 }
 
 
+#: samples per rank of a model that did not ship with simsparse, unless the config sets batch_size
+SPEC_BATCH = 8
+
+
 def default_batch_size(model: str) -> int:
+    """The model's paper's batch for a packaged model, else :data:`SPEC_BATCH`."""
+    return DEFAULT_BATCH.get(model, SPEC_BATCH)
+
+
+def is_spec(model: str) -> bool:
+    """Whether ``model`` names a model from elsewhere (a stored table or a
+    :mod:`simsparse.models.sources` spec) rather than a packaged one."""
+    return model.endswith(".json") or ":" in model
+
+
+def model_table(model: str) -> dict:
+    """The per-tensor work of ``model`` (``tensors``: size and the per-sample
+    FLOPs, bytes and ops of each pass, in registration order): a packaged
+    name (``model_costs.json``), a table stored by ``simsparse model import``
+    (a ``.json`` path), or a spec counted on the meta device
+    (:func:`simsparse.models.sources.table`). KeyError for an unknown name,
+    ValueError for a spec or file that cannot be used."""
+    packaged = model_costs().get(model)
+    if packaged is not None:
+        return packaged
+    if model.endswith(".json"):
+        return stored_table(model)
+    if ":" in model:
+        from ..models.sources import table
+        return table(model)
+    raise KeyError(f"no compute table for model {model!r}; known: {', '.join(sorted(model_costs()))}, or "
+                   f"hf:ConfigClass, torchvision:name, package.module:function, a .json table")
+
+
+#: what a stored table's tensors must hold
+TENSOR_KEYS = ("size", "fwd_flops", "fwd_bytes", "fwd_ops", "bwd_flops", "bwd_bytes", "bwd_ops")
+
+
+@lru_cache(maxsize=16)
+def stored_table(path: str) -> dict:
+    """A table written by ``simsparse model import`` (or by hand, in its format), checked."""
     try:
-        return DEFAULT_BATCH[model]
-    except KeyError:
-        raise ValueError(f"no default batch size for {model!r}; set batch_size") from None
+        doc = json.loads(open(path).read())
+    except OSError as e:
+        raise ValueError(f"model table {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise ValueError(f"model table {path}: not JSON ({e})") from None
+    tensors = doc.get("tensors") if isinstance(doc, dict) else None
+    if not isinstance(tensors, list) or not tensors:
+        raise ValueError(f"model table {path}: needs a non-empty list 'tensors'")
+    for i, t in enumerate(tensors):
+        missing = [k for k in TENSOR_KEYS if not isinstance(t, dict) or not isinstance(t.get(k), (int, float))]
+        if missing:
+            raise ValueError(f"model table {path}: tensors[{i}] lacks {', '.join(missing)} (each tensor needs "
+                             f"{', '.join(TENSOR_KEYS)}; fwd_mm_bytes and bwd_mm_bytes optional)")
+        if t["size"] < 1 or min(t[k] for k in TENSOR_KEYS) < 0:
+            raise ValueError(f"model table {path}: tensors[{i}]: size must be >= 1 and the work >= 0")
+    return doc
 
 
 def model_profile(model: str, batch_size: int, device: DeviceProfile | None) -> ModelProfile:
     """The per-tensor times of ``model`` at ``batch_size`` on ``device``
     (``None``: the ideal device, every time zero)."""
-    table = model_costs().get(model)
-    if table is None:
-        raise KeyError(f"no compute table for model {model!r}; known: {', '.join(sorted(model_costs()))}")
+    table = model_table(model)
     tensors = table["tensors"]
     sizes = tuple(int(t["size"]) for t in tensors)
     if device is None:
@@ -112,7 +163,8 @@ def model_profile(model: str, batch_size: int, device: DeviceProfile | None) -> 
 
     fwd = tuple(device.slowdown * t(e, "fwd", 4 * e["size"]) for e in tensors)
     bwd = tuple(device.slowdown * t(e, "bwd", 8 * e["size"]) for e in tensors)
-    src = (f"roofline of {model} (work: model_costs.json, {table.get('source', '')}) on {device.name}: "
+    src = (f"roofline of {model} (work: {'model_costs.json, ' if model in model_costs() else ''}"
+           f"{table.get('source', '')}) on {device.name}: "
            f"peak {device.peak_flops:.3g} FLOP/s x efficiency {device.compute_efficiency:g}, "
            f"{bw:.3g} B/s, launch {launch:g} s")
     return ModelProfile(model, batch_size, device.name, sizes, fwd, bwd, src)

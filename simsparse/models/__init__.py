@@ -9,7 +9,9 @@ Importing this package does not import torch; the family modules (``cnn``, ``inc
 ``rnn``, ``bert``, ``ncf``) do, and are loaded on first use.
 
 A batch is ``(inputs, targets)``; ``inputs`` is a tensor, or a tuple of tensors passed
-to the model as positional arguments.
+to the model as positional arguments. A model from elsewhere (``hf:GPT2Config``,
+``package.module:function(seq=128)``, :mod:`.sources`) is built, fed and trained through
+the same four functions, so the real backend trains the module the simulator counted.
 """
 from __future__ import annotations
 
@@ -37,7 +39,19 @@ _MODELS: dict[str, tuple[str, str]] = {
 MODEL_NAMES: list[str] = list(_MODELS)
 
 
+def _source(name: str):
+    """The :class:`~.sources.ModelSource` of a model from elsewhere (``hf:...``,
+    ``torchvision:...``, ``package.module:function``), else None."""
+    if ":" not in name or name in _MODELS:
+        return None
+    from .sources import resolve
+    return resolve(name)
+
+
 def _family(name: str):
+    if name.endswith(".json"):
+        raise KeyError(f"model {name!r} is a table of costs, not a module: it can be simulated but not trained or "
+                       f"profiled (name the model's spec, e.g. hf:GPT2Config or package.module:function)")
     if name not in _MODELS:
         raise KeyError(f"unknown model {name!r}; known models: {', '.join(MODEL_NAMES)}")
     return importlib.import_module(f"{__name__}.{_MODELS[name][0]}")
@@ -49,7 +63,8 @@ def build(name: str):
     Builds on the current default device, so ``with torch.device("meta"): build(name)``
     costs no memory.
     """
-    model = _family(name).build(name)
+    src = _source(name)
+    model = src.build() if src else _family(name).build(name)
     model.train()
     return model
 
@@ -57,6 +72,9 @@ def build(name: str):
 def example_batch(name: str, batch_size: int, generator=None, device="cpu") -> tuple:
     """Synthetic ``(inputs, targets)`` of the model's real input shape, drawn on the CPU with
     ``generator`` and moved to ``device`` (``"meta"`` works)."""
+    src = _source(name)
+    if src:
+        return src.batch(batch_size, generator=generator, device=device)
     return _family(name).example_batch(name, batch_size, generator=generator, device=device)
 
 
@@ -64,11 +82,15 @@ def loss(name: str, model, batch) -> Any:
     """Scalar training loss of ``model`` on ``batch``: cross-entropy for the classifiers and
     language models, per-frame cross-entropy for ``lstm_an4`` (standing in for CTC), MLM + NSP
     cross-entropy for ``bert_base``, binary cross-entropy for ``ncf_ml20m``."""
-    return _family(name).loss(name, model, batch)
+    src = _source(name)
+    return src.loss(model, batch) if src else _family(name).loss(name, model, batch)
 
 
 def input_description(name: str) -> str:
     """One line describing one sample's input, e.g. ``"3x32x32 image, 10 classes"``."""
+    src = _source(name)
+    if src:
+        return src.input
     if name not in _MODELS:
         raise KeyError(f"unknown model {name!r}; known models: {', '.join(MODEL_NAMES)}")
     return _MODELS[name][1]

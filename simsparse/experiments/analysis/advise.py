@@ -52,7 +52,7 @@ import yaml
 
 from ...algorithms import ALGORITHMS
 from ...compute.devices import DEVICES, load_profile
-from ...compute.models import DEFAULT_BATCH, model_costs, model_profile
+from ...compute.models import default_batch_size, is_spec, model_costs, model_profile, model_table
 from ...registry import UnknownName, is_dotted
 from ...schedules import SCHEDULES, PlanCosts
 from ...schedules.planner import pipeline_time
@@ -105,9 +105,14 @@ def _inputs(args):
     if len(nets) != 1:
         raise ConfigError(f"--network {args.network}: expands into {len(nets)} networks; advise takes one")
     models = model_costs()
-    if args.model not in models:
+    if not is_spec(args.model) and args.model not in models:
         raise ConfigError(f"--model {args.model!r}: no compute table for this model{did_you_mean(args.model, models)};"
-                          f" known: {', '.join(sorted(models))}")
+                          f" known: {', '.join(sorted(models))}, or hf:ConfigClass, torchvision:name, "
+                          f"package.module:function, a .json table")
+    try:
+        model_table(args.model)
+    except ValueError as e:
+        raise ConfigError(f"--model: {e}") from None
     if not 0 < args.density <= 1:
         raise ConfigError(f"--density {args.density}: allowed 0 < density <= 1")
     if args.P < 2:
@@ -123,9 +128,9 @@ def _inputs(args):
             from None
     if prof.peak_flops is None:
         raise ConfigError(f"--compute {args.compute}: the profile has no peak_flops, needed to time the model's layers")
-    batch = args.batch_size or DEFAULT_BATCH.get(args.model)
-    if batch is None or batch < 1:
-        raise ConfigError(f"--batch-size: model {args.model} has no default batch size; give one >= 1")
+    batch = args.batch_size or default_batch_size(args.model)
+    if batch < 1:
+        raise ConfigError(f"--batch-size {batch}: allowed >= 1")
     return nets[0], prof.model_dump(), model_profile(args.model, batch, prof)
 
 
@@ -332,7 +337,7 @@ def _check_config(args, table: pd.DataFrame, out: Path) -> Path:
     scheds = list(dict.fromkeys(s.split(" ")[0] for s in top["schedule"]))
     cfg = {"name": f"{out.name}_check", "description": f"the top {args.top} choices of simsparse advise, simulated",
            "network": args.network, "compute": args.compute,
-           "model": {"name": args.model, "batch_size": int(args.batch_size or DEFAULT_BATCH[args.model]),
+           "model": {"name": args.model, "batch_size": int(args.batch_size or default_batch_size(args.model)),
                      "density": args.density},
            "schedules": scheds, "algorithms": list(dict.fromkeys(top["algorithm"])), "P": args.P,
            "iterations": 1, "warmup": 1, "data_scale": 0.001}

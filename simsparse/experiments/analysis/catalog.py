@@ -78,6 +78,9 @@ def list_names(names) -> int:
         params = sum(t["size"] for t in table["tensors"])
         print(f"  {name:24s} {params / 1e6:8.2f}M parameters, {len(table['tensors']):3d} tensors, "
               f"batch {DEFAULT_BATCH.get(name, '-')}, {table.get('input', '')}")
+    print("  ... and any model from elsewhere, counted on the meta device (no GPU, no weights): hf:GPT2Config, "
+          "hf:LlamaConfig(num_hidden_layers=16, seq=2048), torchvision:vit_b_16, package.module:function(seq=128), "
+          "or a table written by `simsparse model import` (docs/models.md)")
     print("device profiles (compute:): " + ", ".join(reg["device profile"]))
     print("network presets (network:): " + (", ".join(reg["network preset"]) or "(none)"))
     from ...registry import plugin_entry_points

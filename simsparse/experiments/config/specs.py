@@ -6,7 +6,7 @@ import typing
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ...gradient_files import FileSource
-from ...workload import Workload, model_layer_params, resolve_layers
+from ...workload import Workload, model_layer_params, model_sizes, resolve_layers
 from .hints import did_you_mean
 
 
@@ -30,8 +30,9 @@ class WorkloadSpec(BaseModel):
     ``model``/``source`` resolve into ``layers`` and ``n`` (validated in this order)."""
 
     model_config = ConfigDict(extra="forbid")
-    model: str | None = Field(None, description="take n and the layer sizes from a model in "
-                                                "simsparse/data/layer_params.json")
+    model: str | None = Field(None, description="take n and the layer sizes from a model: a packaged one "
+                                                "(simsparse/data/layer_params.json) or one from elsewhere, as the "
+                                                "training model key takes it")
     source: SourceSpec | None = Field(None, description="replay recorded gradients instead of generating them")
     layers: list[int] | None = Field(None, min_length=1, validate_default=True,
                                      description="layer sizes in gradient order, summing to n")
@@ -55,9 +56,17 @@ class WorkloadSpec(BaseModel):
     @field_validator("model")
     @classmethod
     def _known_model(cls, v):
+        from ...compute.models import is_spec
+
         if v is not None and v not in model_layer_params():
-            raise ValueError(f"unknown model{did_you_mean(v, model_layer_params())}; known models: "
-                             f"{', '.join(sorted(model_layer_params()))}")
+            if not is_spec(v):
+                raise ValueError(f"unknown model{did_you_mean(v, model_layer_params())}; known models: "
+                                 f"{', '.join(sorted(model_layer_params()))}, or hf:ConfigClass, torchvision:name, "
+                                 f"package.module:function, a .json table")
+            if not v.endswith(".json"):
+                from ...models.sources import canonical
+                v = canonical(v)
+            model_sizes(v)
         return v
 
     @field_validator("source")
@@ -141,7 +150,10 @@ class TrainingSpec(BaseModel):
     """The training keys: a model, its batch size per rank, a schedule."""
 
     model_config = ConfigDict(extra="forbid")
-    model: str = Field(description="a model with a compute table (simsparse list shows them)")
+    model: str = Field(description="a packaged model (simsparse list shows them), a model from elsewhere "
+                                   "(hf:GPT2Config, hf:LlamaConfig(num_hidden_layers=16, seq=2048), "
+                                   "torchvision:vit_b_16, package.module:function(image=(3, 32, 32))) or a table "
+                                   "written by simsparse model import (a .json path)")
     batch_size: int | None = Field(None, ge=1, le=1 << 20, description="samples per rank per iteration "
                                                                         "(default: the model's, from its paper)")
     density: float | None = Field(None, gt=0, le=1, description="this model's k/n (overrides workload.density)")
@@ -149,19 +161,24 @@ class TrainingSpec(BaseModel):
     @field_validator("model")
     @classmethod
     def _known(cls, v):
-        from ...compute.models import model_costs
+        from ...compute.models import is_spec, model_costs, model_table
 
-        if v not in model_costs():
-            raise ValueError(f"no compute table for this model{did_you_mean(v, model_costs())}; known: "
-                             f"{', '.join(sorted(model_costs()))}")
+        if not is_spec(v):
+            if v not in model_costs():
+                raise ValueError(f"no compute table for this model{did_you_mean(v, model_costs())}; known: "
+                                 f"{', '.join(sorted(model_costs()))}, or a model from elsewhere: hf:ConfigClass, "
+                                 f"torchvision:name, package.module:function, a .json table")
+            return v
+        if not v.endswith(".json"):
+            from ...models.sources import canonical
+            v = canonical(v)
+        model_table(v)   # built or read now: a spec that cannot be used is refused here, with its key
         return v
 
     @model_validator(mode="after")
     def _batch(self):
-        from ...compute.models import DEFAULT_BATCH
+        from ...compute.models import default_batch_size
 
         if self.batch_size is None:
-            if self.model not in DEFAULT_BATCH:
-                raise ValueError(f"model {self.model!r} has no default batch size; set batch_size")
-            self.batch_size = DEFAULT_BATCH[self.model]
+            self.batch_size = default_batch_size(self.model)
         return self

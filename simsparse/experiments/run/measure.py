@@ -174,7 +174,7 @@ def measure_points(points: list[Point], device: str = "auto", trace: bool = Fals
             os.makedirs(dump_results, exist_ok=True)
             cmd += ["--dump-results", dump_results]
         env = rank_env()
-        roots = import_roots({n for p in points for n in (p.algorithm, p.schedule)})
+        roots = import_roots({n for p in points for n in (p.algorithm, p.schedule, (p.model or "").partition("(")[0])})
         if roots:  # the ranks are fresh interpreters: they import dotted-path plugins from where this one did
             env["PYTHONPATH"] = os.pathsep.join([*roots, *filter(None, [env.get("PYTHONPATH")])])
         if testbed is not None:

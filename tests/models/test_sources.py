@@ -1,0 +1,194 @@
+"""Models from elsewhere (simsparse.models.sources): specs, their per-tensor tables, a user's
+own module through run, sweep and measure, and the errors a user meets."""
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from simsparse.cli import main  # noqa: E402
+from simsparse.compute.models import model_table  # noqa: E402
+from simsparse.experiments.config.schema import ConfigError, load_config  # noqa: E402
+from simsparse.models import sources  # noqa: E402
+from simsparse.models.sources import ModelSpecError, canonical, parse  # noqa: E402
+
+from tests.helpers import cli_run, requires_mpi, write_config  # noqa: E402
+
+#: a small transformer a user keeps in a folder of their own
+TINY = '''
+import torch.nn as nn
+
+
+class Tiny(nn.Module):
+    def __init__(self, vocab=100, d=32, layers=2):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        block = nn.TransformerEncoderLayer(d, 4, 64, dropout=0.0, batch_first=True)
+        self.enc = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, ids):
+        return self.head(self.enc(self.emb(ids)))
+
+
+def make(layers=2):
+    return Tiny(layers=layers)
+
+
+def not_a_module():
+    return 42
+'''
+
+
+@pytest.fixture
+def user_models(tmp_path, monkeypatch):
+    """A folder outside the package holding ``tinynet.py``, on sys.path and PYTHONPATH, and a
+    fresh table cache."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "tinynet.py").write_text(TINY)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("PYTHONPATH", str(folder))
+    monkeypatch.setenv("SIMSPARSE_CACHE", str(tmp_path / "cache"))
+    sources.table.cache_clear()
+    sources.resolve.cache_clear()
+    yield folder
+    sources.table.cache_clear()
+    sources.resolve.cache_clear()
+
+
+def test_a_spec_is_parsed_and_written_back_one_way():
+    assert parse("hf:LlamaConfig(num_hidden_layers=4, seq=512)") == ("hf", "LlamaConfig",
+                                                                     {"num_hidden_layers": 4, "seq": 512})
+    assert canonical("hf:LlamaConfig( seq=512,num_hidden_layers=4 )") == "hf:LlamaConfig(num_hidden_layers=4, seq=512)"
+    assert canonical("pkg.mod:make(image=[3, 32, 32])") == "pkg.mod:make(image=[3, 32, 32])"
+    for bad in ("hf:LlamaConfig(4)", "hf:LlamaConfig(x=open)", "nocolon"):
+        with pytest.raises(ModelSpecError):
+            canonical(bad)
+
+
+def test_gpt2_tensors_are_its_parameters_with_the_tied_embedding_once():
+    """GPT-2 (124M) from its config: 148 tensors summing to sum(p.numel()), the output layer
+    sharing the token embedding (one tensor, one gradient); its table counts them the same."""
+    transformers = pytest.importorskip("transformers")
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(transformers.GPT2Config())
+    assert model.lm_head.weight is model.transformer.wte.weight
+    sizes = [p.numel() for p in model.parameters()]
+    assert len(sizes) == 148 and sum(sizes) == 124_439_808
+    small = model_table("hf:GPT2Config(n_layer=1, n_embd=64, n_head=2, seq=32)")
+    with torch.device("meta"):
+        tiny = transformers.AutoModelForCausalLM.from_config(transformers.GPT2Config(n_layer=1, n_embd=64, n_head=2))
+    assert [t["size"] for t in small["tensors"]] == [p.numel() for p in tiny.parameters()]
+    assert small["input"] == "32 tokens over a 50,257 vocabulary"
+    # the tied matrix carries the output layer's work too: forward FLOPs 2 x 64 x 50,257 per token
+    assert small["tensors"][0]["fwd_flops"] >= 2 * 64 * 50257 * 32
+
+
+def test_a_users_module_trains_through_run_and_sweep(user_models, tmp_path, capsys):
+    cfg = write_config(tmp_path, """\
+        network: aries_alphabeta
+        compute: a100
+        model: [{name: "tinynet:make(layers=2, seq=16, vocab=100)", batch_size: 4, density: 0.05}]
+        schedules: [dense_ovlp, topk_sgd]
+        algorithms: [rabenseifner, oktopk]
+        P: 2
+        iterations: 1
+        warmup: 0
+        check: false
+        """, "tiny.yaml")
+    (point, *_) = load_config(cfg).points
+    assert point.model == "tinynet:make(layers=2, seq=16, vocab=100)"
+    table = model_table(point.model)
+    assert sum(t["size"] for t in table["tensors"]) == sum(p.numel() for p in
+                                                           __import__("tinynet").make().parameters())
+    code, err, _ = cli_run(["run", str(cfg), "--out", str(tmp_path / "r"), "--no-plot"], capsys)
+    assert code == 0, err
+    assert main(["sweep", str(cfg), "--jobs", "2", "--out", str(tmp_path / "s"), "--no-plot"]) == 0
+    import pandas as pd
+    run, sweep = (pd.read_csv(tmp_path / d / "results.csv").sort_values("point_id") for d in ("r", "s"))
+    assert list(run["t_iter_s"]) == list(sweep["t_iter_s"]) and (run["t_iter_s"] > 0).all()
+
+
+@requires_mpi
+@pytest.mark.mpi
+def test_measure_trains_the_users_module(user_models, tmp_path):
+    from simsparse.experiments.run.measure import measure_points
+
+    cfg = write_config(tmp_path, """\
+        network: aries_alphabeta
+        compute: ideal
+        model: [{name: "tinynet:make(seq=16, vocab=100)", batch_size: 2, density: 0.05}]
+        schedules: [topk_sgd]
+        algorithms: [oktopk]
+        P: 2
+        iterations: 1
+        warmup: 0
+        """, "tiny.yaml")
+    (point,) = load_config(cfg).points
+    (m,) = measure_points([point], device="cpu")
+    assert m.row["backend"] == "mpi" and m.row["t_iter_s"] > 0
+
+
+def test_model_import_writes_a_table_a_config_names(user_models, tmp_path, capsys):
+    out = tmp_path / "tiny.json"
+    code, err, _ = cli_run(["model", "import", "tinynet:make(seq=8)", "-o", str(out)], capsys)
+    assert code == 0, err
+    doc = json.loads(out.read_text())
+    assert doc["spec"] == "tinynet:make(seq=8)" and doc["num_tensors"] == len(doc["tensors"])
+    cfg = write_config(tmp_path, f"""\
+        network: aries_alphabeta
+        compute: a100
+        model: [{{name: "{out}", batch_size: 2}}]
+        schedules: [whole]
+        algorithms: [ring]
+        P: 2
+        iterations: 1
+        warmup: 0
+        check: false
+        """, "stored.yaml")
+    code, err, _ = cli_run(["run", str(cfg), "--out", str(tmp_path / "r"), "--no-plot"], capsys)
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("tinynet:not_a_module(seq=8)", "returned int, not a torch.nn.Module"),
+    ("tinynet:nothing(seq=8)", "has no 'nothing'"),
+    ("tinynet:make", "say what one sample is"),
+    ("hf:GPT3Config", "has no config class 'GPT3Config'"),
+    ("hf:GPT2Config(n_layers=2)", "has no setting 'n_layers'"),
+])
+def test_a_model_that_cannot_be_used_gets_one_paragraph(user_models, tmp_path, capsys, spec, says):
+    if spec.startswith("hf:"):
+        pytest.importorskip("transformers")
+    cfg = write_config(tmp_path, f"""\
+        network: aries_alphabeta
+        compute: a100
+        model: [{{name: "{spec}"}}]
+        schedules: [whole]
+        algorithms: [ring]
+        P: 2
+        """)
+    code, err, seconds = cli_run(["run", str(cfg), "--out", str(tmp_path / "r")], capsys)
+    assert code == 2 and says in err and "Traceback" not in err and "model" in err, err
+    with pytest.raises(ConfigError):
+        load_config(cfg)
+
+
+def test_a_table_missing_a_column_is_refused_with_the_column(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"tensors": [{"size": 10, "fwd_flops": 1, "fwd_bytes": 1, "fwd_ops": 1,
+                                            "bwd_flops": 1, "bwd_ops": 1}]}))
+    cfg = write_config(tmp_path, f"""\
+        network: aries_alphabeta
+        compute: a100
+        model: [{{name: "{bad}", batch_size: 2}}]
+        schedules: [whole]
+        algorithms: [ring]
+        P: 2
+        """)
+    code, err, _ = cli_run(["run", str(cfg), "--out", str(tmp_path / "r")], capsys)
+    assert code == 2 and "tensors[0] lacks bwd_bytes" in err and str(bad) in err, err
