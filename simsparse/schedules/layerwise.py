@@ -137,6 +137,42 @@ class DenseOvlp(Schedule):
         return len(planner.threshold_plan(sizes, max(1, int(params.bucket_mb * 2**20 / 4))))
 
 
+class _DDPBuckets(_Bucketed):
+    first_bucket_mb: float = Field(1.0, gt=0, le=1e6, description="the first bucket's capacity in MiB "
+                                   "(torch.distributed._DEFAULT_FIRST_BUCKET_BYTES: 1 MiB)")
+
+
+@register_schedule("ddp")
+class DDP(DenseOvlp):
+    """PyTorch DistributedDataParallel: DenseOvlp's buckets as DDP's reducer
+    forms them (``compute_bucket_assignment_by_size``): in backward order, the
+    first bucket closes at 1 MiB (``first_bucket_mb``), the others at
+    ``bucket_cap_mb`` (``bucket_mb``, 25 MiB), each as soon as its gradients
+    reach the capacity; a bucket's allreduce fires when its last gradient is
+    ready. Source: Li et al., "PyTorch Distributed: Experiences on
+    Accelerating Data Parallel Training", VLDB 2020, section 3.2 (gradient
+    bucketing, overlap with the backward pass); the limits from
+    torch/nn/parallel/distributed.py and reducer.cpp (PyTorch 2.x). The
+    buckets rebuilt after the first iteration follow the order gradients
+    become ready, which is the backward order here."""
+
+    Params = _DDPBuckets
+    default_algorithm = "ring"   # NCCL's ring allreduce, what DDP runs on GPUs
+
+    @staticmethod
+    def _limits(params) -> dict:
+        return {"threshold": max(1, int(params.bucket_mb * 2**20 / 4)),
+                "first": max(1, int(params.first_bucket_mb * 2**20 / 4))}
+
+    @classmethod
+    def plan(cls, params, costs: PlanCosts):
+        return planner.threshold_plan(costs.sizes, **cls._limits(params))
+
+    @classmethod
+    def buckets(cls, params, sizes):
+        return len(planner.threshold_plan(sizes, **cls._limits(params)))
+
+
 @register_schedule("topk_sgd")
 class TopkSGD(Schedule):
     """TopK-SGD (Lin et al. ICLR'18, Aji and Heafield; OMGS paper section

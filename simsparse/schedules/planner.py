@@ -103,18 +103,21 @@ def pipeline_time(plan, tb, sizes, ts: Cost, tc: Cost, tf: float = 0.0) -> Timel
     return Timeline(plan, comm_end, tuple(sb), tuple(ss), tuple(sc), tuple(ec), compute, comm_end - compute)
 
 
-def threshold_plan(sizes, threshold: int = 8192) -> tuple:
+def threshold_plan(sizes, threshold: int = 8192, first: int | None = None) -> tuple:
     """MGS-SGD's fixed-size merging (OMGS paper section V.D, 8,192 elements;
     OMGS-SGD code ``_generate_groups_with_threshold``): walking in backward
     order, a group is closed as soon as its accumulated size reaches
-    ``threshold``; a remainder forms the last group."""
+    ``threshold``; a remainder forms the last group. With ``first``, the
+    first group closes at ``first`` instead: PyTorch DDP's rule
+    (``compute_bucket_assignment_by_size`` with the limits [first, threshold])."""
     plan, n, acc = [], 0, 0
+    limit = threshold if first is None else first
     for s in sizes:
         n += 1
         acc += int(s)
-        if acc >= threshold:
+        if acc >= limit:
             plan.append(n)
-            n, acc = 0, 0
+            n, acc, limit = 0, 0, threshold
     if n:
         plan.append(n)
     return _check_plan(plan, len(sizes))

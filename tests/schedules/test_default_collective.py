@@ -11,7 +11,7 @@ from simsparse.cli import main
 from simsparse.experiments.config.schema import ConfigError, load_config
 from simsparse.schedules import SCHEDULES
 
-PAPERS = {"whole": "rabenseifner", "dense_ovlp": "rabenseifner", "wfbp": "ring", "mg_wfbp": "ring",
+PAPERS = {"whole": "rabenseifner", "dense_ovlp": "rabenseifner", "ddp": "ring", "wfbp": "ring", "mg_wfbp": "ring",
           "topk_sgd": "topka", "lags_sgd": "topka", "mgs_sgd": "topka", "omgs_sgd": "topka"}
 HEAD = "network: aries_alphabeta\ncompute: p100\nmodel: resnet20_cifar10\nP: 2\niterations: 1\nwarmup: 0\n"
 

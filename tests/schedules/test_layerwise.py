@@ -15,7 +15,7 @@ from simsparse.algorithms import get_algorithm
 
 from tests.helpers import requires_mpi, schedule_point as point
 
-DENSE = ["whole", "wfbp", "mg_wfbp", "dense_ovlp"]
+DENSE = ["whole", "wfbp", "mg_wfbp", "dense_ovlp", "ddp"]
 SPARSE = ["topk_sgd", "lags_sgd", "mgs_sgd", "omgs_sgd"]
 
 
@@ -240,3 +240,22 @@ def test_the_compiled_chain_of_backward_spans_is_its_python_twin(monkeypatch, sc
     b = simulate_point(pt).row
     drop = ("wall_s", "started_at", "host", "worker")
     assert {k: v for k, v in a.items() if k not in drop} == {k: v for k, v in b.items() if k not in drop}
+
+
+@pytest.mark.parametrize("model", ["bert_base", "resnet50_imagenet", "vgg16_cifar10", "lstm_an4"])
+def test_ddp_buckets_are_torchs_own_assignment(model):
+    """The ddp schedule's buckets equal DDP's reducer's (torch.distributed's
+    compute_bucket_assignment_by_size on the float32 gradients in backward order, with its
+    default limits [1 MiB, 25 MiB]): bucket by bucket, the same tensors."""
+    torch = pytest.importorskip("torch")
+    dist = pytest.importorskip("torch.distributed")
+    from simsparse.compute.models import model_table
+    from simsparse.schedules.base import get_schedule
+
+    sizes = [t["size"] for t in model_table(model)["tensors"]][::-1]   # backward order
+    ddp = get_schedule("ddp")
+    plan = ddp.plan(ddp.Params(), type("Costs", (), {"sizes": sizes})())
+    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * 2**20]
+    groups, _ = dist._compute_bucket_assignment_by_size([torch.empty(s, device="meta") for s in sizes], limits)
+    assert [len(g) for g in groups] == list(plan)
+    assert [i for g in groups for i in g] == list(range(len(sizes)))   # consecutive: backward order kept
