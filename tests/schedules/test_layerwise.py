@@ -259,3 +259,41 @@ def test_ddp_buckets_are_torchs_own_assignment(model):
     groups, _ = dist._compute_bucket_assignment_by_size([torch.empty(s, device="meta") for s in sizes], limits)
     assert [len(g) for g in groups] == list(plan)
     assert [i for g in groups for i in g] == list(range(len(sizes)))   # consecutive: backward order kept
+
+
+def test_ddp_buckets_are_those_a_real_ddp_reduces(tmp_path):
+    """World size 1 (gloo), a comm hook logging each bucket's parameters in the second
+    iteration (after DDP rebuilt its buckets in the order gradients became ready): the same
+    buckets as the ddp schedule's plan, for ResNet-20 and ResNet-18. (LSTM-PTB's tied
+    embedding makes its ready order differ from the backward order the plan assumes.)"""
+    torch = pytest.importorskip("torch")
+    dist = pytest.importorskip("torch.distributed")
+    from torch.nn.parallel import DistributedDataParallel
+
+    import simsparse.models as models
+    from simsparse.schedules.base import get_schedule
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        for name in ("resnet20_cifar10", "resnet18_cifar10"):
+            torch.manual_seed(0)
+            model = models.build(name)
+            index = {id(p): i for i, p in enumerate(model.parameters())}
+            ddp = DistributedDataParallel(model)
+            seen = []
+
+            def log(state, bucket, seen=seen, index=index):
+                seen.append([index[id(p)] for p in bucket.parameters()])
+                done = torch.futures.Future()
+                done.set_result(bucket.buffer())
+                return done
+
+            ddp.register_comm_hook(None, log)
+            for it in range(2):
+                seen.clear()
+                models.loss(name, ddp, models.example_batch(name, 2, generator=torch.Generator().manual_seed(it))).backward()
+            sizes = [p.numel() for p in model.parameters()][::-1]
+            plan = get_schedule("ddp").plan(get_schedule("ddp").Params(), type("Costs", (), {"sizes": sizes})())
+            assert [len(g) for g in sorted(seen, key=lambda g: -max(g))] == list(plan), name
+    finally:
+        dist.destroy_process_group()
