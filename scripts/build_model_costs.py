@@ -101,6 +101,23 @@ def model_entry(name: str, sizes: list[int], base: int = 2) -> dict:
     return {"input": models.input_description(name), **table, "source": source, "tensors": tensors}
 
 
+def preset_entry(name: str) -> dict:
+    """A preset (``simsparse.models.PRESETS``), counted as any spec is (:func:`simsparse.models.sources.table`)."""
+    from simsparse.models.sources import canonical, resolve
+
+    t0 = time.time()
+    spec = canonical(models.PRESETS[name])
+    src = resolve(spec)
+    table = entry(lambda b: count(src.build, src.batch, src.loss, b), strict=False)
+    print(f"{name:24s} fwd {table['fwd_gflops']:9.3f} GFLOP, {table['total_params']:,} parameters | "
+          f"{time.time() - t0:.1f} s", flush=True)
+    tensors = table.pop("tensors")
+    import transformers
+    source = (f"counted from {spec} on the meta device (torch {torch.__version__}, transformers "
+              f"{transformers.__version__}; simsparse.models.costs, scripts/build_model_costs.py)")
+    return {"input": src.input, "spec": spec, **table, "source": source, "tensors": tensors}
+
+
 def dumps(doc: dict) -> str:
     """Compact JSON: one line per tensor."""
     lines = ["{", f'  "about": {json.dumps(doc["about"])},', f'  "torch": {json.dumps(doc["torch"])},', '  "models": {']
@@ -143,9 +160,11 @@ def main(argv=None) -> int:
     sizes = {k: v["sizes_in_registration_order"] for k, v in json.loads(LAYER_PARAMS.read_text()).items()}
     old = json.loads(a.out.read_text())["models"] if a.out.exists() else {}
     doc = {"about": ABOUT, "torch": torch.__version__, "models": {}}
-    for name in models.MODEL_NAMES:
+    for name in models.MODEL_NAMES + list(models.PRESETS):
         if a.only is not None and name not in a.only and name in old:
             doc["models"][name] = old[name]
+        elif name in models.PRESETS:
+            doc["models"][name] = preset_entry(name)
         else:
             doc["models"][name] = model_entry(name, sizes[name])
     if a.check:

@@ -71,6 +71,8 @@ DEFAULT_BATCH = {
     "bert_base": 8,                # Ok-Topk runs, sequence length 128
     "alexnet_imagenet": 256,       # OMGS-SGD code, exp_configs
     "vgg16_imagenet": 64,          # tf_cnn_benchmarks (TensorFlow performance benchmarks, r1 guide)
+    "gpt2": 12,                    # nanoGPT's GPT-2 (124M) recipe, config/train_gpt2.py: batch_size 12 per GPU
+    "vit_b_16": 128,               # DeiT-B's recipe (Touvron et al. 2021): batch 1024 on 8 GPUs
 }
 
 
@@ -79,8 +81,14 @@ SPEC_BATCH = 8
 
 
 def default_batch_size(model: str) -> int:
-    """The model's paper's batch for a packaged model, else :data:`SPEC_BATCH`."""
-    return DEFAULT_BATCH.get(model, SPEC_BATCH)
+    """The batch of the paper (or recipe) that trains the model, else :data:`SPEC_BATCH` for
+    a preset or a model from elsewhere; ValueError for a packaged model no paper gives one."""
+    if model in DEFAULT_BATCH:
+        return DEFAULT_BATCH[model]
+    from ..models import MODEL_NAMES
+    if model in MODEL_NAMES:
+        raise ValueError(f"model {model!r} has no default batch size; set batch_size")
+    return SPEC_BATCH
 
 
 def is_spec(model: str) -> bool:

@@ -38,10 +38,28 @@ _MODELS: dict[str, tuple[str, str]] = {
 
 MODEL_NAMES: list[str] = list(_MODELS)
 
+#: models people train now, each a spec of :mod:`.sources` (no hand-typed table: ``scripts/build_model_costs.py``
+#: counts them into ``model_costs.json`` as it counts the packaged modules, so configs and ``advise`` need no
+#: transformers for them)
+PRESETS: dict[str, str] = {
+    # GPT-2 small (124M) and XL (1.5B): Radford et al. 2019, Table 2; 1,024 positions
+    "gpt2": "hf:GPT2Config",
+    "gpt2_xl": "hf:GPT2Config(n_embd=1600, n_head=25, n_layer=48)",
+    # Llama 3.2 1B (meta-llama/Llama-3.2-1B config.json: 16 layers of 2,048, GQA 32/8 heads, vocabulary 128,256,
+    # tied embeddings), at a 2,048-token sequence
+    "llama_1b": "hf:LlamaConfig(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, "
+                "num_hidden_layers=16, num_key_value_heads=8, seq=2048, tie_word_embeddings=True, vocab_size=128256)",
+    # Llama 2 7B (Touvron et al. 2023, Table 1: 4,096 context; LlamaConfig's defaults are its sizes)
+    "llama_7b": "hf:LlamaConfig(max_position_embeddings=4096, seq=4096)",
+    # ViT-B/16 (Dosovitskiy et al. 2021, Table 1: 12 layers of 768, patch 16) at 224 x 224, 1,000 classes
+    "vit_b_16": "hf:ViTConfig",
+}
+
 
 def _source(name: str):
-    """The :class:`~.sources.ModelSource` of a model from elsewhere (``hf:...``,
-    ``torchvision:...``, ``package.module:function``), else None."""
+    """The :class:`~.sources.ModelSource` of a preset or a model from elsewhere
+    (``hf:...``, ``torchvision:...``, ``package.module:function``), else None."""
+    name = PRESETS.get(name, name)
     if ":" not in name or name in _MODELS:
         return None
     from .sources import resolve
@@ -96,4 +114,4 @@ def input_description(name: str) -> str:
     return _MODELS[name][1]
 
 
-__all__ = ["MODEL_NAMES", "build", "example_batch", "loss", "input_description"]
+__all__ = ["MODEL_NAMES", "PRESETS", "build", "example_batch", "loss", "input_description"]

@@ -11,6 +11,7 @@ from importlib import resources
 import pytest
 
 import simsparse.models as models
+from simsparse.models.sources import canonical
 
 from tests.helpers import REPO as ROOT
 
@@ -164,10 +165,13 @@ def test_seq_lstm_equals_nn_lstm():
 
 
 def test_costs_cover_every_model():
-    assert set(COSTS["models"]) == set(models.MODEL_NAMES)
+    assert set(COSTS["models"]) == set(models.MODEL_NAMES) | set(models.PRESETS)
     for name, m in COSTS["models"].items():
         sizes = [t["size"] for t in m["tensors"]]
-        assert sizes == LAYER_PARAMS[name]["sizes_in_registration_order"], name
+        if name in models.PRESETS:   # counted from a spec: its sizes are its parameters'
+            assert m["spec"] == canonical(models.PRESETS[name]), name
+        else:
+            assert sizes == LAYER_PARAMS[name]["sizes_in_registration_order"], name
         assert m["total_params"] == sum(sizes) and m["num_tensors"] == len(sizes)
         assert m["input"] == models.input_description(name) and m["source"]
         for t in m["tensors"]:
@@ -188,6 +192,16 @@ def test_costs_known_totals():
     assert m["bert_base"]["fwd_gflops"] == pytest.approx(2 * 128 * (85.0e6 + 0.59e6 + 23.44e6) / 1e9 + 0.6, rel=0.01)
     for name, e in m.items():        # backward = grad input + grad weight, minus the first layer's grad input
         assert 1.5 <= e["bwd_gflops"] / max(e["fwd_gflops"], 1e-9) <= 2.0 + 1e-6, name
+
+
+def test_presets_have_their_published_sizes():
+    """GPT-2 124M and XL 1.5B (Radford et al. 2019), Llama 3.2 1B (1.24B, tied embeddings), Llama 2
+    7B (6.74B), ViT-B/16 (86.6M with a 1,000-class head): the parameters the tables hold."""
+    got = {name: COSTS["models"][name]["total_params"] for name in models.PRESETS}
+    assert got == {"gpt2": 124_439_808, "gpt2_xl": 1_557_611_200, "llama_1b": 1_235_814_400,
+                   "llama_7b": 6_738_415_616, "vit_b_16": 86_567_656}
+    # a forward pass is 2 FLOPs a parameter a token, plus attention (GPT-2: 1,024 tokens)
+    assert COSTS["models"]["gpt2"]["fwd_gflops"] == pytest.approx(2 * 124.44e6 * 1024 / 1e9, rel=0.25)
 
 
 def test_costs_linear_in_batch_and_current():

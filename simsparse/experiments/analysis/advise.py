@@ -128,7 +128,10 @@ def _inputs(args):
             from None
     if prof.peak_flops is None:
         raise ConfigError(f"--compute {args.compute}: the profile has no peak_flops, needed to time the model's layers")
-    batch = args.batch_size or default_batch_size(args.model)
+    try:
+        batch = args.batch_size or default_batch_size(args.model)
+    except ValueError as e:
+        raise ConfigError(f"--batch-size: {e}") from None
     if batch < 1:
         raise ConfigError(f"--batch-size {batch}: allowed >= 1")
     return nets[0], prof.model_dump(), model_profile(args.model, batch, prof)

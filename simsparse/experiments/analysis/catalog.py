@@ -55,11 +55,19 @@ def _registries() -> dict:
             "network preset": {p.stem: p for d in TOPOLOGY_DIRS for p in sorted(d.glob("*.yaml"))}}
 
 
+def _batch(model: str):
+    from ...compute.models import default_batch_size
+    try:
+        return default_batch_size(model)
+    except ValueError:
+        return "-"
+
+
 def list_names(names) -> int:
     """``simsparse list [NAME ...]``: every registered name, or what one of them is."""
     if names:
         return _list_details(names)
-    from ...compute.models import DEFAULT_BATCH, model_costs
+    from ...compute.models import model_costs
 
     reg = _registries()
     print("algorithms (parameters with their defaults; `simsparse list NAME` explains them):")
@@ -77,7 +85,7 @@ def list_names(names) -> int:
     for name, table in sorted(model_costs().items()):
         params = sum(t["size"] for t in table["tensors"])
         print(f"  {name:24s} {params / 1e6:8.2f}M parameters, {len(table['tensors']):3d} tensors, "
-              f"batch {DEFAULT_BATCH.get(name, '-')}, {table.get('input', '')}")
+              f"batch {_batch(name)}, {table.get('input', '')}")
     print("  ... and any model from elsewhere, counted on the meta device (no GPU, no weights): hf:GPT2Config, "
           "hf:LlamaConfig(num_hidden_layers=16, seq=2048), torchvision:vit_b_16, package.module:function(seq=128), "
           "or a table written by `simsparse model import` (docs/models.md)")

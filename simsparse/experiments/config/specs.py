@@ -56,10 +56,10 @@ class WorkloadSpec(BaseModel):
     @field_validator("model")
     @classmethod
     def _known_model(cls, v):
-        from ...compute.models import is_spec
+        from ...compute.models import is_spec, model_costs
 
         if v is not None and v not in model_layer_params():
-            if not is_spec(v):
+            if not is_spec(v) and v not in model_costs():
                 raise ValueError(f"unknown model{did_you_mean(v, model_layer_params())}; known models: "
                                  f"{', '.join(sorted(model_layer_params()))}, or hf:ConfigClass, torchvision:name, "
                                  f"package.module:function, a .json table")
