@@ -18,3 +18,13 @@ def pytest_collection_finish(session):
     import gc
     gc.collect()
     gc.freeze()
+
+
+def pytest_collection_modifyitems(config, items):
+    """``slow``: what the edit-test loop (``pytest -m "not slow"``) leaves to the full run: every
+    test under mpiexec (``mpi``), every notebook, and the tests marked ``slow`` themselves."""
+    import pytest
+
+    for item in items:
+        if item.get_closest_marker("mpi") or item.nodeid.endswith(".ipynb") or ".ipynb::" in item.nodeid:
+            item.add_marker(pytest.mark.slow)

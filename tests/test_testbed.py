@@ -20,6 +20,9 @@ from simsparse.testbed.plan import PREFIX, WIRE_EXTRA_B, PlanError
 
 from tests.helpers import HAVE_MPI, make_point
 
+# (the testbeds are host-wide, namespaces by name: pyproject's --dist loadfile runs this file's
+# tests on one worker, one after another)
+
 RATE = 12.5e6
 STAR = dict(name="t-star", topology="star", link_bw_Bps=RATE, framing="tcp", mtu_B=9000)
 TREE = dict(name="t-tree", topology="leafspine", link_bw_Bps=RATE, framing="tcp", mtu_B=9000, switch_ports=8,
@@ -218,6 +221,7 @@ def test_rank_i_runs_in_namespace_i_and_its_bytes_cross_the_links(tmp_path):
             assert c["drops"] == 0
 
 
+@pytest.mark.slow
 @needs_testbed
 @needs_mpi
 @pytest.mark.mpi

@@ -43,6 +43,7 @@ def check(point) -> str:
     return b["evaluator"]
 
 
+@pytest.mark.slow
 def test_training_schedule_overlaps_bulk_collectives_with_backward():
     """Buckets' collectives on the comm stream while the backward runs: the
     device is shared, so a kernel inside a bulk collective may find it busy.

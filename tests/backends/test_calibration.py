@@ -236,6 +236,7 @@ def test_exchanges_off_the_line_get_factors_per_size_band_and_the_model_meets_th
     assert list(load_config(cfg).points[0].network["size_scale"][0]) == [1024, 1.0]
 
 
+@pytest.mark.slow
 @requires_mpi
 @pytest.mark.mpi
 def test_quick_calibration_end_to_end(tmp_path):

@@ -38,6 +38,7 @@ def test_every_network_model(preset, algorithm):
     same_on_both(dataclasses.replace(p, network=net(preset)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule,algorithm", [("wfbp", "ring"), ("dense_ovlp", "rabenseifner"),
                                                 ("omgs_sgd", "topka"), ("lags_sgd", "oktopk")])
 def test_schedules(schedule, algorithm):

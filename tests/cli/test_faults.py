@@ -66,6 +66,7 @@ def cfg(tmp_path):
     return p
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_a_signal_mid_run_then_resume(cfg, tmp_path, sig):
     out = tmp_path / "out"

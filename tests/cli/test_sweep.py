@@ -64,6 +64,7 @@ def test_grid_has_60_points_in_config_order(serial, grid):
     assert list(serial["point_id"]) == [sw.ident(p) for p in load_config(grid).points]
 
 
+@pytest.mark.slow
 def test_two_local_jobs_give_the_same_rows(grid, serial, tmp_path):
     out = tmp_path / "jobs2"
     assert main(["sweep", str(grid), "--jobs", "2", "--out", str(out), "--no-plot"]) == 0
@@ -72,6 +73,7 @@ def test_two_local_jobs_give_the_same_rows(grid, serial, tmp_path):
     assert where["worker"].nunique() == 2 and where["host"].notna().all()
 
 
+@pytest.mark.slow
 def test_dask_local_cluster_gives_the_same_rows(grid, serial, tmp_path):
     pytest.importorskip("distributed")
     out = tmp_path / "dask"
@@ -126,6 +128,7 @@ def _kill_after(proc, results: Path, at_least: int, timeout_s: float = 120) -> i
     return n
 
 
+@pytest.mark.slow
 def test_sigkill_at_several_moments_then_resume_equals_uninterrupted(grid, serial, tmp_path):
     out = tmp_path / "killed"
     seen = []

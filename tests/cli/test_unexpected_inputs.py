@@ -145,6 +145,7 @@ def test_point_past_the_address_space_limit_is_refused_up_front(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_forced_point_past_the_address_space_limit_ends_in_one_paragraph(tmp_path):
     cfg = _quickstart_too_large(tmp_path)
     done, took = _limited(["run", str(cfg), "--out", str(tmp_path / "o"), "--no-plot", "--force"], tmp_path)

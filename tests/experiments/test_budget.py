@@ -25,6 +25,7 @@ print(json.dumps([base * 1024, resource.getrusage(resource.RUSAGE_SELF).ru_maxrs
     ("oktopk", 48, 1, False), ("oktopk", 48, 3, True), ("gtopk", 48, 3, False), ("ring", 48, 1, False),
     ("qsgd_allgather", 16, 3, True),   # every rank dequantizes P messages of n: P^2 n work (41 s at P = 48 in CI, 20 s at 24)
 ])
+@pytest.mark.slow
 def test_the_memory_estimate_bounds_the_peak(algorithm, P, iterations, check):
     """Peak RSS above the interpreter's start, in a fresh process, stays below
     the estimate's part for the point (the base of 200 MB left out)."""

@@ -184,6 +184,7 @@ def test_the_doc_table_is_spliced_between_its_markers(tmp_path):
         splice(doc, "x")
 
 
+@pytest.mark.slow
 def test_papers_smoke_runs_every_experiment(tmp_path, capsys):
     """Every paper config at its reduced scale, and the side-by-side table."""
     assert papers_main([], out=str(tmp_path), smoke=True, plot=False) == 0

@@ -43,6 +43,7 @@ def on_path(monkeypatch):
     monkeypatch.delenv("PYTHONPATH", raising=False)
 
 
+@pytest.mark.slow
 def test_the_example_runs_in_run_sweep_and_measure_correct_and_with_the_same_bytes(tmp_path, on_path):
     cfg = EXAMPLE / "measure.yaml"  # the guide's P = 2 config
     assert main(["run", str(cfg), "--out", str(tmp_path / "run"), "--no-plot"]) == 0

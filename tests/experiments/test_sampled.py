@@ -47,6 +47,7 @@ def test_the_entries_above_a_magnitude_are_the_full_draws(name):
     assert all(len(s.values) < 8 * w.k for s in samp)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["topka", "gaussiank", "oktopk", "cltk"])
 def test_runs_match_full_runs_in_distribution(algorithm):
     """Times and bytes (the selected counts) of sampled runs against

@@ -33,6 +33,7 @@ def mc():
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("law", LAWS, ids=str)
 def test_the_box_integrals_are_monte_carlos(law, mc):
     """Drawn probability, the moments below the floors and the tail masses

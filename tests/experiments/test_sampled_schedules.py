@@ -19,6 +19,7 @@ from tests.helpers import schedule_point
 @pytest.mark.parametrize("schedule,algorithm,drift", [("topk_sgd", "topka", 1.0), ("mgs_sgd", "oktopk", 1.0),
                                                       ("lags_sgd", "gaussiank", 1.0), ("mgs_sgd", "gtopk", 1.0),
                                                       ("mgs_sgd", "topkdsa", 0.3), ("topk_sgd", "oktopk", 0.3)])
+@pytest.mark.slow
 def test_training_iterations_match_full_runs_in_distribution(schedule, algorithm, drift):
     """Times and bytes of sampled training iterations against full-value
     ones over seeds (ResNet-20's 59 tensors in one bucket, in buckets of at

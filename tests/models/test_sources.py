@@ -3,7 +3,6 @@ own module through run, sweep and measure, and the errors a user meets."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 
@@ -88,6 +87,7 @@ def test_gpt2_tensors_are_its_parameters_with_the_tied_embedding_once():
     assert small["tensors"][0]["fwd_flops"] >= 2 * 64 * 50257 * 32
 
 
+@pytest.mark.slow
 def test_a_users_module_trains_through_run_and_sweep(user_models, tmp_path, capsys):
     cfg = write_config(tmp_path, """\
         network: aries_alphabeta

@@ -39,6 +39,7 @@ def test_dense_schedules_sum_every_gradient(schedule, algorithm):
     assert row["merged_groups"] == expected.get(schedule, row["merged_groups"]) and 1 <= row["merged_groups"] < layers + 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", SPARSE)
 @pytest.mark.parametrize("algorithm,params", [("topka", {"error_feedback": True}), ("oktopk", {}),
                                               ("gaussiank", {}), ("gtopk", {}), ("dsar_split_allgather", {})])
@@ -261,6 +262,7 @@ def test_ddp_buckets_are_torchs_own_assignment(model):
     assert [i for g in groups for i in g] == list(range(len(sizes)))   # consecutive: backward order kept
 
 
+@pytest.mark.slow
 def test_ddp_buckets_are_those_a_real_ddp_reduces(tmp_path):
     """World size 1 (gloo), a comm hook logging each bucket's parameters in the second
     iteration (after DDP rebuilt its buckets in the order gradients became ready): the same

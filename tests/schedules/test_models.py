@@ -100,6 +100,7 @@ def test_example_batch_and_loss_meta(name):
     assert loss.shape == () and loss.device.type == "meta" and loss.requires_grad
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CPU_FORWARD)
 def test_example_batch_and_loss_cpu(name):
     torch = pytest.importorskip("torch")
