@@ -20,8 +20,17 @@ from simsparse.testbed.plan import PREFIX, WIRE_EXTRA_B, PlanError
 
 from tests.helpers import HAVE_MPI, make_point
 
-# (the testbeds are host-wide, namespaces by name: pyproject's --dist loadfile runs this file's
-# tests on one worker, one after another)
+
+@pytest.fixture(autouse=True)
+def one_testbed_test_at_a_time(tmp_path_factory):
+    """The testbeds are host-wide (namespaces by name): across the suite's workers, this file's
+    tests take a lock and run one after another."""
+    import fcntl
+
+    lock = tmp_path_factory.getbasetemp().parent / "testbed-tests.lock"   # (shared by the workers)
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
 
 RATE = 12.5e6
 STAR = dict(name="t-star", topology="star", link_bw_Bps=RATE, framing="tcp", mtu_B=9000)
