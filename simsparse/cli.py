@@ -113,6 +113,11 @@ def main(argv=None) -> int:
     _add_testbed_parsers(sub)
     _add_papers_parser(sub)
     _add_model_parser(sub)
+    p = sub.add_parser("report", help="render the docs' measured figures (docs/papers.md's table, the README's "
+                                      "headline lines) from the results stored under docs/data/")
+    p.add_argument("--data", default="docs/data", help="where the stored results are (default docs/data)")
+    p.add_argument("--readme", default="README.md")
+    p.add_argument("--docs", default="docs")
     args = ap.parse_args(argv)
     with _signals_as_interrupts() as received:
         return _dispatch(args, received)
@@ -201,6 +206,12 @@ def _dispatch(args, received: list) -> int:
             return _papers(args)
         if args.cmd == "model":
             return _model(args)
+        if args.cmd == "report":
+            from .experiments.analysis.docs_report import render
+
+            for path in render(Path(args.data), Path(args.readme), Path(args.docs)):
+                print(f"wrote {path}")
+            return 0
         return _execute(load_config(args.config), args)
     except (ConfigError, BudgetError, OutsideError, TestbedError, PlanError, PapersError, EvaluationError) as e:
         print(f"simsparse: error: {e}", file=sys.stderr)

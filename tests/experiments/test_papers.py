@@ -207,3 +207,29 @@ def test_papers_smoke_runs_every_experiment(tmp_path, capsys):
 def test_papers_unknown_name_is_refused(tmp_path, capsys):
     assert main(["papers", "okt0pk", "--out", str(tmp_path)]) == 2
     assert "neither a paper nor an experiment" in capsys.readouterr().err
+
+
+def test_report_renders_the_docs_figures_from_stored_results(tmp_path, capsys):
+    """simsparse report: docs/papers.md's table and the README's headline lines from a stored
+    papers.csv; the table holds every row of the CSV it came from, value for value."""
+    data, docs = tmp_path / "data", tmp_path / "docs"
+    data.mkdir(), docs.mkdir()
+    rows = pd.DataFrame([
+        {"paper": "oktopk", "experiment": "oktopk_vgg16", "claim": "a", "what": "w1", "unit": "x", "source": "s",
+         "paper_value": "2", "ours": "2.2", "ours_exact": "2.2", "ratio": "1.10", "meets_aim": True, "note": ""},
+        {"paper": "deft", "experiment": "deft_lstm", "claim": "b", "what": "w2", "unit": "s", "source": "s",
+         "paper_value": "1", "ours": "3", "ours_exact": "3", "ratio": "3.00", "meets_aim": False, "note": ""}])
+    rows.to_csv(data / "papers.csv", index=False)
+    (docs / "papers.md").write_text(f"# papers\n{BEGIN}\n{END}\n")
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n<!-- headline: begin -->\nstale\n<!-- headline: end -->\nrest\n")
+    assert main(["report", "--data", str(data), "--readme", str(readme), "--docs", str(docs)]) == 0
+    table = [line for line in (docs / "papers.md").read_text().splitlines() if line.startswith("| `")
+             and line.count("|") == 8]
+    assert [line.split(" | ")[3:6] for line in table] == [["2 x", "2.2 x", "1.10"], ["1 s", "3 s", "3.00"]]
+    text = readme.read_text()
+    assert "stale" not in text and "1 of 2 claims of the five seed papers met (oktopk 1/1, deft 0/1)" in text
+    assert text.endswith("<!-- headline: end -->\nrest\n")
+    readme.write_text("no markers\n")
+    assert main(["report", "--data", str(data), "--readme", str(readme), "--docs", str(docs)]) == 2
+    assert "headline" in capsys.readouterr().err

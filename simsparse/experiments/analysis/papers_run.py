@@ -11,6 +11,8 @@ process (its points take 0.1 to 2 s, a child's start 3 s).
 from __future__ import annotations
 
 import io
+import json
+import os
 import subprocess
 import sys
 import time
@@ -24,6 +26,7 @@ from ..config.schema import load_config
 from ..run.execute import execute
 from .papers import POINTS, REPO_ROOT, TOLERANCE, Experiment, PapersError, Results, compare, load_papers, select
 from ...files import atomic_write
+from ..results.provenance import git_commit, host, now
 from ..results.store import ResultsStore
 
 #: columns of the printed table
@@ -73,6 +76,7 @@ def main(names: list[str], out: str | None = None, smoke: bool = False, run: boo
     base = Path(out) if out else Path("results") / "papers"
     if smoke:
         base = base / "smoke"
+    started, load_before = now(), os.getloadavg()
     papers = load_papers()
     chosen = select(papers, names)
     results, walls = {}, {}
@@ -91,6 +95,10 @@ def main(names: list[str], out: str | None = None, smoke: bool = False, run: boo
         rows += compare(paper, name, exp, res)
     table = pd.DataFrame(rows)
     atomic_write(base / "papers.csv", lambda tmp: table.to_csv(tmp, index=False))
+    origin = {"started_at": started, "finished_at": now(), "git": git_commit(), "host": host(),
+              "load_before": load_before, "load_after": os.getloadavg(), "ran": run, "smoke": smoke,
+              "wall_s": {k: round(v, 1) for k, v in walls.items()}, "experiments": [n for _, n, _ in chosen]}
+    atomic_write(base / "papers.provenance.json", lambda tmp: Path(tmp).write_text(json.dumps(origin, indent=1)))
     md = markdown(table)
     atomic_write(base / "papers.md", lambda tmp: Path(tmp).write_text(md))
     written = [base / "papers.csv", base / "papers.md"]
