@@ -6,8 +6,8 @@ reported iteration time with more warm-up iterations.
 
 The residual starts at zero, so the first iterations' accumulated vector is
 narrower than a long run's and the thresholds Ok-Topk reuses select several
-times k until it settles (docs/performance.md, thirtieth session). Full
-values, data_scale 0.01, on the config's own network (aries_alphabeta).
+times k until it settles (docs/history/performance-journal.md, thirtieth session). Full
+values, data_scale 0.01, on the config's own network (piz_daint_aries since the papers count moved BERT there).
 """
 from __future__ import annotations
 

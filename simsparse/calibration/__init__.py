@@ -41,7 +41,7 @@ DEFAULT_OUT = "results/calibration/local-{ranks}r.yaml"
 #: (1e7, not itself a calibration size), since a kernel's cost per element changes across memory regimes
 #: (calibration.fit.size_scale). (8e5 was tried, where a rank's blocks leave the caches: its runs gave the path's
 #: 32 KB band the cost of messages sent after a large kernel, which the suite's ring at 1e4 does not pay;
-#: docs/validation.md, fifth session)
+#: docs/history/validation-journal.md, fifth session)
 KERNEL_SIZES = [3000, 30000, 300000, 3000000, 12000000]
 #: likewise for a testbed: its name, then the rank count
 TESTBED_OUT = "results/calibration/testbed-{name}-{ranks}r.yaml"

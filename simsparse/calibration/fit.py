@@ -114,7 +114,7 @@ SCALE_TOL = 0.15
 #: the same for a kernel: its time per size is the median of every rank's calls (1,526 top-k calls
 #: over 10 sizes at P = 8), so a band missed by more than 5 % is the kernel's, not noise. At 15 %
 #: star14's P = 8 profile kept top-k's line, 11 % under its calls at 1.2e7, and put a call of 1e7
-#: at 0.156 s of CPU where the suite's took 0.17 to 0.21 (docs/validation.md, tenth session)
+#: at 0.156 s of CPU where the suite's took 0.17 to 0.21 (docs/history/validation-journal.md, tenth session)
 KERNEL_SCALE_TOL = 0.05
 
 

@@ -7,7 +7,7 @@ its acknowledgements come back the same way; that work runs in softirq
 context on the cores the ranks compute on, and no rank's CPU clock sees it.
 It is per packet more than per byte: a 100 Mb/s stream of 4 MiB messages
 cost this host 20 ns of softirq per payload byte at MTU 1500 and 4 to 5 ns
-at MTU 9000 (docs/validation.md, nineteenth session), i.e. a quarter of a
+at MTU 9000 (docs/history/validation-journal.md, nineteenth session), i.e. a quarter of a
 core per stream at MTU 1500, taken from the ranks' kernels while the bytes
 move. A fabric with RDMA (InfiniBand, Aries) offloads it; a TCP fabric has
 it on every host.

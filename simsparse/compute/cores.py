@@ -28,12 +28,12 @@ has no work queued: it slept in a wait) takes the core at once from the
 rank that has run longest, which goes to the front of the queue: EEVDF
 places a task that slept ahead of those that ran, and on the testbed a
 rank woke behind a busy one in 46 us at the median
-(docs/validation.md, third session). But EEVDF's ``RUN_TO_PARITY``
+(docs/history/validation-journal.md, third session). But EEVDF's ``RUN_TO_PARITY``
 protects a task it has just picked for one base slice (:func:`protection`):
 a woken rank does not preempt a rank that took its core less than that
 ago; it runs next, when that rank blocks or its slice ends. Without it, a
 rank that woke to post a burst of sends lost its core to each rank woken
-after it (docs/validation.md, twenty-second session). Ranks that start at
+after it (docs/history/validation-journal.md, twenty-second session). Ranks that start at
 one instant queue in order. Otherwise the queue is first come, first served.
 
 *Binding* (:func:`core_pools`). Unbound, the ranks share one pool of C

@@ -4,7 +4,7 @@ every rank at once.
 Why: a profile's kernels are timed once, at calibration. On a shared
 virtual machine the physical host's other tenants take caches and memory
 bandwidth, and the suite's kernels later ran 0.89x to 1.14x their calibrated
-time from one session to the next (docs/validation.md, 2026-11-27), which
+time from one session to the next (docs/history/validation-journal.md, 2026-11-27), which
 moves every compute-bound point by as much. This probe is a microbenchmark of
 that state, not a fit to any run: the calibration runs it between its
 algorithms (its reference, ``compute.speed_probe_s``), the real backend runs

@@ -1,6 +1,6 @@
 """TCP flows whose acknowledgements wait in a full switch port.
 
-Mechanism (measured on the testbed's tree, docs/validation.md, eleventh
+Mechanism (measured on the testbed's tree, docs/history/validation-journal.md, eleventh
 session). A switch port that is the bottleneck of two or more TCP flows
 fills its drop-tail queue (``port_buffer_B``) until it drops: that is how
 loss-based TCP and BBR's probing find the rate. When the flows on the

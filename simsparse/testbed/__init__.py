@@ -30,7 +30,7 @@ __all__ = ["Testbed", "TestbedError", "PlanError", "load_spec", "plan", "why_not
 MPI_ENV = {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "eth0",
            # the real backend: wait for sockets without spinning, one message per payload (backends/real/wire.py),
            # every rank timed from one instant, as the simulator's ranks start, not from its own staggered barrier
-           # exit (backends/real/start.py; the measurements with either: docs/validation.md, twelfth session)
+           # exit (backends/real/start.py; the measurements with either: docs/history/validation-journal.md, twelfth session)
            "SIMSPARSE_WAIT": "poll", "SIMSPARSE_SPLIT": "off", "SIMSPARSE_START": "common"}
 #: the real backend's settings a testbed run takes from the environment over :data:`MPI_ENV`
 OVERRIDES = ("SIMSPARSE_WAIT", "SIMSPARSE_SPLIT", "SIMSPARSE_START")

@@ -91,7 +91,7 @@ class HostCPU:
         timeout that doubles from 50 us to 2 ms; a send's progress (room in its socket's buffer) wakes
         nothing, so a rank waiting on a transfer wakes every 2 ms, and each wake-up runs MPI's progress. On
         the star a rank streaming 4 MiB messages spent 8.6 % of a core at 100 Mb/s and 9.5 % at 200 Mb/s
-        sending, 5.7 and 6.5 % receiving: CPU per second of waiting, not per byte (docs/validation.md,
+        sending, 5.7 and 6.5 % receiving: CPU per second of waiting, not per byte (docs/history/validation-journal.md,
         sixteenth session). With 4 ranks per core that takes up to a third of the core from a rank's
         kernels. (A rank blocked for :data:`POLL_MAX_S` stops polling: a run that deadlocks still ends.)"""
         rank, gen, since = arg

@@ -209,7 +209,7 @@ def point_file(out: str, i: int) -> str:
     """Where rank 0 writes point ``i``'s result. One file per point, written once: the parent reads each
     as it appears, and never the points before it again. (One growing file of every point's trace, read
     back every half second, took the parent 0.3 s of CPU per read at 15 MB, beside the ranks on the same
-    cores: docs/validation.md, twentieth session.)"""
+    cores: docs/history/validation-journal.md, twentieth session.)"""
     return f"{out}.{i}"
 
 
