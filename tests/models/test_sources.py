@@ -3,6 +3,7 @@ own module through run, sweep and measure, and the errors a user meets."""
 from __future__ import annotations
 
 import json
+import textwrap
 
 import pytest
 
@@ -40,6 +41,18 @@ def make(layers=2):
 def not_a_module():
     return 42
 '''
+
+
+def one_ring(tmp_path, model: str, extra: str = ""):
+    """A config of one ring allreduce over ``model``'s gradients at P = 2 (``extra``: more keys)."""
+    return write_config(tmp_path, textwrap.dedent(f"""\
+        network: aries_alphabeta
+        compute: a100
+        model: [{model}]
+        schedules: [whole]
+        algorithms: [ring]
+        P: 2
+        """) + extra, "one_ring.yaml")
 
 
 @pytest.fixture
@@ -139,17 +152,7 @@ def test_model_import_writes_a_table_a_config_names(user_models, tmp_path, capsy
     assert code == 0, err
     doc = json.loads(out.read_text())
     assert doc["spec"] == "tinynet:make(seq=8)" and doc["num_tensors"] == len(doc["tensors"])
-    cfg = write_config(tmp_path, f"""\
-        network: aries_alphabeta
-        compute: a100
-        model: [{{name: "{out}", batch_size: 2}}]
-        schedules: [whole]
-        algorithms: [ring]
-        P: 2
-        iterations: 1
-        warmup: 0
-        check: false
-        """, "stored.yaml")
+    cfg = one_ring(tmp_path, f'{{name: "{out}", batch_size: 2}}', "iterations: 1\nwarmup: 0\ncheck: false\n")
     code, err, _ = cli_run(["run", str(cfg), "--out", str(tmp_path / "r"), "--no-plot"], capsys)
     assert code == 0, err
 
@@ -164,14 +167,7 @@ def test_model_import_writes_a_table_a_config_names(user_models, tmp_path, capsy
 def test_a_model_that_cannot_be_used_gets_one_paragraph(user_models, tmp_path, capsys, spec, says):
     if spec.startswith("hf:"):
         pytest.importorskip("transformers")
-    cfg = write_config(tmp_path, f"""\
-        network: aries_alphabeta
-        compute: a100
-        model: [{{name: "{spec}"}}]
-        schedules: [whole]
-        algorithms: [ring]
-        P: 2
-        """)
+    cfg = one_ring(tmp_path, f'{{name: "{spec}"}}')
     code, err, seconds = cli_run(["run", str(cfg), "--out", str(tmp_path / "r")], capsys)
     assert code == 2 and says in err and "Traceback" not in err and "model" in err, err
     with pytest.raises(ConfigError):
@@ -182,13 +178,6 @@ def test_a_table_missing_a_column_is_refused_with_the_column(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"tensors": [{"size": 10, "fwd_flops": 1, "fwd_bytes": 1, "fwd_ops": 1,
                                             "bwd_flops": 1, "bwd_ops": 1}]}))
-    cfg = write_config(tmp_path, f"""\
-        network: aries_alphabeta
-        compute: a100
-        model: [{{name: "{bad}", batch_size: 2}}]
-        schedules: [whole]
-        algorithms: [ring]
-        P: 2
-        """)
+    cfg = one_ring(tmp_path, f'{{name: "{bad}", batch_size: 2}}')
     code, err, _ = cli_run(["run", str(cfg), "--out", str(tmp_path / "r")], capsys)
     assert code == 2 and "tensors[0] lacks bwd_bytes" in err and str(bad) in err, err
