@@ -309,12 +309,30 @@ def _add_model_parser(sub) -> None:
     q.add_argument("spec", help="hf:ConfigClass[(key=value, ...)], torchvision:name or package.module:function(...); "
                                 "input keys: seq, vocab, image=(C, H, W), classes")
     q.add_argument("-o", "--out", required=True, metavar="JSON", help="the table to write")
+    q = verbs.add_parser("profile", help="time a model on this machine's CPU or GPU (one device: the "
+                                         "communication is simulated): its forward pass and each tensor's gradient "
+                                         "becoming ready, and write a device profile that carries them")
+    q.add_argument("spec", help="a packaged model, a preset or a spec, as `import` takes it")
+    q.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    q.add_argument("--batch-size", type=int, default=None, help="samples per iteration (default: the model's)")
+    q.add_argument("--reps", type=int, default=5, help="timed iterations after one warm-up; the median is kept")
+    q.add_argument("--base", required=True, metavar="PROFILE",
+                   help="the device profile the measured times join (its kernels time the rest): a packaged one "
+                        "(p100, h100, ...) or the one `simsparse calibrate` wrote for this machine")
+    q.add_argument("-o", "--out", required=True, metavar="YAML", help="the device profile to write; a config "
+                                                                    "names it as compute:")
 
 
 def _model(args) -> int:
     from .files import atomic_write
     from .models.sources import ModelSpecError, table
 
+    if args.verb == "profile":
+        try:
+            return _model_profile(args)
+        except (ModelSpecError, ValueError, KeyError, FileNotFoundError) as e:
+            print(f"simsparse: error: model profile: {str(e).strip(chr(39))}", file=sys.stderr)
+            return 2
     try:
         doc = table(args.spec)
     except ModelSpecError as e:
@@ -328,6 +346,53 @@ def _model(args) -> int:
     print(f"{doc['spec']}: {doc['total_params']:,} parameters in {doc['num_tensors']} tensors, {doc['input']}; "
           f"per sample {doc['fwd_gflops']:.4g} GFLOP forward, {doc['bwd_gflops']:.4g} backward; wrote {args.out} "
           f"(a config names it as model: {{name: {args.out}}})")
+    return 0
+
+
+def _model_profile(args) -> int:
+    """``simsparse model profile``: :func:`simsparse.calibration.worker.layers` on one device (no MPI), the
+    intervals turned into per-tensor times as ``calibrate`` turns them, written into a copy of ``--base``."""
+    import platform
+
+    import torch
+    import yaml
+
+    from .calibration import layer_times
+    from .calibration.worker import layers
+    from .compute.devices import load_profile
+    from .compute.models import default_batch_size, is_spec, model_table
+    from .files import atomic_write
+    from .models.sources import canonical
+
+    spec = canonical(args.spec) if is_spec(args.spec) and not args.spec.endswith(".json") else args.spec
+    model_table(spec)   # a spec that cannot be built is refused before anything runs
+    batch = args.batch_size or default_batch_size(spec)
+    if batch < 1 or args.reps < 1:
+        raise ValueError("--batch-size and --reps must be at least 1")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch sees no CUDA device here; use --device cpu")
+    base = load_profile(args.base, Path.cwd())
+
+    class Solo:   # one rank: the barriers of a calibration run are no-ops
+        def Barrier(self):
+            pass
+
+    raw = layers(Solo(), torch.device(args.device), [spec], batch, args.reps)
+    _, models = layer_times(raw)
+    device = torch.cuda.get_device_name(0) if args.device == "cuda" else (platform.processor() or platform.machine())
+    prof = base.model_dump(exclude_none=True)
+    prof["name"] = f"{base.name}+{args.device}"
+    settings = {"device": f"{args.device} ({device})", "dtype": "float32", "amp": False, "compile": False,
+                "torch": str(torch.__version__), "batch_size": batch, "reps": args.reps}
+    prof["models"] = {**prof.get("models", {}), spec: {**models[spec], "settings": settings}}
+    note = (f"# simsparse model profile: {spec} at batch {batch}, fp32, eager (no torch.compile), torch "
+            f"{torch.__version__}, on {args.device} ({device}); median of {args.reps} iterations after one warm-up;\n"
+            f"# the rest of the profile is {args.base}'s\n")
+    atomic_write(Path(args.out), lambda tmp: Path(tmp).write_text(note + yaml.safe_dump(prof, sort_keys=False)))
+    m = raw[spec]
+    print(f"{spec}, batch {batch}, {args.device}: forward {m['forward_s'] * 1e3:.3g} ms, backward "
+          f"{sum(m['backward_s']) * 1e3:.3g} ms over {len(m['backward_s'])} tensors; wrote {args.out} "
+          f"(a config names it as compute: {args.out}, with batch_size {batch})")
     return 0
 
 

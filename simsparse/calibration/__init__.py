@@ -272,7 +272,7 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
     if probes:   # the host's speed as the kernels were timed: what validate compares a measured point's probe with
         compute["speed_probe_s"] = float(np.median(probes))
         compute["speed_probe_clock"] = raw.get("compute_clock", "wall")
-    layer_fits, models = _layers(raw["layers"])
+    layer_fits, models = layer_times(raw["layers"])
     if layer_fits:
         best = max(layer_fits.values(), key=lambda f: f["residuals"]["points"])
         compute["peak_flops"] = best["flops_per_s"]
@@ -363,12 +363,15 @@ def _memory_roofline(calls) -> dict:
     return {"launch_s": f["alpha_s"], "mem_bandwidth_Bps": f["bandwidth_Bps"], "residuals": f["residuals"]}
 
 
-def _layers(raw_layers) -> tuple[dict, dict]:
-    from ..compute.models import model_costs
+def layer_times(raw_layers) -> tuple[dict, dict]:
+    """(roofline fit, measured times) per model: each tensor's measured backward interval, and the measured
+    forward total split like a roofline fitted to the backward intervals (the per-tensor forward is not
+    observable: no hook fires per tensor in the forward pass)."""
+    from ..compute.models import model_table
 
     fits, models = {}, {}
     for name, m in raw_layers.items():
-        table = model_costs()[name]["tensors"]
+        table = model_table(name)["tensors"]
         bs = m["batch_size"]
         ops = [e["bwd_ops"] for e in table]
         flops = [e["bwd_flops"] * bs for e in table]

@@ -62,6 +62,9 @@ class ModelTimes(BaseModel):
     batch_size: int = Field(ge=1)
     t_fwd: list[float]
     t_bwd: list[float]
+    settings: dict | None = Field(None, description="what decided the times (simsparse model profile: device, dtype, "
+                                  "torch, compile, batch): a config at another batch size is refused rather than "
+                                  "timed by the roofline")
 
 
 class NetworkStack(BaseModel):

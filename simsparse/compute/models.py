@@ -152,6 +152,12 @@ def model_profile(model: str, batch_size: int, device: DeviceProfile | None) -> 
         zero = (0.0,) * len(sizes)
         return ModelProfile(model, batch_size, "ideal", sizes, zero, zero, "ideal device: compute costs nothing")
     measured = device.models.get(model)
+    if measured is not None and measured.settings is not None and (measured.batch_size != batch_size
+                                                                   or len(measured.t_fwd) != len(sizes)):
+        raise ValueError(f"device profile {device.name!r} holds {model}'s times measured at batch "
+                         f"{measured.batch_size} ({measured.settings}) for {len(measured.t_fwd)} tensors; the config "
+                         f"asks batch {batch_size} for {len(sizes)}: set batch_size {measured.batch_size}, or "
+                         f"profile the model again (simsparse model profile --batch-size {batch_size})")
     if measured is not None and measured.batch_size == batch_size and len(measured.t_fwd) == len(sizes):
         k = device.slowdown
         return ModelProfile(model, batch_size, device.name, sizes, tuple(k * t for t in measured.t_fwd),

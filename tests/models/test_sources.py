@@ -181,3 +181,30 @@ def test_a_table_missing_a_column_is_refused_with_the_column(tmp_path, capsys):
     cfg = one_ring(tmp_path, f'{{name: "{bad}", batch_size: 2}}')
     code, err, _ = cli_run(["run", str(cfg), "--out", str(tmp_path / "r")], capsys)
     assert code == 2 and "tensors[0] lacks bwd_bytes" in err and str(bad) in err, err
+
+
+def test_model_profile_times_the_module_here_and_run_uses_those_times(user_models, tmp_path, capsys):
+    """model profile --device cpu: forward and every tensor's ready interval measured (the hooks
+    calibrate uses), written into a copy of the base profile; a run at that batch takes them as
+    they are, and a run at another batch is refused with the batch to set."""
+    import yaml
+
+    out = tmp_path / "cpu.yaml"
+    code, err, _ = cli_run(["model", "profile", "tinynet:make(seq=16)", "--device", "cpu", "--batch-size", "2",
+                            "--reps", "2", "--base", "p100", "-o", str(out)], capsys)
+    assert code == 0, err
+    times = yaml.safe_load(out.read_text())["models"]["tinynet:make(seq=16)"]
+    assert times["batch_size"] == 2 and times["settings"]["device"].startswith("cpu")
+    assert len(times["t_bwd"]) == len(times["t_fwd"]) == len(model_table("tinynet:make(seq=16)")["tensors"])
+    model = '{name: "tinynet:make(seq=16)", batch_size: %d}'
+    cfg = one_ring(tmp_path, model % 2, f"compute: {out}\niterations: 1\nwarmup: 0\ncheck: false\n")
+    cfg.write_text(cfg.read_text().replace("compute: a100\n", ""))
+    code, err, _ = cli_run(["run", str(cfg), "--out", str(tmp_path / "r"), "--no-plot"], capsys)
+    assert code == 0, err
+    import pandas as pd
+    row = pd.read_csv(tmp_path / "r" / "results.csv").iloc[0]
+    assert row["t_backward_s"] == pytest.approx(sum(times["t_bwd"]), rel=1e-9)
+    assert row["t_forward_s"] == pytest.approx(sum(times["t_fwd"]), rel=1e-9)
+    cfg.write_text(cfg.read_text().replace("batch_size: 2", "batch_size: 4"))
+    code, err, _ = cli_run(["run", str(cfg), "--out", str(tmp_path / "r4")], capsys)
+    assert code == 2 and "measured at batch 2" in err and "set batch_size 2" in err, err

@@ -169,6 +169,13 @@ def load_config(path: str | Path) -> Experiment:
                 errors.append(f"compute: profile {comp.get('name')!r} has no peak_flops; a training iteration needs "
                               f"it to time the model's layers")
                 continue
+            measured = (comp or {}).get("models", {}).get(spec.model)
+            if measured and measured.get("settings") and measured["batch_size"] != spec.batch_size:
+                errors.append(f"compute: profile {comp.get('name')!r} holds {spec.model}'s times measured at batch "
+                              f"{measured['batch_size']} ({measured['settings'].get('device')}); model.batch_size is "
+                              f"{spec.batch_size}: set batch_size {measured['batch_size']}, or profile the model "
+                              f"again (simsparse model profile --batch-size {spec.batch_size})")
+                continue
         if wl.n < run.P:
             errors.append(f"workload.n = {wl.n} is smaller than P = {run.P}; allowed: n >= P")
             continue
