@@ -321,15 +321,22 @@ def _add_model_parser(sub) -> None:
                         "(p100, h100, ...) or the one `simsparse calibrate` wrote for this machine")
     q.add_argument("-o", "--out", required=True, metavar="YAML", help="the device profile to write; a config "
                                                                     "names it as compute:")
+    q = verbs.add_parser("export", help="a model's per-tensor times on a device profile as a per-layer CSV "
+                                        "(name, elements, forward_s, backward_s), the table a config's model key "
+                                        "also takes")
+    q.add_argument("spec", help="a packaged model, a preset, a spec or a table")
+    q.add_argument("--compute", required=True, metavar="PROFILE", help="the device profile that times it")
+    q.add_argument("--batch-size", type=int, default=None, help="samples per iteration (default: the model's)")
+    q.add_argument("-o", "--out", required=True, metavar="CSV")
 
 
 def _model(args) -> int:
     from .files import atomic_write
     from .models.sources import ModelSpecError, table
 
-    if args.verb == "profile":
+    if args.verb in ("profile", "export"):
         try:
-            return _model_profile(args)
+            return _model_profile(args) if args.verb == "profile" else _model_export(args)
         except (ModelSpecError, ValueError, KeyError, FileNotFoundError) as e:
             print(f"simsparse: error: model profile: {str(e).strip(chr(39))}", file=sys.stderr)
             return 2
@@ -364,7 +371,7 @@ def _model_profile(args) -> int:
     from .files import atomic_write
     from .models.sources import canonical
 
-    spec = canonical(args.spec) if is_spec(args.spec) and not args.spec.endswith(".json") else args.spec
+    spec = canonical(args.spec) if is_spec(args.spec) and not args.spec.endswith((".json", ".csv")) else args.spec
     model_table(spec)   # a spec that cannot be built is refused before anything runs
     batch = args.batch_size or default_batch_size(spec)
     if batch < 1 or args.reps < 1:
@@ -393,6 +400,22 @@ def _model_profile(args) -> int:
     print(f"{spec}, batch {batch}, {args.device}: forward {m['forward_s'] * 1e3:.3g} ms, backward "
           f"{sum(m['backward_s']) * 1e3:.3g} ms over {len(m['backward_s'])} tensors; wrote {args.out} "
           f"(a config names it as compute: {args.out}, with batch_size {batch})")
+    return 0
+
+
+def _model_export(args) -> int:
+    """``simsparse model export``: :func:`~simsparse.compute.models.model_profile` as a per-layer CSV."""
+    from .compute.devices import load_profile
+    from .compute.models import default_batch_size, is_spec, model_profile
+    from .models.interchange import write_layer_csv
+    from .models.sources import canonical
+
+    spec = canonical(args.spec) if is_spec(args.spec) and not args.spec.endswith((".json", ".csv")) else args.spec
+    batch = args.batch_size or default_batch_size(spec)
+    prof = model_profile(spec, batch, load_profile(args.compute, Path.cwd()))
+    write_layer_csv(prof, Path(args.out))
+    print(f"{spec}, batch {batch}, on {prof.device}: {len(prof.sizes)} tensors, forward {prof.t_forward * 1e3:.4g} ms, "
+          f"backward {prof.t_backward * 1e3:.4g} ms ({prof.source}); wrote {args.out}")
     return 0
 
 

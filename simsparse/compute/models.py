@@ -92,9 +92,9 @@ def default_batch_size(model: str) -> int:
 
 
 def is_spec(model: str) -> bool:
-    """Whether ``model`` names a model from elsewhere (a stored table or a
+    """Whether ``model`` names a model from elsewhere (a stored table, a per-layer CSV or a
     :mod:`simsparse.models.sources` spec) rather than a packaged one."""
-    return model.endswith(".json") or ":" in model
+    return model.endswith((".json", ".csv")) or ":" in model
 
 
 def model_table(model: str) -> dict:
@@ -109,6 +109,9 @@ def model_table(model: str) -> dict:
         return packaged
     if model.endswith(".json"):
         return stored_table(model)
+    if model.endswith(".csv"):
+        from ..models.interchange import read_layer_csv
+        return read_layer_csv(model)
     if ":" in model:
         from ..models.sources import table
         return table(model)
@@ -151,6 +154,9 @@ def model_profile(model: str, batch_size: int, device: DeviceProfile | None) -> 
     if device is None:
         zero = (0.0,) * len(sizes)
         return ModelProfile(model, batch_size, "ideal", sizes, zero, zero, "ideal device: compute costs nothing")
+    if all("t_fwd_s" in t for t in tensors):   # a per-layer table's own times, as the user gave them
+        return ModelProfile(model, batch_size, device.name, sizes, tuple(float(t["t_fwd_s"]) for t in tensors),
+                            tuple(float(t["t_bwd_s"]) for t in tensors), table["source"] + " (used as given)")
     measured = device.models.get(model)
     if measured is not None and measured.settings is not None and (measured.batch_size != batch_size
                                                                    or len(measured.t_fwd) != len(sizes)):

@@ -67,7 +67,7 @@ def _source(name: str):
 
 
 def _family(name: str):
-    if name.endswith(".json"):
+    if name.endswith((".json", ".csv")):
         raise KeyError(f"model {name!r} is a table of costs, not a module: it can be simulated but not trained or "
                        f"profiled (name the model's spec, e.g. hf:GPT2Config or package.module:function)")
     if name not in _MODELS:

@@ -208,3 +208,29 @@ def test_model_profile_times_the_module_here_and_run_uses_those_times(user_model
     cfg.write_text(cfg.read_text().replace("batch_size: 2", "batch_size: 4"))
     code, err, _ = cli_run(["run", str(cfg), "--out", str(tmp_path / "r4")], capsys)
     assert code == 2 and "measured at batch 2" in err and "set batch_size 2" in err, err
+
+
+def test_a_per_layer_csv_round_trips_and_a_missing_column_is_named(tmp_path, capsys):
+    """model export writes a model's per-tensor times on a device as name, elements, forward_s,
+    backward_s; a config naming that CSV runs the same iteration as the packaged model; a CSV
+    without backward_s is refused with the file and the column."""
+    import pandas as pd
+
+    table = tmp_path / "r20.csv"
+    code, err, _ = cli_run(["model", "export", "resnet20_cifar10", "--compute", "p100", "--batch-size", "32",
+                            "-o", str(table)], capsys)
+    assert code == 0, err
+    assert list(pd.read_csv(table).columns) == ["name", "elements", "forward_s", "backward_s"]
+    times = {}
+    for model in (str(table), "resnet20_cifar10"):
+        cfg = one_ring(tmp_path, f'{{name: "{model}", batch_size: 32}}', "iterations: 1\nwarmup: 0\ncheck: false\n")
+        cfg.write_text(cfg.read_text().replace("compute: a100", "compute: p100"))
+        code, err, _ = cli_run(["run", str(cfg), "--out", str(tmp_path / model.replace("/", "_")), "--no-plot"], capsys)
+        assert code == 0, err
+        times[model] = pd.read_csv(tmp_path / model.replace("/", "_") / "results.csv").iloc[0]["t_iter_s"]
+    assert times[str(table)] == pytest.approx(times["resnet20_cifar10"], rel=1e-12)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,elements,forward_s\nw,10,0.1\n")
+    code, err, _ = cli_run(["run", str(one_ring(tmp_path, f'{{name: "{bad}", batch_size: 2}}')),
+                            "--out", str(tmp_path / "b")], capsys)
+    assert code == 2 and "no column backward_s" in err and str(bad) in err, err

@@ -63,7 +63,7 @@ class WorkloadSpec(BaseModel):
                 raise ValueError(f"unknown model{did_you_mean(v, model_layer_params())}; known models: "
                                  f"{', '.join(sorted(model_layer_params()))}, or hf:ConfigClass, torchvision:name, "
                                  f"package.module:function, a .json table")
-            if not v.endswith(".json"):
+            if not v.endswith((".json", ".csv")):
                 from ...models.sources import canonical
                 v = canonical(v)
             model_sizes(v)
@@ -169,7 +169,7 @@ class TrainingSpec(BaseModel):
                                  f"{', '.join(sorted(model_costs()))}, or a model from elsewhere: hf:ConfigClass, "
                                  f"torchvision:name, package.module:function, a .json table")
             return v
-        if not v.endswith(".json"):
+        if not v.endswith((".json", ".csv")):
             from ...models.sources import canonical
             v = canonical(v)
         model_table(v)   # built or read now: a spec that cannot be used is refused here, with its key
