@@ -308,7 +308,9 @@ def _add_model_parser(sub) -> None:
                                         "model key can name")
     q.add_argument("spec", help="hf:ConfigClass[(key=value, ...)], torchvision:name or package.module:function(...); "
                                 "input keys: seq, vocab, image=(C, H, W), classes")
-    q.add_argument("-o", "--out", required=True, metavar="JSON", help="the table to write")
+    q.add_argument("-o", "--out", required=True, metavar="JSON", help="the table to write (a .csv with "
+                                                                    "--format astrasim)")
+    _interchange_args(q)
     q = verbs.add_parser("profile", help="time a model on this machine's CPU or GPU (one device: the "
                                          "communication is simulated): its forward pass and each tensor's gradient "
                                          "becoming ready, and write a device profile that carries them")
@@ -327,15 +329,33 @@ def _add_model_parser(sub) -> None:
     q.add_argument("spec", help="a packaged model, a preset, a spec or a table")
     q.add_argument("--compute", required=True, metavar="PROFILE", help="the device profile that times it")
     q.add_argument("--batch-size", type=int, default=None, help="samples per iteration (default: the model's)")
-    q.add_argument("-o", "--out", required=True, metavar="CSV")
+    q.add_argument("-o", "--out", required=True, metavar="CSV", help="the per-layer CSV (a workload text file with "
+                                                                   "--format astrasim)")
+    _interchange_args(q)
+
+
+def _interchange_args(q) -> None:
+    q.add_argument("--format", choices=["simsparse", "astrasim"], default="simsparse",
+                   help="astrasim: ASTRA-sim 1.0's data-parallel text workload (import: SPEC is the file; the "
+                        "result is a per-layer CSV a config names)")
+    q.add_argument("--cycle-s", type=float, default=1e-9, help="astrasim: seconds per compute cycle (default 1 ns)")
+    q.add_argument("--bytes-per-element", type=int, default=4, help="astrasim: bytes of one gradient element "
+                                                                     "(default 4, fp32)")
 
 
 def _model(args) -> int:
     from .files import atomic_write
     from .models.sources import ModelSpecError, table
 
-    if args.verb in ("profile", "export"):
+    if args.verb in ("profile", "export") or getattr(args, "format", "") == "astrasim":
         try:
+            if args.verb == "import":
+                from .models.interchange import read_astrasim, write_rows_csv
+                rows = read_astrasim(args.spec, args.cycle_s, args.bytes_per_element)
+                write_rows_csv(rows, Path(args.out))
+                print(f"{args.spec}: {len(rows)} layers, {sum(r['elements'] for r in rows):,} parameters; wrote "
+                      f"{args.out} (a config names it as model: {{name: {args.out}}})")
+                return 0
             return _model_profile(args) if args.verb == "profile" else _model_export(args)
         except (ModelSpecError, ValueError, KeyError, FileNotFoundError) as e:
             print(f"simsparse: error: model profile: {str(e).strip(chr(39))}", file=sys.stderr)
@@ -413,7 +433,11 @@ def _model_export(args) -> int:
     spec = canonical(args.spec) if is_spec(args.spec) and not args.spec.endswith((".json", ".csv")) else args.spec
     batch = args.batch_size or default_batch_size(spec)
     prof = model_profile(spec, batch, load_profile(args.compute, Path.cwd()))
-    write_layer_csv(prof, Path(args.out))
+    if args.format == "astrasim":
+        from .models.interchange import write_astrasim
+        write_astrasim(prof, Path(args.out), args.cycle_s, args.bytes_per_element)
+    else:
+        write_layer_csv(prof, Path(args.out))
     print(f"{spec}, batch {batch}, on {prof.device}: {len(prof.sizes)} tensors, forward {prof.t_forward * 1e3:.4g} ms, "
           f"backward {prof.t_backward * 1e3:.4g} ms ({prof.source}); wrote {args.out}")
     return 0

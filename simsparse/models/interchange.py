@@ -13,6 +13,19 @@ measured or estimated them. :func:`read_layer_csv` turns it into a model
 table (``simsparse.compute.models.model_table``) whose times are used as
 given on every device; :func:`write_layer_csv` writes any model's times on a
 device profile in the same format.
+
+ASTRA-sim 1.0's text workload (Rashidi et al., ISPASS 2020; its
+``inputs/workload`` README) is one line ``DATA``, the layer count, then per
+layer: name, a reserved integer, then for the forward pass, the input
+gradient and the weight gradient each a compute time in cycles, a
+collective (``ALLREDUCE``, ``ALLGATHER``, ``ALLTOALL`` or ``NONE``) and its
+size in bytes, and last an update delay. :func:`read_astrasim` takes a
+data-parallel file into the per-layer rows (elements = the weight-gradient
+allreduce's bytes over ``bytes_per_element``; forward = the forward cycles,
+backward = input-gradient plus weight-gradient cycles, times ``cycle_s``);
+:func:`write_astrasim` writes a model's times back (all backward work as
+weight-gradient compute). The cycle and the element size are not in the
+file: they are arguments (defaults 1 ns, 4 bytes).
 """
 from __future__ import annotations
 
@@ -59,4 +72,53 @@ def write_layer_csv(profile, path: Path, names=None) -> Path:
         w.writerow(COLUMNS)
         for name, size, fwd, bwd in zip(names, profile.sizes, profile.t_fwd, profile.t_bwd):
             w.writerow([name, size, repr(float(fwd)), repr(float(bwd))])
+    return path
+
+
+def read_astrasim(path: str, cycle_s: float = 1e-9, bytes_per_element: int = 4) -> list[dict]:
+    """The layers of an ASTRA-sim 1.0 data-parallel workload file as per-layer rows (module docstring)."""
+    try:
+        lines = [ln.split() for ln in Path(path).read_text().splitlines() if ln.strip()]
+    except OSError as e:
+        raise ValueError(f"ASTRA-sim workload {path}: {e.strerror}") from None
+    if not lines or lines[0][0] != "DATA":
+        raise ValueError(f"ASTRA-sim workload {path}: the first line must be DATA (a data-parallel workload); "
+                         f"got {' '.join(lines[0]) if lines else 'nothing'}")
+    try:
+        count = int(lines[1][0])
+    except (IndexError, ValueError):
+        raise ValueError(f"ASTRA-sim workload {path}: the second line must be the number of layers") from None
+    rows = []
+    for i, f in enumerate(lines[2:2 + count], start=3):
+        try:
+            fwd, ig, wg, wg_type, wg_bytes = int(f[2]), int(f[5]), int(f[8]), f[9], int(f[10])
+        except (IndexError, ValueError):
+            raise ValueError(f"ASTRA-sim workload {path}, line {i}: expected name, reserved, then three of "
+                             f"(compute cycles, collective, bytes) and the update delay") from None
+        if wg_type != "ALLREDUCE" or wg_bytes < bytes_per_element:
+            raise ValueError(f"ASTRA-sim workload {path}, line {i}: layer {f[0]} has no weight-gradient ALLREDUCE "
+                             f"of at least one element ({wg_type} {wg_bytes} B); a data-parallel layer needs one")
+        rows.append({"name": f[0], "elements": wg_bytes // bytes_per_element, "forward_s": fwd * cycle_s,
+                     "backward_s": (ig + wg) * cycle_s})
+    if len(rows) != count:
+        raise ValueError(f"ASTRA-sim workload {path}: says {count} layers, holds {len(rows)}")
+    return rows
+
+
+def write_rows_csv(rows: list[dict], path: Path) -> Path:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def write_astrasim(profile, path: Path, cycle_s: float = 1e-9, bytes_per_element: int = 4, names=None) -> Path:
+    """``profile`` as an ASTRA-sim 1.0 data-parallel workload file (module docstring)."""
+    names = names or [f"tensor{i}" for i in range(len(profile.sizes))]
+    lines = ["DATA", str(len(profile.sizes))]
+    for name, size, fwd, bwd in zip(names, profile.sizes, profile.t_fwd, profile.t_bwd):
+        lines.append(f"{name} -1 {round(fwd / cycle_s)} NONE 0 0 NONE 0 {round(bwd / cycle_s)} ALLREDUCE "
+                     f"{size * bytes_per_element} 0")
+    Path(path).write_text("\n".join(lines) + "\n")
     return path

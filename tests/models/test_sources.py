@@ -234,3 +234,26 @@ def test_a_per_layer_csv_round_trips_and_a_missing_column_is_named(tmp_path, cap
     code, err, _ = cli_run(["run", str(one_ring(tmp_path, f'{{name: "{bad}", batch_size: 2}}')),
                             "--out", str(tmp_path / "b")], capsys)
     assert code == 2 and "no column backward_s" in err and str(bad) in err, err
+
+
+def test_an_astrasim_workload_round_trips_through_a_per_layer_csv(tmp_path, capsys):
+    """model export --format astrasim writes ASTRA-sim 1.0's data-parallel text (cycles, bytes);
+    model import --format astrasim reads it back into the per-layer CSV: the same elements, and
+    times within a cycle."""
+    import pandas as pd
+
+    work, back = tmp_path / "r20.txt", tmp_path / "r20.csv"
+    assert main(["model", "export", "resnet20_cifar10", "--compute", "p100", "--batch-size", "32", "--format",
+                 "astrasim", "-o", str(work)]) == 0
+    lines = work.read_text().splitlines()
+    assert lines[0] == "DATA" and int(lines[1]) == len(lines) - 2 and " ALLREDUCE " in lines[2]
+    assert main(["model", "import", str(work), "--format", "astrasim", "-o", str(back)]) == 0
+    direct = tmp_path / "direct.csv"
+    assert main(["model", "export", "resnet20_cifar10", "--compute", "p100", "--batch-size", "32",
+                 "-o", str(direct)]) == 0
+    a, b = pd.read_csv(back), pd.read_csv(direct)
+    assert list(a["elements"]) == list(b["elements"])
+    assert (abs(a["forward_s"] - b["forward_s"]) <= 1e-9).all() and (abs(a["backward_s"] - b["backward_s"]) <= 1e-9).all()
+    work.write_text("MODEL\n1\n")
+    code, err, _ = cli_run(["model", "import", str(work), "--format", "astrasim", "-o", str(back)], capsys)
+    assert code == 2 and "first line must be DATA" in err
