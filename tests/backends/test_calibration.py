@@ -532,3 +532,24 @@ def test_the_stack_probe_counts_the_hosts_softirq_per_byte_beyond_a_quiet_interv
     assert got["samples"] == pytest.approx([0.4 / 2000, 0.6 / 2000, 0.5 / 2000])
     assert got["cpu_per_byte_s"] == pytest.approx(0.5 / 2000)
     assert got["rate_Bps"] > 0
+
+
+def test_calibration_never_reads_a_validation_config():
+    """The calibration measures microbenchmarks of its own; it never loads a config, and never
+    names one of configs/ (the validation suites it would then be tuned on): every module of
+    simsparse/calibration, read as code."""
+    import ast
+    from pathlib import Path
+
+    import simsparse.calibration as cal
+
+    for path in Path(cal.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert "configs/" not in node.value and not node.value.startswith("validate_"), (path, node.value)
+            if isinstance(node, ast.Name | ast.Attribute):
+                name = node.id if isinstance(node, ast.Name) else node.attr
+                assert name not in ("load_config", "validation_config"), (path, name)
+            if isinstance(node, ast.ImportFrom):
+                assert not (node.module or "").endswith(("config.schema", "analysis.validate")), (path, node.module)
