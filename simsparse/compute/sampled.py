@@ -242,26 +242,14 @@ def _concat_sampled(parts):
     return parts[0].owner.join(parts)
 
 
-@topk.on(Sampled)
-def _topk_sampled(x, k):
-    return x.topk(k)
+def _method(name: str) -> Callable:
+    """The kernel as the sampled vector's own method of that name (its arguments but ``inplace``:
+    a sampled vector is never written in place)."""
+    def kernel(x, *args, inplace: bool = False):
+        return getattr(x, name)(*args)
+    kernel.__name__ = f"_{name}_sampled"
+    return kernel
 
 
-@count_above.on(Sampled)
-def _count_above_sampled(x, thr):
-    return x.count_above(thr)
-
-
-@threshold_select.on(Sampled)
-def _threshold_select_sampled(x, thr):
-    return x.threshold_select(thr)
-
-
-@gather_at.on(Sampled)
-def _gather_at_sampled(x, idx):
-    return x.gather_at(idx)
-
-
-@zero_at.on(Sampled)
-def _zero_at_sampled(x, idx, inplace: bool = False):
-    return x.zero_at(idx)
+for _kernel in (topk, count_above, threshold_select, gather_at, zero_at):
+    _kernel.on(Sampled)(_method(_kernel.name))
