@@ -387,12 +387,10 @@ def _model_profile(args) -> int:
     from .calibration import layer_times
     from .calibration.worker import layers
     from .compute.devices import load_profile
-    from .compute.models import default_batch_size, is_spec, model_table
+    from .compute.models import default_batch_size, resolve_model
     from .files import atomic_write
-    from .models.sources import canonical
 
-    spec = canonical(args.spec) if is_spec(args.spec) and not args.spec.endswith((".json", ".csv")) else args.spec
-    model_table(spec)   # a spec that cannot be built is refused before anything runs
+    spec = resolve_model(args.spec)   # (a model that cannot be built is refused before anything runs)
     batch = args.batch_size or default_batch_size(spec)
     if batch < 1 or args.reps < 1:
         raise ValueError("--batch-size and --reps must be at least 1")
@@ -426,11 +424,10 @@ def _model_profile(args) -> int:
 def _model_export(args) -> int:
     """``simsparse model export``: :func:`~simsparse.compute.models.model_profile` as a per-layer CSV."""
     from .compute.devices import load_profile
-    from .compute.models import default_batch_size, is_spec, model_profile
+    from .compute.models import default_batch_size, model_profile, resolve_model
     from .models.interchange import write_layer_csv
-    from .models.sources import canonical
 
-    spec = canonical(args.spec) if is_spec(args.spec) and not args.spec.endswith((".json", ".csv")) else args.spec
+    spec = resolve_model(args.spec)
     batch = args.batch_size or default_batch_size(spec)
     prof = model_profile(spec, batch, load_profile(args.compute, Path.cwd()))
     if args.format == "astrasim":

@@ -247,11 +247,11 @@ def model_sizes(model: str) -> tuple:
     known = model_layer_params()
     if model in known:
         return tuple(known[model]["sizes_in_registration_order"])
-    from .compute.models import is_spec, model_costs, model_table
-    if not is_spec(model) and model not in model_costs():
-        raise ValueError(f"workload.model = {model!r}; known models: {', '.join(sorted(known))}, or hf:ConfigClass, "
-                         f"torchvision:name, package.module:function, a .json table")
-    return tuple(int(t["size"]) for t in model_table(model)["tensors"])
+    from .compute.models import model_table
+    try:
+        return tuple(int(t["size"]) for t in model_table(model)["tensors"])
+    except KeyError as e:
+        raise ValueError(f"workload.model: {e.args[0]}") from None
 
 
 def resolve_layers(model: str | None, layers, n: int | None) -> tuple[tuple | None, int | None]:

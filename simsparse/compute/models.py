@@ -115,8 +115,27 @@ def model_table(model: str) -> dict:
     if ":" in model:
         from ..models.sources import table
         return table(model)
-    raise KeyError(f"no compute table for model {model!r}; known: {', '.join(sorted(model_costs()))}, or "
-                   f"hf:ConfigClass, torchvision:name, package.module:function, a .json table")
+    raise KeyError(f"unknown model {model!r}: no compute table; known models: {', '.join(sorted(model_costs()))}, or {ELSEWHERE}")
+
+
+#: what a model key takes besides a packaged name, in words
+ELSEWHERE = "hf:ConfigClass, torchvision:name, package.module:function, a .json table or a per-layer .csv"
+
+
+def resolve_model(model: str) -> str:
+    """The name ``model`` keeps in points and rows, checked: a packaged name or a file as it is,
+    a spec of :mod:`simsparse.models.sources` with its arguments sorted; its table built or read
+    now, so a model that cannot be used is refused before anything runs (ValueError, naming
+    what is allowed)."""
+    if is_spec(model) and not model.endswith((".json", ".csv")):
+        from ..models.sources import canonical
+        model = canonical(model)
+    try:
+        model_table(model)
+    except KeyError as e:
+        from ..registry import did_you_mean
+        raise ValueError(f"{e.args[0]}{did_you_mean(model, model_costs())}") from None
+    return model
 
 
 #: what a stored table's tensors must hold

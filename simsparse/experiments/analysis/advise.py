@@ -52,7 +52,7 @@ import yaml
 
 from ...algorithms import ALGORITHMS
 from ...compute.devices import DEVICES, load_profile
-from ...compute.models import default_batch_size, is_spec, model_costs, model_profile, model_table
+from ...compute.models import default_batch_size, model_profile, resolve_model
 from ...registry import UnknownName, is_dotted
 from ...schedules import SCHEDULES, PlanCosts
 from ...schedules.planner import pipeline_time
@@ -104,13 +104,8 @@ def _inputs(args):
     nets = network_variants(args.network, where)
     if len(nets) != 1:
         raise ConfigError(f"--network {args.network}: expands into {len(nets)} networks; advise takes one")
-    models = model_costs()
-    if not is_spec(args.model) and args.model not in models:
-        raise ConfigError(f"--model {args.model!r}: no compute table for this model{did_you_mean(args.model, models)};"
-                          f" known: {', '.join(sorted(models))}, or hf:ConfigClass, torchvision:name, "
-                          f"package.module:function, a .json table")
     try:
-        model_table(args.model)
+        args.model = resolve_model(args.model)
     except ValueError as e:
         raise ConfigError(f"--model: {e}") from None
     if not 0 < args.density <= 1:

@@ -6,7 +6,7 @@ import typing
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ...gradient_files import FileSource
-from ...workload import Workload, model_layer_params, model_sizes, resolve_layers
+from ...workload import Workload, model_layer_params, resolve_layers
 from .hints import did_you_mean
 
 
@@ -56,18 +56,9 @@ class WorkloadSpec(BaseModel):
     @field_validator("model")
     @classmethod
     def _known_model(cls, v):
-        from ...compute.models import is_spec, model_costs
+        from ...compute.models import resolve_model
 
-        if v is not None and v not in model_layer_params():
-            if not is_spec(v) and v not in model_costs():
-                raise ValueError(f"unknown model{did_you_mean(v, model_layer_params())}; known models: "
-                                 f"{', '.join(sorted(model_layer_params()))}, or hf:ConfigClass, torchvision:name, "
-                                 f"package.module:function, a .json table")
-            if not v.endswith((".json", ".csv")):
-                from ...models.sources import canonical
-                v = canonical(v)
-            model_sizes(v)
-        return v
+        return v if v is None or v in model_layer_params() else resolve_model(v)
 
     @field_validator("source")
     @classmethod
@@ -161,19 +152,9 @@ class TrainingSpec(BaseModel):
     @field_validator("model")
     @classmethod
     def _known(cls, v):
-        from ...compute.models import is_spec, model_costs, model_table
+        from ...compute.models import resolve_model
 
-        if not is_spec(v):
-            if v not in model_costs():
-                raise ValueError(f"no compute table for this model{did_you_mean(v, model_costs())}; known: "
-                                 f"{', '.join(sorted(model_costs()))}, or a model from elsewhere: hf:ConfigClass, "
-                                 f"torchvision:name, package.module:function, a .json table")
-            return v
-        if not v.endswith((".json", ".csv")):
-            from ...models.sources import canonical
-            v = canonical(v)
-        model_table(v)   # built or read now: a spec that cannot be used is refused here, with its key
-        return v
+        return resolve_model(v)   # built or read now: a model that cannot be used is refused here, with its key
 
     @model_validator(mode="after")
     def _batch(self):
