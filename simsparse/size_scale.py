@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import numpy as np
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 
 def _check(scale):
@@ -37,3 +37,45 @@ def factor_at(table, size):
         return 1.0
     f = np.interp(np.log(np.maximum(size, 1.0)), *table)
     return f if isinstance(f, np.ndarray) and f.ndim else float(f)
+
+
+class DensityScale(BaseModel):
+    """Factors over (size, density) for a selection kernel, whose time at one
+    size moves with how many entries it keeps (top-k's k): ``factors[i][j]``
+    at ``sizes[i]`` and ``densities[j]`` (k / size), interpolated bilinearly
+    in log size and log density, constant beyond the ends. 1 at the density
+    the kernel's line was fitted at (``reference_density``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    reference_density: float = Field(gt=0, le=1, description="the density of the calls the line was fitted from")
+    sizes: list[float] = Field(min_length=1)
+    densities: list[float] = Field(min_length=1)
+    factors: list[list[float]]
+
+    @model_validator(mode="after")
+    def _shape(self):
+        for key, xs in (("sizes", self.sizes), ("densities", self.densities)):
+            if any(x <= 0 for x in xs) or any(b <= a for a, b in zip(xs, xs[1:])):
+                raise ValueError(f"select_scale {key} {xs}: must be positive and increasing")
+        if len(self.factors) != len(self.sizes) or any(len(row) != len(self.densities) for row in self.factors):
+            raise ValueError(f"select_scale factors: one row per size ({len(self.sizes)}), each with one factor per "
+                             f"density ({len(self.densities)})")
+        if any(not f > 0 for row in self.factors for f in row):
+            raise ValueError("select_scale factors: must be > 0")
+        return self
+
+    def at(self, size, density):
+        """The factor at ``size`` elements keeping ``density`` of them (numbers or arrays of one shape)."""
+        ls, ld = np.log(self.sizes), np.log(self.densities)
+        x = np.log(np.maximum(np.asarray(size, float), 1.0))
+        y = np.log(np.clip(np.asarray(density, float), 1e-12, 1.0))
+        by_size = np.array([np.interp(y, ld, row) for row in self.factors])   # (sizes, *shape)
+        if len(ls) == 1:
+            f = by_size[0]
+        else:
+            i = np.clip(np.searchsorted(ls, x) - 1, 0, len(ls) - 2)
+            w = np.clip((x - ls[i]) / (ls[i + 1] - ls[i]), 0.0, 1.0)
+            lo = np.take_along_axis(by_size, i[None], 0)[0] if by_size.ndim > 1 else by_size[i]
+            hi = np.take_along_axis(by_size, (i + 1)[None], 0)[0] if by_size.ndim > 1 else by_size[i + 1]
+            f = lo + w * (hi - lo)
+        return f if np.ndim(f) else float(f)

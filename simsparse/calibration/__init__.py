@@ -234,6 +234,12 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
             net_fits["exchange_scale"] = network["size_scale"]
 
     kernels, kfits = _kernels(raw["kernels"])
+    sel = raw.get("selection") or {}
+    scale = fit.fit_select_scale(sel.get("calls") or [], sel.get("reference_density", 1.0)) if "topk" in kernels \
+        else None
+    if scale:   # (how top-k's time moves with k at one size: worker.selection)
+        kernels["topk"]["select_scale"] = scale
+        kfits["topk"]["select_scale_calls"] = len(sel["calls"])
     noise, noise_fits = fit.fit_kernel_noise(steady_calls(raw["kernels"])[0])
     mem = _memory_roofline(raw["kernels"])
     # one eager op issued behind others (worker.op_launch): the per-op term of a model's roofline and of a kernel

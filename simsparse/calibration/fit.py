@@ -7,6 +7,8 @@ points by 1/time (relative error), since timings span several decades.
 """
 from __future__ import annotations
 
+from collections import defaultdict
+
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
@@ -107,6 +109,30 @@ def fit_kernel(elems, times, parts=None) -> dict:
         out["size_scale"] = scale
         out["residuals"] = residuals(line * scale_at(scale, d), t)
     return out
+
+
+def fit_select_scale(calls, reference_density: float) -> dict | None:
+    """Top-k's factor over (size, density) from its calls on its own
+    (:func:`simsparse.calibration.worker.selection`: ``(n, density, k,
+    seconds[, rank])``): per size, the median time at each density over the
+    time at ``reference_density`` (interpolated in log time and log density
+    between the two nearest), where the kernel's line was fitted. None
+    without two densities at a size."""
+    by = defaultdict(list)
+    for n, d, _k, dt, *_ in calls:
+        by[(float(n), float(d))].append(dt)
+    sizes = sorted({n for n, _ in by})
+    dens = sorted({d for _, d in by})
+    if len(dens) < 2 or not sizes:
+        return None
+    rows = []
+    for n in sizes:
+        g = np.array([float(np.median(by[(n, d)])) if (n, d) in by else np.nan for d in dens])
+        if np.isnan(g).any() or (g <= 0).any():
+            return None
+        ref = np.exp(np.interp(np.log(reference_density), np.log(dens), np.log(g)))
+        rows.append([round(float(v), 4) for v in g / ref])
+    return {"reference_density": reference_density, "sizes": sizes, "densities": dens, "factors": rows}
 
 
 #: the line misses a size band by more than this before the band gets its own factor

@@ -15,7 +15,9 @@ describes what ``simsparse measure`` pays:
   the real backend runs them, by running each registered algorithm (and the
   schedules' packing) on this backend at calibration sizes with a timing
   wrapper around every kernel's torch implementation; each call is recorded
-  with its work (elements, bytes);
+  with its work (elements, bytes); and top-k on its own over a grid of
+  sizes and densities (:func:`selection`), since its time at one size moves
+  with k;
 * **layers**: the torch models' forward pass and the time at which each
   parameter's gradient is ready in the backward pass, on every rank at once
   (as in a measured run).
@@ -178,6 +180,15 @@ def clock(kind: str):
 WARMUP = 3
 
 
+#: the density of the algorithm runs of :func:`kernels` (their workload): the kernels' lines are fitted
+#: at it, and top-k's factor over density (:func:`selection`) is 1 there
+RUN_DENSITY = 0.01
+#: the densities (k / n) at which :func:`selection` times top-k: a grid on both sides of torch's CPU
+#: switch from a heap of k (k <= n / 64) to an in-place selection, holding none of the validation
+#: suites' densities (0.001, 0.01, 0.05)
+SELECT_DENSITIES = (0.0003, 0.0007, 0.0015, 0.004, 0.008, 0.014, 0.02, 0.04, 0.1)
+
+
 def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
             path_calls: bool = True) -> tuple[list, dict, list, list]:
     """Run every algorithm at the calibration sizes on this backend; record its
@@ -201,7 +212,8 @@ def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
             if cls.check_setup(P, n, cls.Params.model_validate(params)):
                 continue
             pt = Point(algorithm=name, P=P, params=params, network={"model": "alphabeta"}, compute=None,
-                       workload={"n": n, "density": 0.01, "dtype": "float32", "seed": 1234, "drift": 0.2},
+                       workload={"n": n, "density": RUN_DENSITY, "dtype": "float32", "seed": 1234,
+                                 "drift": 0.2},
                        iterations=2, warmup=WARMUP, check=False)
             backend = MPIBackend(pt, device_kind)
             if speed[-1] is None:   # (compute.speed_probe; every rank at once, as before a measured point)
@@ -217,6 +229,38 @@ def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
         calls = probe.calls
         probe.close()
     return calls, {**steps.summary(), "kernel_calls": len(calls)}, path.gathered(comm), [v for v in speed if v]
+
+
+def selection(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
+    """Top-k (the real backend's torch implementation) on its own at each of
+    ``sizes`` times :data:`SELECT_DENSITIES`, every rank at once (as the
+    algorithm runs share the host): ``(n, density, k, seconds)``, the median
+    of ``reps`` calls after one warm-up. The line of :func:`kernels`' calls
+    gives the time at :data:`RUN_DENSITY`; these give how it moves with k
+    (``select_scale``, :func:`simsparse.calibration.fit.fit_select_scale`)."""
+    import torch
+
+    from ..compute.kernels import get_kernel
+
+    topk = get_kernel("topk").torch_fn
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    gen = torch.Generator().manual_seed(4321 + comm.Get_rank())
+    out = []
+    for n in sizes:
+        x = torch.randn(n, generator=gen).to(device)
+        for d in SELECT_DENSITIES:
+            k = max(1, int(round(d * n)))
+            comm.Barrier()
+            topk(x, k)
+            ts = []
+            for _ in range(reps):
+                sync()
+                t0 = now()
+                topk(x, k)
+                sync()
+                ts.append(now() - t0)
+            out.append((n, d, k, _median(ts)))
+    return out
 
 
 def every_rank(comm, calls: list) -> list:
@@ -359,6 +403,9 @@ def main(argv=None):
         calls, raw["steps"], raw["message_path"], raw["speed_probe"] = kernels(
             comm, kind, spec["kernel_sizes"], spec["quick"], now, spec.get("path_calls", True))
         raw["kernels"] = every_rank(comm, calls if kind == spec["device"] else [])
+        sel = selection(comm, device, spec["kernel_sizes"], 3 if spec["quick"] else 5, now)
+        raw["selection"] = {"reference_density": RUN_DENSITY,
+                            "calls": every_rank(comm, sel if kind == spec["device"] else [])}
     if "layers" in parts:
         partner = kind != spec["device"]
         raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"], now, partner)

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..registry import Registry, is_dotted
 from ..files import YamlTooLarge, yaml_load
-from ..size_scale import SizeScale
+from ..size_scale import DensityScale, SizeScale
 from .kernels import Work
 from .message_path import PathCosts
 from .noise import NoiseBand
@@ -41,6 +41,10 @@ class KernelCost(BaseModel):
     size_scale: SizeScale | None = Field(
         None, description="[[elements, factor], ...]: the line's time times this factor, interpolated in log size and "
                           "constant beyond the ends (memory regimes one line cannot follow; simsparse calibrate)")
+    select_scale: DensityScale | None = Field(
+        None, description="a selection kernel's (top-k's) factor over size and density k / size, 1 at the density "
+                          "the line was fitted at: its time moves with k at one size (torch's CPU top-k keeps a heap "
+                          "of k below k = n/64 and selects in place above; simsparse calibrate times a grid)")
 
     def scale(self, elems: float) -> float:
         sc = self.size_scale
@@ -174,8 +178,9 @@ class ParametricDevice(Device):
         self.name = profile.name
         self.shared_cores = profile.shared_cores
 
-    def cost_array(self, kernel: str, elems, nbytes, parts=1.0):
-        """:meth:`cost` of many calls at once (numpy arrays of elements, bytes and parts)."""
+    def cost_array(self, kernel: str, elems, nbytes, parts=1.0, select=None):
+        """:meth:`cost` of many calls at once (numpy arrays of elements, bytes, parts and, of a selection, the
+        entries kept)."""
         import numpy as np
 
         p = self.profile
@@ -191,6 +196,8 @@ class ParametricDevice(Device):
         if kc.size_scale:
             xs, fs = zip(*kc.size_scale)
             t = t * np.interp(np.log(n), np.log(xs), fs)
+        if kc.select_scale and select is not None:
+            t = t * kc.select_scale.at(n, np.asarray(select, float) / n)
         return t * p.slowdown
 
     def cost(self, kernel: str, work: Work) -> float:
@@ -203,7 +210,11 @@ class ParametricDevice(Device):
         units = work.nlogn if kc.complexity == "nlogn" else work.elems
         launch = p.launch_s if kc.launch_s is None else kc.launch_s
         t = (launch + kc.per_part_s * (work.parts - 1.0) + kc.per_elem_s * units) * p.slowdown
-        return t * kc.scale(max(work.elems, 1.0)) if kc.size_scale else t
+        if kc.size_scale:
+            t *= kc.scale(max(work.elems, 1.0))
+        if kc.select_scale and work.select:
+            t *= kc.select_scale.at(max(work.elems, 1.0), work.select / max(work.elems, 1.0))
+        return t
 
 
 def builtin_profiles() -> list[str]:

@@ -35,12 +35,15 @@ class Work:
     where one kernel has several whose costs differ (SparCML's stream sum
     adds two dense ranges, scatters a sparse one into a dense one, merges,
     concatenates or densifies two sparse ones). A profile may cost each path
-    on its own (``"name/path"``, :meth:`~.devices.ParametricDevice.cost`)."""
+    on its own (``"name/path"``, :meth:`~.devices.ParametricDevice.cost`);
+    ``select``: the entries a selection keeps (top-k's k; 0 for any other
+    kernel), whose time at one size moves with them (``select_scale``)."""
 
     elems: float
     bytes: float
     parts: float = 1.0
     path: str = ""
+    select: float = 0.0
 
     @property
     def nlogn(self) -> float:
@@ -266,7 +269,7 @@ def _index_dtype_np(n: int):
 def _topk_work(out, x, k):
     # one pass reading |x|, plus writing k (index, value) pairs
     m = len(x)
-    return Work(m, m * _isz(x) + 2 * k * 4)
+    return Work(m, m * _isz(x) + 2 * k * 4, select=min(k, m))
 
 
 @kernel("topk", work=_topk_work)

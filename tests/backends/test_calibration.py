@@ -65,6 +65,35 @@ def test_a_kernel_that_changes_memory_regime_gets_a_size_scale():
     assert "size_scale" not in fit.fit_kernel(d, 5e-6 + 1e-9 * d)   # one regime: one line
 
 
+def test_top_k_time_that_moves_with_k_gets_a_factor_over_size_and_density():
+    """torch's CPU top-k keeps a heap of k below k = n/64 and selects in place
+    above: at one size its time moves with k (0.6x to 1.2x here at 3e6). The
+    grid's factors, relative to the line's density, give the calls back at
+    densities the grid never ran, and 1 at the line's own."""
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.compute.kernels import Work
+
+    def true(n, d):   # a heap below n/64 (log k), a selection above (flat), per element growing with n
+        return 1e-9 * n * (1 + 0.1 * np.log10(n)) * np.where(d <= 1 / 64, 1 + 0.15 * np.log10(d / 1e-4), 1.6)
+
+    calls = [(n, d, round(d * n), float(true(n, d)) * (1 + 0.01 * ((r + i) % 3 - 1)), r)
+             for n in (3e4, 3e5, 3e6) for i, d in enumerate((3e-4, 1.5e-3, 8e-3, 1.4e-2, 4e-2, 1e-1)) for r in (0, 1, 2)]
+    scale = fit.fit_select_scale(calls, 0.01)
+    assert scale["sizes"] == [3e4, 3e5, 3e6] and len(scale["densities"]) == 6
+    dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e10, kernels={"topk": {
+        "per_elem_s": 1.0, "complexity": "n", "launch_s": 0.0, "select_scale": scale}}))
+    for n in (3e4, 1e5, 3e6):
+        at_ref = float(true(n, 0.01))
+        assert dev.cost("topk", Work(n, 4 * n, select=0.01 * n)) == pytest.approx(n, rel=0.02)   # 1 at the line's
+        for d in (1e-3, 5e-3, 5e-2):   # off the grid: the measured ratio within 5 %
+            got = dev.cost("topk", Work(n, 4 * n, select=d * n)) / n
+            assert got == pytest.approx(float(true(n, d)) / at_ref, rel=0.05)
+        assert dev.cost_array("topk", np.array([n]), np.array([4 * n]), select=np.array([1e-3 * n]))[0] == \
+            pytest.approx(dev.cost("topk", Work(n, 4 * n, select=1e-3 * n)), rel=1e-12)
+    assert dev.cost("topk", Work(1e5, 4e5)) == 1e5   # not a selection: no factor
+    assert fit.fit_select_scale([c for c in calls if c[1] == 8e-3], 0.01) is None   # one density: nothing to fit
+
+
 def test_a_kernel_band_missed_by_more_than_five_percent_gets_its_factor():
     """A kernel's medians per size come from hundreds of calls: a line 11 % under
     the top band (top-k's, star14 at P = 8) is followed; 3 % is the line's own."""
@@ -249,6 +278,8 @@ def test_quick_calibration_end_to_end(tmp_path):
     # two ranks of one host: a latency between 10 ns and 10 ms, a bandwidth between 10 MB/s and 1 TB/s
     assert 1e-8 < prof["network"]["alpha_s"] < 1e-2 and 1e7 < prof["network"]["bandwidth_Bps"] < 1e12
     assert {"topk", "add", "scatter_add", "concat"} <= set(prof["compute"]["kernels"])
+    sel = prof["compute"]["kernels"]["topk"]["select_scale"]   # top-k timed on its own over sizes and densities
+    assert sel["sizes"] == [3000, 30000, 300000] and len(sel["densities"]) >= 5 and sel["reference_density"] == 0.01
     assert prof["compute"]["models"]["resnet20_cifar10"]["batch_size"] == 8
     assert all("residuals" in f for f in prof["fits"]["kernels"].values())
     # one eager op issued behind others is the per-op cost (which of the two is faster is timing, not asserted:

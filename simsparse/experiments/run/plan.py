@@ -63,7 +63,8 @@ def plan_costs(point: Point) -> PlanCosts:
     else:
         def ts(d):  # scalar or numpy array of sizes (the exact planner evaluates all group sizes at once)
             d = np.asarray(d, float)
-            out = device.cost_array("topk", d, 4 * d + 8 * np.maximum(1.0, density * d))
+            k = np.maximum(1.0, density * d)
+            out = device.cost_array("topk", d, 4 * d + 8 * k, select=k)
             return float(out) if out.ndim == 0 else out
     return PlanCosts(tb, sizes, ts, lambda d: alpha + beta * d, alpha, prof.t_forward)
 
