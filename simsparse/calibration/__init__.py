@@ -234,12 +234,7 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
             net_fits["exchange_scale"] = network["size_scale"]
 
     kernels, kfits = _kernels(raw["kernels"])
-    sel = raw.get("selection") or {}
-    scale = fit.fit_select_scale(sel.get("calls") or [], sel.get("reference_density", 1.0)) if "topk" in kernels \
-        else None
-    if scale:   # (how top-k's time moves with k at one size: worker.selection)
-        kernels["topk"]["select_scale"] = scale
-        kfits["topk"]["select_scale_calls"] = len(sel["calls"])
+    _select_scales(kernels, kfits, raw["kernels"], raw.get("sparse_grid") or [])
     noise, noise_fits = fit.fit_kernel_noise(steady_calls(raw["kernels"])[0])
     mem = _memory_roofline(raw["kernels"])
     # one eager op issued behind others (worker.op_launch): the per-op term of a model's roofline and of a kernel
@@ -345,6 +340,23 @@ def _kernels(calls) -> tuple[dict, dict]:
         if "per_part_s" in f:   # what a size band's factor cannot give back: its sizes' part counts
             fits[name]["medians"] = [[float(e), float(p), t] for (e, p), t in zip(keys, times)]
     return kernels, fits
+
+
+def _select_scales(kernels: dict, fits: dict, calls: list, grid: list) -> None:
+    """Each sparse kernel's factor over size and density (``select_scale``,
+    :func:`.fit.fit_select_scale`) from its calls on its own
+    (:func:`.worker.sparse_grid`), 1 at the median density (``Work.select``
+    over ``Work.elems``) of the algorithm runs' calls its line was fitted from."""
+    kept, _ = steady_calls(calls)
+    for name in sorted({g[0] for g in grid} & set(kernels)):
+        dens = [c[6] / c[1] for c in kept if c[0] == name and len(c) > 7 and c[6] > 0 and c[1] > 0]
+        if not dens:
+            continue
+        ref = float(np.median(dens))
+        scale = fit.fit_select_scale([g[1:] for g in grid if g[0] == name], ref)
+        if scale:
+            kernels[name]["select_scale"] = scale
+            fits[name]["select_scale_calls"] = sum(g[0] == name for g in grid)
 
 
 def program_cpu(steps: dict | None) -> float | None:

@@ -112,14 +112,14 @@ def fit_kernel(elems, times, parts=None) -> dict:
 
 
 def fit_select_scale(calls, reference_density: float) -> dict | None:
-    """Top-k's factor over (size, density) from its calls on its own
-    (:func:`simsparse.calibration.worker.selection`: ``(n, density, k,
+    """A sparse kernel's factor over (size, density) from its calls on its
+    own (:func:`simsparse.calibration.worker.sparse_grid`: ``(n, density,
     seconds[, rank])``): per size, the median time at each density over the
     time at ``reference_density`` (interpolated in log time and log density
-    between the two nearest), where the kernel's line was fitted. None
-    without two densities at a size."""
+    between the two nearest), the density of the calls its line was fitted
+    from. None without two densities at every size."""
     by = defaultdict(list)
-    for n, d, _k, dt, *_ in calls:
+    for n, d, dt, *_ in calls:
         by[(float(n), float(d))].append(dt)
     sizes = sorted({n for n, _ in by})
     dens = sorted({d for _, d in by})

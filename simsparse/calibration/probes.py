@@ -20,7 +20,7 @@ def _minflt() -> int:
 
 class KernelProbe:
     """Wraps every kernel's torch implementation to record (name, elements,
-    bytes, seconds, minor page faults, parts), the name with the call's path
+    bytes, seconds, minor page faults, parts, sparse entries), the name with the call's path
     (``"name/path"``, :class:`~simsparse.compute.kernels.Work`) where it
     reports one. A call that faulted grew the rank's heap (its first
     touches), which a measured iteration in steady state does not pay
@@ -49,7 +49,7 @@ class KernelProbe:
             faults = _minflt() - f0
             w = k.work(out, *args, **kwargs)
             name = f"{k.name}/{w.path}" if w.path else k.name
-            self.calls.append((name, float(w.elems), float(w.bytes), dt, faults, float(w.parts)))
+            self.calls.append((name, float(w.elems), float(w.bytes), dt, faults, float(w.parts), float(w.select)))
             return out
 
         return timed

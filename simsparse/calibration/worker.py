@@ -15,9 +15,9 @@ describes what ``simsparse measure`` pays:
   the real backend runs them, by running each registered algorithm (and the
   schedules' packing) on this backend at calibration sizes with a timing
   wrapper around every kernel's torch implementation; each call is recorded
-  with its work (elements, bytes); and top-k on its own over a grid of
-  sizes and densities (:func:`selection`), since its time at one size moves
-  with k;
+  with its work (elements, bytes); and the sparse kernels on their own
+  over a grid of sizes and densities (:func:`sparse_grid`), since their
+  time at one size moves with the entries they select or scatter;
 * **layers**: the torch models' forward pass and the time at which each
   parameter's gradient is ready in the backward pass, on every rank at once
   (as in a measured run).
@@ -180,12 +180,11 @@ def clock(kind: str):
 WARMUP = 3
 
 
-#: the density of the algorithm runs of :func:`kernels` (their workload): the kernels' lines are fitted
-#: at it, and top-k's factor over density (:func:`selection`) is 1 there
+#: the density of the algorithm runs of :func:`kernels` (their workload)
 RUN_DENSITY = 0.01
-#: the densities (k / n) at which :func:`selection` times top-k: a grid on both sides of torch's CPU
-#: switch from a heap of k (k <= n / 64) to an in-place selection, holding none of the validation
-#: suites' densities (0.001, 0.01, 0.05)
+#: the densities (Work.select / Work.elems) at which :func:`sparse_grid` times the sparse kernels: a
+#: grid on both sides of torch's CPU top-k switch from a heap of k (k <= n / 64) to an in-place
+#: selection, holding none of the validation suites' densities (0.001, 0.01, 0.05)
 SELECT_DENSITIES = (0.0003, 0.0007, 0.0015, 0.004, 0.008, 0.014, 0.02, 0.04, 0.1)
 
 
@@ -231,35 +230,63 @@ def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
     return calls, {**steps.summary(), "kernel_calls": len(calls)}, path.gathered(comm), [v for v in speed if v]
 
 
-def selection(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
-    """Top-k (the real backend's torch implementation) on its own at each of
-    ``sizes`` times :data:`SELECT_DENSITIES`, every rank at once (as the
-    algorithm runs share the host): ``(n, density, k, seconds)``, the median
-    of ``reps`` calls after one warm-up. The line of :func:`kernels`' calls
-    gives the time at :data:`RUN_DENSITY`; these give how it moves with k
+def _sparse_inputs(name: str, x, d: float, parts: int):
+    """The arguments of sparse kernel ``name`` on ``x`` at density ``d``
+    (the entries it selects or scatters over its elements, ``Work.select``):
+    top-k's k, the threshold that d n entries pass, or ``parts`` sparse
+    vectors with d n / (1 - d) entries in all (what a rank scatters after an
+    allgather of the parts' selections)."""
+    import torch
+
+    from ..ops import COO
+
+    n = len(x)
+    k = max(1, int(round(d * n)))
+    if name == "topk":
+        return (x, k)
+    if name == "threshold_select":
+        return (x, float(torch.topk(x.abs(), k, sorted=False).values.min()))
+    each = max(1, int(round(d * n / (1 - d) / parts)))
+    gen = torch.Generator().manual_seed(k)
+    return ([COO(torch.sort(torch.randperm(n, generator=gen)[:each].to(x.device)).values.to(torch.int32),
+                 x[:each].clone(), n) for _ in range(parts)], n, x)
+
+
+#: the sparse kernels :func:`sparse_grid` times on their own
+SPARSE_KERNELS = ("topk", "threshold_select", "scatter_add")
+
+
+def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
+    """Each of :data:`SPARSE_KERNELS` (the real backend's torch
+    implementation) on its own at each of ``sizes`` times
+    :data:`SELECT_DENSITIES`, every rank at once (as the algorithm runs share
+    the host): ``(kernel, n, density, seconds)``, the median of ``reps``
+    calls after one warm-up. The line of :func:`kernels`' calls gives the
+    time at their own density; these give how it moves with the entries
     (``select_scale``, :func:`simsparse.calibration.fit.fit_select_scale`)."""
     import torch
 
     from ..compute.kernels import get_kernel
 
-    topk = get_kernel("topk").torch_fn
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     gen = torch.Generator().manual_seed(4321 + comm.Get_rank())
     out = []
     for n in sizes:
         x = torch.randn(n, generator=gen).to(device)
-        for d in SELECT_DENSITIES:
-            k = max(1, int(round(d * n)))
-            comm.Barrier()
-            topk(x, k)
-            ts = []
-            for _ in range(reps):
-                sync()
-                t0 = now()
-                topk(x, k)
-                sync()
-                ts.append(now() - t0)
-            out.append((n, d, k, _median(ts)))
+        for name in SPARSE_KERNELS:
+            fn = get_kernel(name).torch_fn
+            for d in SELECT_DENSITIES:
+                args = _sparse_inputs(name, x, d, comm.Get_size())
+                comm.Barrier()
+                fn(*args)
+                ts = []
+                for _ in range(reps):
+                    sync()
+                    t0 = now()
+                    fn(*args)
+                    sync()
+                    ts.append(now() - t0)
+                out.append((name, n, d, _median(ts)))
     return out
 
 
@@ -403,9 +430,8 @@ def main(argv=None):
         calls, raw["steps"], raw["message_path"], raw["speed_probe"] = kernels(
             comm, kind, spec["kernel_sizes"], spec["quick"], now, spec.get("path_calls", True))
         raw["kernels"] = every_rank(comm, calls if kind == spec["device"] else [])
-        sel = selection(comm, device, spec["kernel_sizes"], 3 if spec["quick"] else 5, now)
-        raw["selection"] = {"reference_density": RUN_DENSITY,
-                            "calls": every_rank(comm, sel if kind == spec["device"] else [])}
+        grid = sparse_grid(comm, device, spec["kernel_sizes"], 3 if spec["quick"] else 5, now)
+        raw["sparse_grid"] = every_rank(comm, grid if kind == spec["device"] else [])
     if "layers" in parts:
         partner = kind != spec["device"]
         raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"], now, partner)

@@ -42,9 +42,10 @@ class KernelCost(BaseModel):
         None, description="[[elements, factor], ...]: the line's time times this factor, interpolated in log size and "
                           "constant beyond the ends (memory regimes one line cannot follow; simsparse calibrate)")
     select_scale: DensityScale | None = Field(
-        None, description="a selection kernel's (top-k's) factor over size and density k / size, 1 at the density "
-                          "the line was fitted at: its time moves with k at one size (torch's CPU top-k keeps a heap "
-                          "of k below k = n/64 and selects in place above; simsparse calibrate times a grid)")
+        None, description="a sparse kernel's factor over size and density (the entries it selects or scatters over "
+                          "its elements, Work.select), 1 at the density the line was fitted at: at one size its time "
+                          "moves with them (torch's CPU top-k keeps a heap of k below k = n/64 and selects in place "
+                          "above; a scatter-add's random writes; simsparse calibrate times a grid)")
 
     def scale(self, elems: float) -> float:
         sc = self.size_scale

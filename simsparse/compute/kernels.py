@@ -36,8 +36,10 @@ class Work:
     adds two dense ranges, scatters a sparse one into a dense one, merges,
     concatenates or densifies two sparse ones). A profile may cost each path
     on its own (``"name/path"``, :meth:`~.devices.ParametricDevice.cost`);
-    ``select``: the entries a selection keeps (top-k's k; 0 for any other
-    kernel), whose time at one size moves with them (``select_scale``)."""
+    ``select``: the sparse entries a kernel selects (top-k's k, a
+    threshold's survivors) or scatters (a scatter-add's nnz); 0 for a dense
+    kernel. At one size, such a kernel's time moves with them
+    (``select_scale``)."""
 
     elems: float
     bytes: float
@@ -300,7 +302,7 @@ def _topk_torch(x, k):
 
 def _scatter_add_work(out, parts, n, like):
     nnz = sum(p.nnz for p in parts)
-    return Work(n + nnz, n * _isz(like) + 2 * _coo_nbytes(parts))
+    return Work(n + nnz, n * _isz(like) + 2 * _coo_nbytes(parts), select=nnz)
 
 
 @kernel("scatter_add", work=_scatter_add_work, memo=True)

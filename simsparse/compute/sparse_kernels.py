@@ -97,7 +97,7 @@ def _count_above_torch(x, thr):
 
 
 def _select_work(out, x, thr):
-    return Work(len(x), len(x) * _isz(x) + out.nbytes)
+    return Work(len(x), len(x) * _isz(x) + out.nbytes, select=out.nnz)
 
 
 @kernel("threshold_select", work=_select_work)

@@ -76,7 +76,7 @@ def test_top_k_time_that_moves_with_k_gets_a_factor_over_size_and_density():
     def true(n, d):   # a heap below n/64 (log k), a selection above (flat), per element growing with n
         return 1e-9 * n * (1 + 0.1 * np.log10(n)) * np.where(d <= 1 / 64, 1 + 0.15 * np.log10(d / 1e-4), 1.6)
 
-    calls = [(n, d, round(d * n), float(true(n, d)) * (1 + 0.01 * ((r + i) % 3 - 1)), r)
+    calls = [(n, d, float(true(n, d)) * (1 + 0.01 * ((r + i) % 3 - 1)), r)
              for n in (3e4, 3e5, 3e6) for i, d in enumerate((3e-4, 1.5e-3, 8e-3, 1.4e-2, 4e-2, 1e-1)) for r in (0, 1, 2)]
     scale = fit.fit_select_scale(calls, 0.01)
     assert scale["sizes"] == [3e4, 3e5, 3e6] and len(scale["densities"]) == 6
@@ -278,8 +278,10 @@ def test_quick_calibration_end_to_end(tmp_path):
     # two ranks of one host: a latency between 10 ns and 10 ms, a bandwidth between 10 MB/s and 1 TB/s
     assert 1e-8 < prof["network"]["alpha_s"] < 1e-2 and 1e7 < prof["network"]["bandwidth_Bps"] < 1e12
     assert {"topk", "add", "scatter_add", "concat"} <= set(prof["compute"]["kernels"])
-    sel = prof["compute"]["kernels"]["topk"]["select_scale"]   # top-k timed on its own over sizes and densities
-    assert sel["sizes"] == [3000, 30000, 300000] and len(sel["densities"]) >= 5 and sel["reference_density"] == 0.01
+    for name in ("topk", "scatter_add"):   # timed on their own over sizes and densities; 1 at the runs' density
+        sel = prof["compute"]["kernels"][name]["select_scale"]
+        assert sel["sizes"] == [3000, 30000, 300000] and len(sel["densities"]) >= 5
+    assert prof["compute"]["kernels"]["topk"]["select_scale"]["reference_density"] == pytest.approx(0.01, rel=0.05)
     assert prof["compute"]["models"]["resnet20_cifar10"]["batch_size"] == 8
     assert all("residuals" in f for f in prof["fits"]["kernels"].values())
     # one eager op issued behind others is the per-op cost (which of the two is faster is timing, not asserted:
