@@ -116,6 +116,9 @@ def main(argv=None) -> int:
     p = sub.add_parser("report", help="render the docs' measured figures (docs/papers.md's table, the README's "
                                       "headline lines) from the results stored under docs/data/")
     p.add_argument("--data", default="docs/data", help="where the stored results are (default docs/data)")
+    p.add_argument("--store-validation", action="append", default=[], metavar="DIR",
+                   help="first keep the validate run whose comparison folder is DIR (its compare.csv and "
+                        "validate.json) under DATA/validation/ (repeatable)")
     p.add_argument("--readme", default="README.md")
     p.add_argument("--docs", default="docs")
     args = ap.parse_args(argv)
@@ -207,8 +210,10 @@ def _dispatch(args, received: list) -> int:
         if args.cmd == "model":
             return _model(args)
         if args.cmd == "report":
-            from .experiments.analysis.docs_report import render
+            from .experiments.analysis.docs_report import render, store_validation
 
+            for folder in args.store_validation:
+                print(f"wrote {store_validation(Path(folder), Path(args.data))}")
             for path in render(Path(args.data), Path(args.readme), Path(args.docs)):
                 print(f"wrote {path}")
             return 0

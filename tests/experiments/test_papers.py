@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -233,3 +234,46 @@ def test_report_renders_the_docs_figures_from_stored_results(tmp_path, capsys):
     readme.write_text("no markers\n")
     assert main(["report", "--data", str(data), "--readme", str(readme), "--docs", str(docs)]) == 2
     assert "headline" in capsys.readouterr().err
+
+
+def test_report_keeps_a_validate_run_and_renders_its_errors(tmp_path, capsys):
+    """simsparse report --store-validation: a validate run's comparison kept under data/validation/,
+    docs/validation.md's row and the README's headline computed from the kept CSV (median and p90 of
+    |error| over points, communication and compute phases), the repeats' floor from its validate.json."""
+    import json
+
+    cmp_dir, data, docs = tmp_path / "compare", tmp_path / "data", tmp_path / "docs"
+    cmp_dir.mkdir(), docs.mkdir()
+    rng = np.random.default_rng(3)
+    err = rng.normal(0, 0.1, 30)
+    rows = [{"level": "point", "phase": "", "kind": "", "algorithm": "topka", "P": 4, "n": 1000, "rel_err": e}
+            for e in err[:10]]
+    rows += [{"level": "phase", "phase": "select", "kind": "compute", "algorithm": "topka", "P": 4, "n": 1000,
+              "rel_err": e} for e in err[10:20]]
+    rows += [{"level": "phase", "phase": "allgather", "kind": "communication", "algorithm": "topka", "P": 4,
+              "n": 1000, "rel_err": e} for e in err[20:]]
+    table = pd.DataFrame(rows).assign(schedule="", model="", params="", density=0.001, pred_s=1.0, meas_s=1.0,
+                                      extra="dropped")
+    table.to_csv(cmp_dir / "compare.csv", index=False)
+    (cmp_dir / "validate.json").write_text(json.dumps({
+        "config": "configs/validate_testbed_heldout.yaml", "machine": "testbed-tb-star",
+        "repeat_spread": {"one_vs_rest_median": 0.038, "one_vs_rest_p90": 0.161}}))
+    (docs / "validation.md").write_text("# v\n<!-- validation: begin -->\nold\n<!-- validation: end -->\nafter\n")
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- headline: begin -->\n<!-- headline: end -->\n")
+    assert main(["report", "--store-validation", str(cmp_dir), "--data", str(data), "--readme", str(readme),
+                 "--docs", str(docs)]) == 0
+    kept = pd.read_csv(data / "validation" / "validate_testbed_heldout_testbed-tb-star.csv")
+    assert "extra" not in kept and len(kept) == 30
+    def pair(e):
+        a = np.abs(e)
+        return f"{100 * np.median(a):.1f} / {100 * np.percentile(a, 90):.1f} %"
+    row = [line for line in (docs / "validation.md").read_text().splitlines() if line.startswith("| `")]
+    assert row == [f"| `validate_testbed_heldout` | testbed-tb-star | 4 | 10 | **{pair(err[:10])}** | "
+                   f"{100 * np.median(err[:10]):+.1f} % | {pair(err[20:])} | {pair(err[10:20])} | 3.8 / 16.1 % |"]
+    assert (docs / "validation.md").read_text().endswith("<!-- validation: end -->\nafter\n")
+    assert f"`validate_testbed_heldout` on testbed-tb-star (P = 4, 10 points) {pair(err[:10])}" in readme.read_text()
+    (cmp_dir / "validate.json").unlink()
+    assert main(["report", "--store-validation", str(cmp_dir), "--data", str(data), "--readme", str(readme),
+                 "--docs", str(docs)]) == 2
+    assert "not a comparison that validate wrote" in capsys.readouterr().err

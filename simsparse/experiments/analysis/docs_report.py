@@ -7,9 +7,14 @@ provenance (``simsparse papers`` writes ``papers.csv`` and
 
 * ``docs/papers.md``: the claim-by-claim table, between its
   ``<!-- papers: begin/end -->`` lines (:func:`.papers_run.markdown`);
+* ``docs/validation.md``: one row per stored ``validate`` run, between its
+  ``<!-- validation: begin/end -->`` lines. :func:`store_validation` keeps a
+  run (``simsparse report --store-validation DIR``): its points' and phases'
+  errors as ``validation/<suite>_<machine>.csv`` and its ``validate.json``
+  (stages, loads, repeats' floor, commit and host) beside it;
 * ``README.md``: the headline lines, between ``<!-- headline: begin/end -->``,
-  one per stored source: the papers' claims met, the dates and machines of
-  the runs staying in the provenance files.
+  one per kind of stored source: the papers' claims met, the validation
+  error; the dates and machines of the runs stay in the provenance files.
 """
 from __future__ import annotations
 
@@ -21,9 +26,78 @@ import pandas as pd
 from ...files import atomic_write
 from .papers import PapersError
 from .papers_run import markdown, splice
+from .phases import error_stats
 
 #: the lines the README's headline block sits between
 HEADLINE = ("<!-- headline: begin -->", "<!-- headline: end -->")
+#: and docs/validation.md's table of stored runs
+VALIDATION = ("<!-- validation: begin -->", "<!-- validation: end -->")
+#: the columns of compare.csv a stored validation run keeps
+KEPT = ["level", "phase", "kind", "schedule", "model", "algorithm", "params", "P", "n", "density", "pred_s", "meas_s",
+        "rel_err"]
+
+
+def store_validation(compare_dir: Path, data: Path) -> Path:
+    """Keep the ``validate`` run whose comparison is ``compare_dir`` under
+    ``data/validation/``: its :data:`KEPT` columns as ``<suite>_<machine>.csv``
+    and its ``validate.json`` as ``<suite>_<machine>.provenance.json``.
+    Returns the CSV written."""
+    try:
+        log = json.loads((compare_dir / "validate.json").read_text())
+        table = pd.read_csv(compare_dir / "compare.csv")
+    except (OSError, ValueError) as e:
+        raise PapersError(f"--store-validation {compare_dir}: not a comparison that validate wrote "
+                          f"(compare.csv and validate.json): {e}") from None
+    missing = [c for c in KEPT if c not in table]
+    if missing:
+        raise PapersError(f"--store-validation {compare_dir}/compare.csv: no column {', '.join(missing)}")
+    name = f"{_suite(log)}_{log['machine']}"
+    out = data / "validation"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write(out / f"{name}.csv", lambda tmp: table[KEPT].to_csv(tmp, index=False))
+    atomic_write(out / f"{name}.provenance.json", lambda tmp: Path(tmp).write_text(json.dumps(log, indent=1)))
+    return out / f"{name}.csv"
+
+
+def _suite(log: dict) -> str:
+    """A validate run's suite: its experiment's name (its config's stem in a run from before it was kept)."""
+    return log.get("name") or Path(log["config"]).stem
+
+
+def validation_rows(data: Path) -> list[dict]:
+    """Per stored validation run: its suite, machine, rank counts and the
+    (median, p90) of |error| over points, communication phases and compute
+    phases, from its CSV; the repeats' floor (one repeat against the
+    others) from its provenance where it was measured more than once."""
+    rows = []
+    for path in sorted((data / "validation").glob("*.csv")):
+        t = pd.read_csv(path)
+        log = json.loads(path.with_suffix(".provenance.json").read_text())
+        pts = t[t["level"] == "point"]
+        spread = log.get("repeat_spread") or {}
+        rows.append({"suite": _suite(log), "machine": log["machine"],
+                     "P": ", ".join(str(p) for p in sorted(pts["P"].unique())), "points": len(pts),
+                     "error": error_stats(pts["rel_err"]),
+                     "signed": float(pd.to_numeric(pts["rel_err"], errors="coerce").median()),
+                     "communication": error_stats(t.loc[t["kind"] == "communication", "rel_err"]),
+                     "compute": error_stats(t.loc[t["kind"] == "compute", "rel_err"]),
+                     "floor": (spread["one_vs_rest_median"], spread["one_vs_rest_p90"]) if spread else None})
+    return rows
+
+
+def _pair(mp) -> str:
+    return "-" if mp is None else f"{100 * mp[0]:.1f} / {100 * mp[1]:.1f} %"
+
+
+def validation_markdown(rows: list[dict]) -> str:
+    """The table of :func:`validation_rows`: |error| as median / p90."""
+    lines = ["| suite | machine | P | points | points: median / p90 | signed median | communication phases | "
+             "compute phases | floor: one repeat against the others |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| `{r['suite']}` | {r['machine']} | {r['P']} | {r['points']} | **{_pair(r['error'])}** | "
+                     f"{100 * r['signed']:+.1f} % | {_pair(r['communication'])} | {_pair(r['compute'])} | "
+                     f"{_pair(r['floor'])} |")
+    return "\n".join(lines) + "\n"
 
 
 def read_claims(path: Path) -> pd.DataFrame:
@@ -44,6 +118,12 @@ def headline(data: Path) -> list[str]:
         per = t.groupby("paper", sort=False)["meets_aim"].apply(lambda s: f"{int(s.eq(True).sum())}/{int(s.notna().sum())}")
         lines.append(f"* **Papers**: {met} of {judged} claims of the five seed papers met "
                      f"({', '.join(f'{p} {v}' for p, v in per.items())}); every claim in `docs/papers.md`.")
+    runs = validation_rows(data)
+    if runs:
+        lines.append("* **Validation** on the emulated cluster, |error| median / p90 of the points: "
+                     + "; ".join(f"`{r['suite']}` on {r['machine']} (P = {r['P']}, {r['points']} points) "
+                                 f"{_pair(r['error'])}" for r in runs) + "; the method and every run in "
+                     "`docs/validation.md`.")
     return lines
 
 
@@ -53,18 +133,10 @@ def render(data: Path, readme: Path, docs: Path) -> list[Path]:
     papers = data / "papers.csv"
     if papers.is_file():
         written.append(splice(docs / "papers.md", markdown(read_claims(papers))))
-    lines = headline(data)
-    try:
-        text = readme.read_text()
-    except OSError as e:
-        raise PapersError(f"{readme}: {e.strerror}") from None
-    begin, end = HEADLINE
-    if begin not in text or end not in text:
-        raise PapersError(f"{readme}: no '{begin}' and '{end}' lines to write the headline between")
-    head, rest = text.split(begin, 1)
-    new = head + begin + "\n" + "".join(f"{line}\n" for line in lines) + end + rest.split(end, 1)[1]
-    atomic_write(readme, lambda tmp: Path(tmp).write_text(new))
-    written.append(readme)
+    runs = validation_rows(data)
+    if runs:
+        written.append(splice(docs / "validation.md", validation_markdown(runs), VALIDATION))
+    written.append(splice(readme, "".join(f"{line}\n" for line in headline(data)), HEADLINE))
     return written
 
 

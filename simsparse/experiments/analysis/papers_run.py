@@ -144,16 +144,18 @@ def markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def splice(doc: Path, text: str) -> Path:
-    """Replace what lies between ``doc``'s :data:`BEGIN` and :data:`END` lines with ``text``."""
+def splice(doc: Path, text: str, markers: tuple[str, str] = (BEGIN, END)) -> Path:
+    """Replace what lies between ``doc``'s two ``markers`` lines (default :data:`BEGIN` and :data:`END`) with
+    ``text``."""
+    begin, end = markers
     try:
         old = doc.read_text()
     except OSError as e:
-        raise PapersError(f"--doc {doc}: {e.strerror}") from None
-    if BEGIN not in old or END not in old:
-        raise PapersError(f"--doc {doc}: the file has no '{BEGIN}' and '{END}' lines to write between")
-    head, rest = old.split(BEGIN, 1)
-    new = head + BEGIN + "\n" + text + END + rest.split(END, 1)[1]
+        raise PapersError(f"{doc}: {e.strerror}") from None
+    if begin not in old or end not in old:
+        raise PapersError(f"{doc}: the file has no '{begin}' and '{end}' lines to write between")
+    head, rest = old.split(begin, 1)
+    new = head + begin + "\n" + text + end + rest.split(end, 1)[1]
     atomic_write(doc, lambda tmp: Path(tmp).write_text(new))
     return doc
 

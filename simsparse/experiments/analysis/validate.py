@@ -115,16 +115,19 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
     from ..run import measure as ms
     from .compare import run_compare
     from ..run.plan import with_plan
+    from ..results.provenance import git_commit, host, now
 
     say = say or (lambda m: print(f"simsparse: {m}", file=sys.stderr, flush=True))
     spec = load_spec(testbed) if testbed else None
     machine = f"testbed-{testbed_name(spec)}" if spec is not None else "host"
-    log = {"config": str(config), "testbed": testbed, "machine": machine}
+    log = {"config": str(config), "testbed": testbed, "machine": machine, "started_at": now(), "git": git_commit(),
+           "host": host()}
     Ps = _rank_counts(config)
     _check_before_calibrating(config, spec, Ps)
     with _stage(log, "calibrate"):
         profiles = ensure_profiles(spec, Ps, quick, device, say, recalibrate)
     exp = load_config(config)
+    log["name"] = exp.name
     base = Path(out) if out else Path("results") / f"{exp.name}_{machine}"
     log["profiles"] = {P: str(v["path"]) for P, v in profiles.items()}
     points = [replace(p, network=profiles[p.P]["network"], compute=profiles[p.P]["compute"], data_scale=1.0)
@@ -173,6 +176,7 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
             log["repeat_spread"]["model_communication"] = error_on(sent, log["repeat_spread"]["repeated"])
     with _stage(log, "predict at measured speed"):
         log["slowdown"] = at_measured_speed(points, profiles, ResultsStore(base / "meas"), base, say)
+    log["finished_at"] = now()
     atomic_write(cmp_dir / "validate.json", lambda tmp: Path(tmp).write_text(json.dumps(log, indent=1)))
     if R > 1:
         sp = log["repeat_spread"]
