@@ -37,7 +37,10 @@ that over the wall time. A point is killed at ``--cap`` seconds; a larger P
 is skipped when the last one, scaled by the growth seen so far (P^2 before
 two points exist), would pass the cap, or when its peak RSS scaled linearly
 in P would pass ``--max-rss-gb``. The load average is printed with every
-point: measure with nothing else running.
+point: measure with nothing else running. ``--out FILE.csv`` also writes the
+rows as CSV and ``FILE.provenance.json`` beside it (commit, host, start and
+end, loads, the command): ``simsparse report`` renders the README's scale
+line and ``docs/performance.md``'s table from them.
 """
 from __future__ import annotations
 
@@ -53,6 +56,8 @@ import time
 from pathlib import Path
 
 import yaml
+
+from simsparse.experiments.results.provenance import git_commit, host, now
 
 ROOT = Path(__file__).resolve().parent.parent
 VEC = {"n": 1048576, "density": 0.01, "dtype": "float32", "seed": 0}
@@ -186,6 +191,7 @@ def main():
     ap.add_argument("--cap", type=float, default=600.0, help="seconds a point may run (default 600)")
     ap.add_argument("--max-rss-gb", type=float, default=round(mem_total_gb() / 2, 1),
                     help="skip a point whose predicted peak RSS passes this (default: half the memory)")
+    ap.add_argument("--out", type=Path, help="also write the rows to this CSV, with FILE.provenance.json beside it")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
@@ -197,7 +203,8 @@ def main():
     print(f"{'case':<20} {'P':>5} {'wall s':>8} {'est s':>7} {'jit s':>6} {'RSS MB':>7} {'est MB':>7} "
           f"{'evaluator':>24} {'bound':>6} {'values':>7} {'sim time s':>12} {'events wall s':>13} {'err':>9} "
           f"{'msgs/it':>9} {'msgs/s':>9} {'load':>5}")
-    summary = []
+    summary, rows = [], []
+    started, load_before = now(), os.getloadavg()
     for case in a.case:
         ladder = a.P or [p for p in (64, 256, 1024, 4096) if p <= CASES[case][1]]
         seen = {p: [] for p in paths}
@@ -231,6 +238,9 @@ def main():
             if f is not None and e is not None and "error" not in e:
                 err = f"{max(abs(x - y) / y for x, y in zip(f['time_s'], e['time_s'])):.2e}"
             rate = main_r["msgs"] / main_r["wall_s"] if main_r["wall_s"] else 0.0
+            rows.append({"case": case, "P": P, "path": paths[0], **{k: main_r[k] for k in (
+                "wall_s", "rss_MB", "est_s", "est_MB", "evaluator", "bound", "values", "msgs")},
+                "sim_time_s": max(main_r["time_s"]), "load": round(load, 2)})
             print(f"{case:<20} {P:>5} {main_r['wall_s']:8.2f} {main_r['est_s']:7.3g} {main_r['jit_s']:6.1f} "
                   f"{main_r['rss_MB']:7.0f} {main_r['est_MB']:7.0f} {main_r['evaluator']:>24} {main_r['bound']:6.3g} "
                   f"{main_r['values']:>7} {max(main_r['time_s']):12.6g} {ev:>13} {err:>9} {main_r['msgs']:>9.3g} "
@@ -241,6 +251,21 @@ def main():
                            if k is not None else f"{case:<20} {path:<6} (fewer than two points: no exponent)")
     print("\ngrowth of wall time in P (log-log least squares):")
     print("\n".join(summary))
+    if a.out:
+        write_rows(a.out, rows, {"started_at": started, "finished_at": now(), "git": git_commit(), "host": host(),
+                                 "load_before": load_before, "load_after": os.getloadavg(), "command": sys.argv})
+
+
+def write_rows(out: Path, rows: list[dict], provenance: dict) -> None:
+    """The rows as CSV and their provenance beside them, each written atomically."""
+    import pandas as pd
+
+    from simsparse.files import atomic_write
+
+    atomic_write(out, lambda tmp: pd.DataFrame(rows).to_csv(tmp, index=False))
+    atomic_write(out.with_suffix(".provenance.json"),
+                 lambda tmp: Path(tmp).write_text(json.dumps(provenance, indent=1)))
+    print(f"wrote {out} and {out.with_suffix('.provenance.json')}")
 
 
 if __name__ == "__main__":

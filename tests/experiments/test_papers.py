@@ -273,6 +273,16 @@ def test_report_keeps_a_validate_run_and_renders_its_errors(tmp_path, capsys):
                    f"{100 * np.median(err[:10]):+.1f} % | {pair(err[20:])} | {pair(err[10:20])} | 3.8 / 16.1 % |"]
     assert (docs / "validation.md").read_text().endswith("<!-- validation: end -->\nafter\n")
     assert f"`validate_testbed_heldout` on testbed-tb-star (P = 4, 10 points) {pair(err[:10])}" in readme.read_text()
+    pd.DataFrame([{"case": "ab_topka", "P": P, "path": "fast", "wall_s": w, "rss_MB": m, "est_s": 3.0, "est_MB": 900,
+                   "evaluator": "replay_arrays", "bound": 0.0, "values": "sampled", "msgs": 1.6e7, "sim_time_s": 0.1,
+                   "load": 0.5} for P, w, m in ((1024, 1.25, 400.0), (4096, 3.14, 1424.0))]).to_csv(
+        data / "scale.csv", index=False)
+    (docs / "performance.md").write_text("<!-- scale: begin -->\n<!-- scale: end -->\n")
+    assert main(["report", "--data", str(data), "--readme", str(readme), "--docs", str(docs)]) == 0
+    perf = [line for line in (docs / "performance.md").read_text().splitlines() if line.startswith("| `")]
+    assert [line.split(" | ")[1:4] for line in perf] == [["1024", "**1.2 s**", "**400 MB**"],
+                                                         ["4096", "**3.1 s**", "**1424 MB**"]]
+    assert "`ab_topka` at P = 4096 in 3.1 s and 1.39 GB" in readme.read_text()
     (cmp_dir / "validate.json").unlink()
     assert main(["report", "--store-validation", str(cmp_dir), "--data", str(data), "--readme", str(readme),
                  "--docs", str(docs)]) == 2

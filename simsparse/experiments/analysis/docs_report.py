@@ -12,9 +12,11 @@ provenance (``simsparse papers`` writes ``papers.csv`` and
   run (``simsparse report --store-validation DIR``): its points' and phases'
   errors as ``validation/<suite>_<machine>.csv`` and its ``validate.json``
   (stages, loads, repeats' floor, commit and host) beside it;
+* ``docs/performance.md``: the rows of ``benchmarks/bench_scale.py --out
+  docs/data/scale.csv``, between its ``<!-- scale: begin/end -->`` lines;
 * ``README.md``: the headline lines, between ``<!-- headline: begin/end -->``,
   one per kind of stored source: the papers' claims met, the validation
-  error; the dates and machines of the runs stay in the provenance files.
+  error, the scale rows at their largest P; the dates and machines of the runs stay in the provenance files.
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ from .phases import error_stats
 HEADLINE = ("<!-- headline: begin -->", "<!-- headline: end -->")
 #: and docs/validation.md's table of stored runs
 VALIDATION = ("<!-- validation: begin -->", "<!-- validation: end -->")
+#: and docs/performance.md's table of the scale rows
+SCALE = ("<!-- scale: begin -->", "<!-- scale: end -->")
 #: the columns of compare.csv a stored validation run keeps
 KEPT = ["level", "phase", "kind", "schedule", "model", "algorithm", "params", "P", "n", "density", "pred_s", "meas_s",
         "rel_err"]
@@ -108,6 +112,16 @@ def read_claims(path: Path) -> pd.DataFrame:
     return t
 
 
+def scale_markdown(t: pd.DataFrame) -> str:
+    """The rows of a stored ``bench_scale.py --out`` CSV as a table."""
+    lines = ["| case | P | wall | peak RSS | the budget's estimate | evaluator (bound) | values | messages an "
+             "iteration | load |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in t.itertuples():
+        lines.append(f"| `{r.case}` | {r.P} | **{r.wall_s:.1f} s** | **{r.rss_MB:.0f} MB** | {r.est_s:.3g} s, "
+                     f"{r.est_MB:.0f} MB | {r.evaluator} ({r.bound:g}) | {r.values} | {r.msgs:.3g} | {r.load:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def headline(data: Path) -> list[str]:
     """One line per stored source under ``data``, each with the page that explains it."""
     lines = []
@@ -124,6 +138,12 @@ def headline(data: Path) -> list[str]:
                      + "; ".join(f"`{r['suite']}` on {r['machine']} (P = {r['P']}, {r['points']} points) "
                                  f"{_pair(r['error'])}" for r in runs) + "; the method and every run in "
                      "`docs/validation.md`.")
+    scale = data / "scale.csv"
+    if scale.is_file():
+        top = pd.read_csv(scale).sort_values("P").groupby("case", sort=False).tail(1)
+        lines.append("* **Scale** (one iteration, the defaults, this 2-core machine): " + "; ".join(
+            f"`{r.case}` at P = {r.P} in {r.wall_s:.1f} s and {r.rss_MB / 1024:.2f} GB" for r in top.itertuples())
+            + "; every row in `docs/performance.md`.")
     return lines
 
 
@@ -136,6 +156,8 @@ def render(data: Path, readme: Path, docs: Path) -> list[Path]:
     runs = validation_rows(data)
     if runs:
         written.append(splice(docs / "validation.md", validation_markdown(runs), VALIDATION))
+    if (data / "scale.csv").is_file():
+        written.append(splice(docs / "performance.md", scale_markdown(pd.read_csv(data / "scale.csv")), SCALE))
     written.append(splice(readme, "".join(f"{line}\n" for line in headline(data)), HEADLINE))
     return written
 
