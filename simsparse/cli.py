@@ -412,10 +412,14 @@ def _model_profile(args) -> int:
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else (platform.processor() or platform.machine())
     prof = base.model_dump(exclude_none=True)
     prof["name"] = f"{base.name}+{args.device}"
-    settings = {"device": f"{args.device} ({device})", "dtype": "float32", "amp": False, "compile": False,
+    from .models.sources import is_bf16
+    amp = is_bf16(spec)
+    settings = {"device": f"{args.device} ({device})", "dtype": "bfloat16" if amp else "float32", "amp": amp,
+                "compile": False,
                 "torch": str(torch.__version__), "batch_size": batch, "reps": args.reps}
     prof["models"] = {**prof.get("models", {}), spec: {**models[spec], "settings": settings}}
-    note = (f"# simsparse model profile: {spec} at batch {batch}, fp32, eager (no torch.compile), torch "
+    precision = "bf16 autocast" if amp else "fp32"
+    note = (f"# simsparse model profile: {spec} at batch {batch}, {precision}, eager (no torch.compile), torch "
             f"{torch.__version__}, on {args.device} ({device}); median of {args.reps} iterations after one warm-up;\n"
             f"# the rest of the profile is {args.base}'s\n")
     atomic_write(Path(args.out), lambda tmp: Path(tmp).write_text(note + yaml.safe_dump(prof, sort_keys=False)))

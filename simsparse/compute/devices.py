@@ -92,6 +92,10 @@ class DeviceProfile(BaseModel):
                                                               "matmuls)")
     compute_efficiency: float = Field(1.0, gt=0, le=1, description="achieved fraction of peak_flops on a real "
                                                                    "network's layers")
+    peak_bf16_flops: float | None = Field(None, gt=0, description="dense BF16 tensor-core peak in FLOP/s: the matrix "
+                                          "ops of a model counted with dtype='bf16' (mixed precision) run at it")
+    compute_efficiency_bf16: float | None = Field(None, gt=0, le=1, description="achieved fraction of "
+                                                  "peak_bf16_flops (none: compute_efficiency)")
     kernels: dict[str, KernelCost] = Field(default_factory=dict)
     models: dict[str, ModelTimes] = Field(default_factory=dict, description="measured per-tensor forward/backward "
                                           "times (simsparse calibrate); used instead of the roofline at that batch size")

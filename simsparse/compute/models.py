@@ -11,11 +11,15 @@ into seconds with a roofline per tensor and pass::
         + (bytes - mm_bytes) / mem_bandwidth_Bps
 
 where ``flops`` and ``mm_bytes`` belong to the matrix ops (convolution,
-matmul), which run at the device's achieved fraction of its cited FP32 peak,
-and the remaining bytes to memory-bound ops (normalisation, activations,
-pooling, residual adds). Activation work scales with the batch size;
-parameters add 4 bytes per element read in the forward pass and 8 (read
-weight, write gradient) in the backward pass. The peaks are cited in each
+matmul), which run at the device's achieved fraction of its cited FP32 peak
+(of its BF16 tensor-core peak for a model counted with ``dtype='bf16'``:
+mixed precision, :mod:`simsparse.models.sources`), and the remaining bytes
+to memory-bound ops (normalisation, activations, pooling, residual adds).
+Activation work scales with the batch size; parameters add 4 bytes per
+element read in the forward pass and 8 (read weight, write gradient) in the
+backward pass; in mixed precision 8 (read the fp32 weight, write and read
+its bf16 copy) and 10 (read the copy, write and read the bf16 gradient,
+write it in fp32). The peaks are cited in each
 profile; ``compute_efficiency`` is derived there from one cited end-to-end
 measurement per device family, never from the papers' iteration times.
 """
@@ -188,11 +192,18 @@ def model_profile(model: str, batch_size: int, device: DeviceProfile | None) -> 
         return ModelProfile(model, batch_size, device.name, sizes, tuple(k * t for t in measured.t_fwd),
                             tuple(k * t for t in measured.t_bwd), f"measured on {device.name} (simsparse calibrate)"
                             + (f", x {k:.3g} (slowdown)" if k != 1 else ""))
-    if device.peak_flops is None:
-        raise ValueError(f"device profile {device.name!r} has no peak_flops; a model profile needs it "
-                         f"(add peak_flops and compute_efficiency, or give the model's per-tensor times)")
-    flops_s = device.peak_flops * device.compute_efficiency
+    bf16 = table.get("dtype") == "bf16"
+    peak, eff = ((device.peak_bf16_flops, device.compute_efficiency_bf16 or device.compute_efficiency) if bf16
+                 else (device.peak_flops, device.compute_efficiency))
+    if peak is None:
+        key = "peak_bf16_flops" if bf16 else "peak_flops"
+        raise ValueError(f"device profile {device.name!r} has no {key}; a model profile "
+                         f"{'in bf16 ' if bf16 else ''}needs it (add {key} and its efficiency, "
+                         f"{'or count the model with dtype=' + repr('fp32') + ', ' if bf16 else ''}or give the "
+                         f"model's per-tensor times)")
+    flops_s = peak * eff
     bw, launch = device.mem_bandwidth_Bps, device.launch_s
+    fwd_param, bwd_param = (8, 10) if bf16 else (4, 8)
 
     def t(entry, pas, param_bytes):
         flops = entry[f"{pas}_flops"] * batch_size
@@ -200,10 +211,10 @@ def model_profile(model: str, batch_size: int, device: DeviceProfile | None) -> 
         mm = min(entry.get(f"{pas}_mm_bytes", 0) * batch_size + param_bytes, total)
         return entry[f"{pas}_ops"] * launch + max(flops / flops_s, mm / bw) + (total - mm) / bw
 
-    fwd = tuple(device.slowdown * t(e, "fwd", 4 * e["size"]) for e in tensors)
-    bwd = tuple(device.slowdown * t(e, "bwd", 8 * e["size"]) for e in tensors)
+    fwd = tuple(device.slowdown * t(e, "fwd", fwd_param * e["size"]) for e in tensors)
+    bwd = tuple(device.slowdown * t(e, "bwd", bwd_param * e["size"]) for e in tensors)
     src = (f"roofline of {model} (work: {'model_costs.json, ' if model in model_costs() else ''}"
            f"{table.get('source', '')}) on {device.name}: "
-           f"peak {device.peak_flops:.3g} FLOP/s x efficiency {device.compute_efficiency:g}, "
+           f"{'bf16 ' if bf16 else ''}peak {peak:.3g} FLOP/s x efficiency {eff:g}, "
            f"{bw:.3g} B/s, launch {launch:g} s")
     return ModelProfile(model, batch_size, device.name, sizes, fwd, bwd, src)

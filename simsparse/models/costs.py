@@ -8,6 +8,10 @@ the simulator adds 4 bytes a parameter in forward and 8 in backward) and one
 launch to the parameter tensor whose gradient it precedes: forward work to
 the module that runs it (parameter-free ops to the last parameterised module
 before them), backward work through the autograd node's sequence number.
+With ``amp`` it counts a pass under bf16 autocast (:class:`Autocast`): each
+cast of an activation is an op with its bytes; a weight's cast, and the cast
+of its gradient back to fp32, are a parameter's bytes, which the roofline
+adds (:func:`simsparse.compute.models.model_profile`).
 :func:`count` runs it for any model; :func:`entry` turns two batch sizes into
 the per-sample table that :mod:`simsparse.compute.models` times by a device's
 roofline. ``scripts/build_model_costs.py`` builds the packaged models' table
@@ -23,7 +27,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import flop_registry
 
 aten = torch.ops.aten
@@ -31,6 +35,16 @@ aten = torch.ops.aten
 #: per tensor and pass: matrix-op FLOPs, bytes read and written, aten ops, the bytes of matrix ops
 FIELDS = ("fwd_flops", "fwd_bytes", "fwd_ops", "fwd_mm_bytes", "bwd_flops", "bwd_bytes", "bwd_ops", "bwd_mm_bytes")
 OPS = {"fwd_ops", "bwd_ops"}
+#: ops autocast runs in bf16 (torch's CUDA autocast op lists: matrix products and convolutions)
+AMP_BF16 = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.addbmm, aten.matmul, aten.linear, aten.convolution,
+            aten._convolution, aten.cudnn_convolution, aten.conv1d, aten.conv2d, aten.conv3d, aten.prelu,
+            aten.addmv, aten.mv, aten.addr, aten._scaled_dot_product_efficient_attention,
+            aten._scaled_dot_product_flash_attention, aten.scaled_dot_product_attention}
+#: and in fp32 (normalisation, softmax, losses, reductions that lose precision in bf16)
+AMP_FP32 = {aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.native_group_norm, aten.native_batch_norm,
+            aten._native_batch_norm_legit, aten._native_batch_norm_legit_functional, aten.nll_loss_forward,
+            aten.nll_loss2d_forward, aten.mse_loss, aten.binary_cross_entropy_with_logits, aten.cumsum, aten.prod,
+            aten.exp, aten.log, aten.pow, aten.rsqrt, aten.norm, aten.logsumexp}
 _FREE = {aten.detach, aten.alias, aten._unsafe_view, aten.lift_fresh, aten.empty, aten.empty_like, aten.empty_strided,
          aten.new_empty, aten.new_empty_strided, aten._reshape_alias}
 
@@ -78,7 +92,9 @@ class CostMode(TorchDispatchMode):
         self.owner: int | None = None
         self.pending: list[tuple] = []
         self.phase = "fwd"
-        self.last_output: dict[int, tuple[int, int]] = {}   # storage -> (owner, bytes) of its latest bwd producer
+        self.kept: list = []
+        #: storage -> (owner, bytes, a matrix op's, the cast's source) of its latest bwd producer
+        self.last_output: dict[int, tuple] = {}
         self.handles = []
         for m in model.modules():
             own = list(m.parameters(recurse=False))
@@ -99,12 +115,18 @@ class CostMode(TorchDispatchMode):
         return hook
 
     def _grad_ready(self, p):
-        """The tensor written into ``p.grad`` is a gradient, not an activation: take its bytes back."""
+        """The tensor written into ``p.grad`` is a gradient, not an activation: take its bytes back
+        (under autocast also the bf16 gradient it was cast from: its write and the cast's read)."""
         hit = self.last_output.pop(_storage(p.grad), None)
-        if hit is not None:
-            self.rows[hit[0]][FIELDS.index("bwd_bytes")] -= hit[1]
-            if hit[2]:
-                self.rows[hit[0]][FIELDS.index("bwd_mm_bytes")] -= hit[1]
+        while hit is not None:
+            owner, nbytes, mm, src = hit
+            self.rows[owner][FIELDS.index("bwd_bytes")] -= nbytes
+            if mm:
+                self.rows[owner][FIELDS.index("bwd_mm_bytes")] -= nbytes
+            hit = None
+            if src is not None:
+                self.rows[owner][FIELDS.index("bwd_bytes")] -= src[1]
+                hit = self.last_output.pop(src[0], None)
 
     def _bwd_owner(self) -> int:
         node = torch._C._current_autograd_node()
@@ -130,6 +152,10 @@ class CostMode(TorchDispatchMode):
         out = func(*args, **kwargs)
         if func.is_view or func.overloadpacket in _FREE:
             return out
+        if func.overloadpacket is aten._to_copy and _storage(args[0]) in self.param_storages:
+            self.param_storages.add(_storage(out))   # autocast's copy of a weight: a parameter's bytes
+            self.kept.append(out)   # (alive till the count ends: no activation reuses its storage's address)
+            return out
         flops = _flops(func, args, kwargs, out)
         ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
@@ -142,13 +168,44 @@ class CostMode(TorchDispatchMode):
         else:
             owner = self._bwd_owner()
             self._charge(owner, flops, nbytes, "bwd")
+            src = (_storage(ins[0]), _nbytes(ins[0])) if func.overloadpacket is aten._to_copy and ins else None
             for t in outs:
-                self.last_output[_storage(t)] = (owner, _nbytes(t), flops > 0)
+                self.last_output[_storage(t)] = (owner, _nbytes(t), flops > 0, src)
         return out
 
     def close(self):
         for h in self.handles:
             h.remove()
+
+
+#: the functions bf16 autocast runs in bf16 (torch's CUDA autocast lists: matrix products, convolutions,
+#: attention) and in fp32 (normalisation, softmax, losses, the exponentials)
+AMP_BF16 = {F.linear, F.bilinear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d,
+            F.conv_transpose3d, F.scaled_dot_product_attention, F.prelu, torch.matmul, torch.mm, torch.bmm,
+            torch.addmm, torch.baddbmm, torch.addbmm, torch.einsum, torch.Tensor.matmul, torch.Tensor.__matmul__,
+            torch.Tensor.mm, torch.Tensor.bmm}
+AMP_FP32 = {F.softmax, F.log_softmax, F.layer_norm, F.group_norm, F.batch_norm, F.rms_norm, F.cross_entropy,
+            F.nll_loss, F.mse_loss, F.binary_cross_entropy_with_logits, F.softplus, torch.exp, torch.log, torch.pow,
+            torch.rsqrt, torch.cumsum, torch.logsumexp, torch.norm, torch.Tensor.softmax, torch.Tensor.log_softmax,
+            torch.Tensor.exp, torch.Tensor.log, torch.Tensor.pow, torch.Tensor.rsqrt, torch.Tensor.logsumexp}
+
+
+class Autocast(torch.overrides.TorchFunctionMode):
+    """bf16 autocast, which does nothing on meta tensors, done by hand above autograd (where
+    autocast sits): the floating inputs of :data:`AMP_BF16` functions cast to bf16, of
+    :data:`AMP_FP32` ones to fp32, any other function on its inputs' dtypes. The casts are
+    ``aten._to_copy`` ops that :class:`CostMode` charges, and autograd records as autocast's
+    are (their backward casts the gradients back)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        dtype = torch.bfloat16 if func in AMP_BF16 else torch.float32 if func in AMP_FP32 else None
+        if dtype is not None:
+            def cast(t):
+                return t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != dtype \
+                    else t
+            args, kwargs = tree_map(cast, (args, kwargs))
+        return func(*args, **kwargs)
 
 
 @contextlib.contextmanager
@@ -172,12 +229,13 @@ def fused_dropout():
 
 
 def count(build: Callable[[], torch.nn.Module], batch: Callable[[int], object],
-          loss: Callable[[torch.nn.Module, object], torch.Tensor], batch_size: int) -> tuple[list[int], list[list[int]]]:
+          loss: Callable[[torch.nn.Module, object], torch.Tensor], batch_size: int,
+          amp: bool = False) -> tuple[list[int], list[list[int]]]:
     """(sizes, rows): each parameter tensor's elements and its :data:`FIELDS` for one forward
     and backward at ``batch_size``, built and run on the meta device. ``build()`` returns the
     model, ``batch(b)`` its inputs for b samples (on meta), ``loss(model, batch)`` the scalar
-    to differentiate. Tensors are in registration order, a tied tensor once
-    (``model.parameters()``); frozen ones (``requires_grad`` False) are left out."""
+    to differentiate; ``amp``: under bf16 autocast (:class:`CostMode`). Tensors are in registration
+    order, a tied tensor once (``model.parameters()``); frozen ones (``requires_grad`` False) are left out."""
     torch.manual_seed(0)
     with torch.device("meta"):
         model = build()
@@ -185,7 +243,7 @@ def count(build: Callable[[], torch.nn.Module], batch: Callable[[int], object],
         inputs = batch(batch_size)
     mode = CostMode(model)
     try:
-        with fused_dropout(), mode:
+        with fused_dropout(), mode, (Autocast() if amp else contextlib.nullcontext()):
             value = loss(model, inputs)
             mode.phase = "bwd"
             value.backward()

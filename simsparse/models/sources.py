@@ -14,8 +14,10 @@ The input keys are the same for every source: ``seq`` (tokens a sample;
 default the config's maximum sequence length, else 128) and ``vocab`` (for a
 dotted path: its token ids are drawn below it) for language models;
 ``image`` (``(C, H, W)``, default ``(3, 224, 224)``) and ``classes`` for
-image models. Every other key goes to the config class (``hf:``), to
-``torchvision.models.get_model`` or to the function. fp32 only.
+image models; ``dtype``: ``"fp32"`` (default) or ``"bf16"``, mixed
+precision as ``torch.autocast`` runs it (fp32 weights and gradients, matrix
+products in bf16). Every other key goes to the config class (``hf:``), to
+``torchvision.models.get_model`` or to the function.
 
 :func:`resolve` parses a spec into a :class:`ModelSource` (build, one batch,
 the loss); :func:`canonical` writes it back with sorted keys, the name a
@@ -30,7 +32,7 @@ import contextlib
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
@@ -38,7 +40,9 @@ from typing import Any, Callable
 #: what a spec's source may be (besides a dotted ``module:function``)
 SOURCES = ("hf", "torchvision")
 #: the input keys every source understands; the rest go to the model's builder
-INPUT_KEYS = ("seq", "vocab", "image", "classes")
+INPUT_KEYS = ("seq", "vocab", "image", "classes", "dtype")
+#: the precisions a spec's ``dtype`` may name
+DTYPES = ("fp32", "bf16")
 
 
 class ModelSpecError(ValueError):
@@ -78,13 +82,15 @@ class ModelSource:
     """How to build a model and train it for one batch: ``build()`` (the
     module, on the current default device), ``batch(b, generator, device)``
     (the inputs of b samples; zeros on the meta device),
-    ``loss(model, batch)`` (the scalar to differentiate); ``input`` in words."""
+    ``loss(model, batch)`` (the scalar to differentiate, under bf16 autocast
+    where ``dtype`` is bf16); ``input`` in words."""
 
     spec: str
     build: Callable[[], Any]
     batch: Callable[..., Any]
     loss: Callable[[Any, Any], Any]
     input: str
+    dtype: str = "fp32"
 
 
 @lru_cache(maxsize=32)
@@ -96,11 +102,40 @@ def resolve(spec: str) -> ModelSource:
         import torch  # noqa: F401 (the real-backend extra)
     except ImportError:
         raise ModelSpecError(f"model {spec!r}: building a model needs torch (pip install 'simsparse[mpi]')") from None
+    dtype = inputs.pop("dtype", "fp32")
+    if dtype not in DTYPES:
+        raise ModelSpecError(f"model {spec!r}: dtype={dtype!r}; allowed: {', '.join(map(repr, DTYPES))} (bf16: "
+                             f"mixed precision under torch.autocast)")
     if source == "hf":
-        return _huggingface(spec, name, args, inputs)
-    if source == "torchvision":
-        return _torchvision(spec, name, args, inputs)
-    return _dotted(spec, source, name, args, inputs)
+        src = _huggingface(spec, name, args, inputs)
+    elif source == "torchvision":
+        src = _torchvision(spec, name, args, inputs)
+    else:
+        src = _dotted(spec, source, name, args, inputs)
+    return src if dtype == "fp32" else replace(src, loss=_autocast(src.loss), dtype=dtype,
+                                               input=f"{src.input}, bf16 autocast")
+
+
+def is_bf16(spec: str) -> bool:
+    """Whether a model name is a spec counted and trained in mixed precision (``dtype='bf16'``)."""
+    try:
+        return parse(spec)[2].get("dtype") == "bf16"
+    except ModelSpecError:
+        return False
+
+
+def _autocast(loss: Callable) -> Callable:
+    """``loss`` under bf16 autocast on its batch's device (on meta, where autocast does nothing,
+    :func:`.costs.count` casts by hand)."""
+    import torch
+
+    def run(model, x):
+        device = x.device.type
+        if device == "meta":
+            return loss(model, x)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            return loss(model, x)
+    return run
 
 
 def _tokens(seq: int, vocab: int):
@@ -299,13 +334,13 @@ def table(spec: str) -> dict:
     src = resolve(spec)
     from .costs import count, entry
     try:
-        doc = entry(lambda b: count(src.build, src.batch, src.loss, b), strict=False)
+        doc = entry(lambda b: count(src.build, src.batch, src.loss, b, amp=src.dtype == "bf16"), strict=False)
     except ModelSpecError:
         raise
     except Exception as e:   # noqa: BLE001 - the user's module failed to run on meta
         raise ModelSpecError(f"model {spec!r}: one forward and backward on the meta device failed "
                              f"({type(e).__name__}: {e})") from None
-    doc = {"spec": spec, "input": src.input, **doc, "source": f"counted on the meta device ({versions}), "
+    doc = {"spec": spec, "input": src.input, "dtype": src.dtype, **doc, "source": f"counted on the meta device ({versions}), "
            "simsparse.models.costs"}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

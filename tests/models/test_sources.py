@@ -163,6 +163,7 @@ def test_model_import_writes_a_table_a_config_names(user_models, tmp_path, capsy
     ("tinynet:make", "say what one sample is"),
     ("hf:GPT3Config", "has no config class 'GPT3Config'"),
     ("hf:GPT2Config(n_layers=2)", "has no setting 'n_layers'"),
+    ("hf:GPT2Config(n_layer=1, dtype='fp16')", "dtype='fp16'; allowed: 'fp32', 'bf16'"),
 ])
 def test_a_model_that_cannot_be_used_gets_one_paragraph(user_models, tmp_path, capsys, spec, says):
     if spec.startswith("hf:"):
@@ -257,3 +258,47 @@ def test_an_astrasim_workload_round_trips_through_a_per_layer_csv(tmp_path, caps
     work.write_text("MODEL\n1\n")
     code, err, _ = cli_run(["model", "import", str(work), "--format", "astrasim", "-o", str(back)], capsys)
     assert code == 2 and "first line must be DATA" in err
+
+
+def test_bf16_counts_autocasts_work_on_meta_as_autocast_does_on_the_cpu():
+    """dtype='bf16': mixed precision. The FLOPs stay; the matrix ops read and write half the bytes
+    (fp32 weights and gradients aside); the count on meta, where autocast does nothing, is within
+    20 % of the same model counted on real CPU tensors under torch.autocast (whose op lists differ
+    a little from CUDA's), per pass; the roofline runs it at the BF16 peak, and a device without
+    one refuses it, naming the key."""
+    pytest.importorskip("transformers")
+    from simsparse.compute.devices import load_profile
+    from simsparse.compute.models import model_profile
+    from simsparse.models.costs import FIELDS, CostMode, count, fused_dropout
+
+    spec = "hf:GPT2Config(n_layer=2, n_embd=128, n_head=2, seq=64{})"
+    fp32, bf16 = model_table(spec.format("")), model_table(spec.format(", dtype='bf16'"))
+    assert bf16["dtype"] == "bf16" and fp32["dtype"] == "fp32"
+    assert bf16["fwd_gflops"] == fp32["fwd_gflops"] and bf16["bwd_gflops"] == fp32["bwd_gflops"]
+    for pas in ("fwd", "bwd"):
+        assert 0.4 < bf16[f"{pas}_mm_mbytes"] / fp32[f"{pas}_mm_mbytes"] < 0.65
+
+    src = sources.resolve(canonical(spec.format(", dtype='bf16'")))
+    torch.manual_seed(0)
+    model = src.build()
+    model.train()
+    mode = CostMode(model)
+    with fused_dropout(), mode:
+        value = src.loss(model, src.batch(2, None, "cpu"))   # (the source's loss: under CPU autocast)
+        mode.phase = "bwd"
+        value.backward()
+    mode.close()
+    real = [sum(r[j] for r in mode.rows) for j in range(len(FIELDS))]
+    meta = [sum(r[j] for r in rows) for j in range(len(FIELDS)) for rows in [count(src.build, src.batch, src.loss,
+                                                                                     2, amp=True)[1]]]
+    for f in ("fwd_bytes", "fwd_mm_bytes", "bwd_bytes", "bwd_mm_bytes"):
+        j = FIELDS.index(f)
+        assert meta[j] == pytest.approx(real[j], rel=0.2), f
+
+    h100 = load_profile("h100")   # GPT-2's width: the matrix ops dominate, and run at 14.8x the FP32 peak
+    wide = "hf:GPT2Config(n_layer=2, seq=1024{})"
+    slow, fast = (model_profile(wide.format(d), 8, h100) for d in ("", ", dtype='bf16'"))
+    assert fast.t_forward + fast.t_backward < 0.6 * (slow.t_forward + slow.t_backward)
+    assert "bf16 peak 9.89e+14" in fast.source
+    with pytest.raises(ValueError, match="no peak_bf16_flops"):
+        model_profile(spec.format(", dtype='bf16'"), 8, load_profile("v100"))
