@@ -42,6 +42,7 @@ from pydantic import BaseModel, ValidationError
 from ...algorithms import ALGORITHMS
 from ...registry import UnknownName
 from ...schedules import SCHEDULES, get_schedule
+from ...models.sources import is_bf16
 from ...sampling import sampled_problem
 from . import limits
 from .errors import ConfigError
@@ -175,6 +176,11 @@ def load_config(path: str | Path) -> Experiment:
                               f"{measured['batch_size']} ({measured['settings'].get('device')}); model.batch_size is "
                               f"{spec.batch_size}: set batch_size {measured['batch_size']}, or profile the model "
                               f"again (simsparse model profile --batch-size {spec.batch_size})")
+                continue
+            if comp is not None and not measured and comp.get("peak_bf16_flops") is None and is_bf16(spec.model):
+                errors.append(f"compute: profile {comp.get('name')!r} has no peak_bf16_flops; model {spec.model} "
+                              f"trains in bf16 mixed precision: use a device with a BF16 peak (a100, h100, h200), "
+                              f"add peak_bf16_flops to the profile, or write dtype='fp32'")
                 continue
         if wl.n < run.P:
             errors.append(f"workload.n = {wl.n} is smaller than P = {run.P}; allowed: n >= P")
