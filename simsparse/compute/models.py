@@ -168,6 +168,21 @@ def stored_table(path: str) -> dict:
     return doc
 
 
+def missing_peak(model: str, device: str, peak_flops, peak_bf16_flops) -> str | None:
+    """What the roofline of ``model`` needs that ``device`` lacks: its FP32 peak, or its BF16 peak for
+    a model counted with ``dtype='bf16'``; None when it has it."""
+    from ..models.sources import is_bf16
+
+    if is_bf16(model):
+        return None if peak_bf16_flops is not None else (
+            f"device profile {device!r} has no peak_bf16_flops; model {model} trains in bf16 mixed precision: use "
+            f"a device with a BF16 peak (a100, h100, h200), add peak_bf16_flops to the profile, or write "
+            f"dtype='fp32'")
+    return None if peak_flops is not None else (
+        f"device profile {device!r} has no peak_flops; a training iteration needs it to time the model's layers "
+        f"(add peak_flops and compute_efficiency, or give the model's per-tensor times)")
+
+
 def model_profile(model: str, batch_size: int, device: DeviceProfile | None) -> ModelProfile:
     """The per-tensor times of ``model`` at ``batch_size`` on ``device``
     (``None``: the ideal device, every time zero)."""
@@ -195,12 +210,9 @@ def model_profile(model: str, batch_size: int, device: DeviceProfile | None) -> 
     bf16 = table.get("dtype") == "bf16"
     peak, eff = ((device.peak_bf16_flops, device.compute_efficiency_bf16 or device.compute_efficiency) if bf16
                  else (device.peak_flops, device.compute_efficiency))
-    if peak is None:
-        key = "peak_bf16_flops" if bf16 else "peak_flops"
-        raise ValueError(f"device profile {device.name!r} has no {key}; a model profile "
-                         f"{'in bf16 ' if bf16 else ''}needs it (add {key} and its efficiency, "
-                         f"{'or count the model with dtype=' + repr('fp32') + ', ' if bf16 else ''}or give the "
-                         f"model's per-tensor times)")
+    problem = missing_peak(model, device.name, device.peak_flops, device.peak_bf16_flops)
+    if problem:
+        raise ValueError(problem)
     flops_s = peak * eff
     bw, launch = device.mem_bandwidth_Bps, device.launch_s
     fwd_param, bwd_param = (8, 10) if bf16 else (4, 8)

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ValidationError
 from ...algorithms import ALGORITHMS
 from ...registry import UnknownName
 from ...schedules import SCHEDULES, get_schedule
-from ...models.sources import is_bf16
+from ...compute.models import missing_peak
 from ...sampling import sampled_problem
 from . import limits
 from .errors import ConfigError
@@ -166,10 +166,6 @@ def load_config(path: str | Path) -> Experiment:
             if problem:
                 continue  # the grid pairs every schedule with every algorithm it can use
             used.add(sname)
-            if comp is not None and comp.get("peak_flops") is None:
-                errors.append(f"compute: profile {comp.get('name')!r} has no peak_flops; a training iteration needs "
-                              f"it to time the model's layers")
-                continue
             measured = (comp or {}).get("models", {}).get(spec.model)
             if measured and measured.get("settings") and measured["batch_size"] != spec.batch_size:
                 errors.append(f"compute: profile {comp.get('name')!r} holds {spec.model}'s times measured at batch "
@@ -177,10 +173,10 @@ def load_config(path: str | Path) -> Experiment:
                               f"{spec.batch_size}: set batch_size {measured['batch_size']}, or profile the model "
                               f"again (simsparse model profile --batch-size {spec.batch_size})")
                 continue
-            if comp is not None and not measured and comp.get("peak_bf16_flops") is None and is_bf16(spec.model):
-                errors.append(f"compute: profile {comp.get('name')!r} has no peak_bf16_flops; model {spec.model} "
-                              f"trains in bf16 mixed precision: use a device with a BF16 peak (a100, h100, h200), "
-                              f"add peak_bf16_flops to the profile, or write dtype='fp32'")
+            problem = comp is not None and not measured and missing_peak(
+                spec.model, comp.get("name"), comp.get("peak_flops"), comp.get("peak_bf16_flops"))
+            if problem:
+                errors.append(f"compute: {problem}")
                 continue
         if wl.n < run.P:
             errors.append(f"workload.n = {wl.n} is smaller than P = {run.P}; allowed: n >= P")
