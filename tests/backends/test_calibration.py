@@ -281,7 +281,9 @@ def test_quick_calibration_end_to_end(tmp_path):
     for name in ("topk", "scatter_add"):   # timed on their own over sizes and densities; 1 at the runs' density
         sel = prof["compute"]["kernels"][name]["select_scale"]
         assert sel["sizes"] == [3000, 30000, 300000] and len(sel["densities"]) >= 5
-    assert prof["compute"]["kernels"]["topk"]["select_scale"]["reference_density"] == pytest.approx(0.01, rel=0.05)
+    from simsparse.calibration.worker import RUN_DENSITY
+    assert prof["compute"]["kernels"]["topk"]["select_scale"]["reference_density"] == pytest.approx(RUN_DENSITY,
+                                                                                                   rel=0.05)
     assert prof["compute"]["models"]["resnet20_cifar10"]["batch_size"] == 8
     assert all("residuals" in f for f in prof["fits"]["kernels"].values())
     # one eager op issued behind others is the per-op cost (which of the two is faster is timing, not asserted:
@@ -570,12 +572,26 @@ def test_the_stack_probe_counts_the_hosts_softirq_per_byte_beyond_a_quiet_interv
 def test_calibration_never_reads_a_validation_config():
     """The calibration measures microbenchmarks of its own; it never loads a config, and never
     names one of configs/ (the validation suites it would then be tuned on): every module of
-    simsparse/calibration, read as code."""
+    simsparse/calibration, read as code. Its algorithm runs and its sparse-kernel grid run at
+    densities no validation suite uses."""
     import ast
     from pathlib import Path
 
     import simsparse.calibration as cal
 
+    from simsparse.calibration import worker
+
+    def densities(x):   # every density a validation config names, at any depth
+        if isinstance(x, dict):
+            return {d for k, v in x.items() for d in (densities(v) if k != "density" else
+                                                       (v if isinstance(v, list) else [v]))}
+        return {d for v in x for d in densities(v)} if isinstance(x, list) else set()
+
+    suites = set()
+    for cfg in (Path(__file__).parents[2] / "configs").glob("validate_*.yaml"):
+        suites |= densities(yaml.safe_load(cfg.read_text()))
+    assert {0.001, 0.01, 0.05} <= suites   # ... and the algorithm runs and the sparse grid use none of them
+    assert worker.RUN_DENSITY not in suites and not suites & set(worker.SELECT_DENSITIES)
     for path in Path(cal.__file__).parent.glob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
