@@ -35,16 +35,6 @@ aten = torch.ops.aten
 #: per tensor and pass: matrix-op FLOPs, bytes read and written, aten ops, the bytes of matrix ops
 FIELDS = ("fwd_flops", "fwd_bytes", "fwd_ops", "fwd_mm_bytes", "bwd_flops", "bwd_bytes", "bwd_ops", "bwd_mm_bytes")
 OPS = {"fwd_ops", "bwd_ops"}
-#: ops autocast runs in bf16 (torch's CUDA autocast op lists: matrix products and convolutions)
-AMP_BF16 = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm, aten.addbmm, aten.matmul, aten.linear, aten.convolution,
-            aten._convolution, aten.cudnn_convolution, aten.conv1d, aten.conv2d, aten.conv3d, aten.prelu,
-            aten.addmv, aten.mv, aten.addr, aten._scaled_dot_product_efficient_attention,
-            aten._scaled_dot_product_flash_attention, aten.scaled_dot_product_attention}
-#: and in fp32 (normalisation, softmax, losses, reductions that lose precision in bf16)
-AMP_FP32 = {aten._softmax, aten._log_softmax, aten.native_layer_norm, aten.native_group_norm, aten.native_batch_norm,
-            aten._native_batch_norm_legit, aten._native_batch_norm_legit_functional, aten.nll_loss_forward,
-            aten.nll_loss2d_forward, aten.mse_loss, aten.binary_cross_entropy_with_logits, aten.cumsum, aten.prod,
-            aten.exp, aten.log, aten.pow, aten.rsqrt, aten.norm, aten.logsumexp}
 _FREE = {aten.detach, aten.alias, aten._unsafe_view, aten.lift_fresh, aten.empty, aten.empty_like, aten.empty_strided,
          aten.new_empty, aten.new_empty_strided, aten._reshape_alias}
 

@@ -122,25 +122,30 @@ def scale_markdown(t: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def headline(data: Path) -> list[str]:
-    """One line per stored source under ``data``, each with the page that explains it."""
+def stored(data: Path) -> dict:
+    """What is stored under ``data``, each read once: ``claims`` (papers.csv), ``runs``
+    (:func:`validation_rows`) and ``scale`` (scale.csv), None where absent."""
+    papers, scale = data / "papers.csv", data / "scale.csv"
+    return {"claims": read_claims(papers) if papers.is_file() else None, "runs": validation_rows(data) or None,
+            "scale": pd.read_csv(scale) if scale.is_file() else None}
+
+
+def headline(src: dict) -> list[str]:
+    """One line per stored source (:func:`stored`), each with the page that explains it."""
     lines = []
-    papers = data / "papers.csv"
-    if papers.is_file():
-        t = read_claims(papers)
+    t = src["claims"]
+    if t is not None:
         met, judged = int(t["meets_aim"].eq(True).sum()), int(t["meets_aim"].notna().sum())
         per = t.groupby("paper", sort=False)["meets_aim"].apply(lambda s: f"{int(s.eq(True).sum())}/{int(s.notna().sum())}")
         lines.append(f"* **Papers**: {met} of {judged} claims of the five seed papers met "
                      f"({', '.join(f'{p} {v}' for p, v in per.items())}); every claim in `docs/papers.md`.")
-    runs = validation_rows(data)
-    if runs:
+    if src["runs"]:
         lines.append("* **Validation** on the emulated cluster, |error| median / p90 of the points: "
                      + "; ".join(f"`{r['suite']}` on {r['machine']} (P = {r['P']}, {r['points']} points) "
-                                 f"{_pair(r['error'])}" for r in runs) + "; the method and every run in "
+                                 f"{_pair(r['error'])}" for r in src["runs"]) + "; the method and every run in "
                      "`docs/validation.md`.")
-    scale = data / "scale.csv"
-    if scale.is_file():
-        top = pd.read_csv(scale).sort_values("P").groupby("case", sort=False).tail(1)
+    if src["scale"] is not None:
+        top = src["scale"].sort_values("P").groupby("case", sort=False).tail(1)
         lines.append("* **Scale** (one iteration, the defaults, this 2-core machine): " + "; ".join(
             f"`{r.case}` at P = {r.P} in {r.wall_s:.1f} s and {r.rss_MB / 1024:.2f} GB" for r in top.itertuples())
             + "; every row in `docs/performance.md`.")
@@ -149,16 +154,14 @@ def headline(data: Path) -> list[str]:
 
 def render(data: Path, readme: Path, docs: Path) -> list[Path]:
     """Render every page whose data is stored; returns the files written."""
-    written = []
-    papers = data / "papers.csv"
-    if papers.is_file():
-        written.append(splice(docs / "papers.md", markdown(read_claims(papers))))
-    runs = validation_rows(data)
-    if runs:
-        written.append(splice(docs / "validation.md", validation_markdown(runs), VALIDATION))
-    if (data / "scale.csv").is_file():
-        written.append(splice(docs / "performance.md", scale_markdown(pd.read_csv(data / "scale.csv")), SCALE))
-    written.append(splice(readme, "".join(f"{line}\n" for line in headline(data)), HEADLINE))
+    src, written = stored(data), []
+    if src["claims"] is not None:
+        written.append(splice(docs / "papers.md", markdown(src["claims"])))
+    if src["runs"]:
+        written.append(splice(docs / "validation.md", validation_markdown(src["runs"]), VALIDATION))
+    if src["scale"] is not None:
+        written.append(splice(docs / "performance.md", scale_markdown(src["scale"]), SCALE))
+    written.append(splice(readme, "".join(f"{line}\n" for line in headline(src)), HEADLINE))
     return written
 
 
