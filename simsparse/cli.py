@@ -412,7 +412,7 @@ def _model_profile(args) -> int:
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else (platform.processor() or platform.machine())
     prof = base.model_dump(exclude_none=True)
     prof["name"] = f"{base.name}+{args.device}"
-    from .models.sources import is_bf16
+    from .compute.models import is_bf16
     amp = is_bf16(spec)
     settings = {"device": f"{args.device} ({device})", "dtype": "bfloat16" if amp else "float32", "amp": amp,
                 "compile": False,

@@ -168,11 +168,15 @@ def stored_table(path: str) -> dict:
     return doc
 
 
+def is_bf16(model: str) -> bool:
+    """Whether ``model``'s table was counted in bf16 mixed precision (a spec with ``dtype='bf16'``,
+    or a table ``simsparse model import`` wrote from one)."""
+    return model_table(model).get("dtype") == "bf16"
+
+
 def missing_peak(model: str, device: str, peak_flops, peak_bf16_flops) -> str | None:
     """What the roofline of ``model`` needs that ``device`` lacks: its FP32 peak, or its BF16 peak for
-    a model counted with ``dtype='bf16'``; None when it has it."""
-    from ..models.sources import is_bf16
-
+    a model counted in bf16 (:func:`is_bf16`); None when it has it."""
     if is_bf16(model):
         return None if peak_bf16_flops is not None else (
             f"device profile {device!r} has no peak_bf16_flops; model {model} trains in bf16 mixed precision: use "
@@ -207,7 +211,7 @@ def model_profile(model: str, batch_size: int, device: DeviceProfile | None) -> 
         return ModelProfile(model, batch_size, device.name, sizes, tuple(k * t for t in measured.t_fwd),
                             tuple(k * t for t in measured.t_bwd), f"measured on {device.name} (simsparse calibrate)"
                             + (f", x {k:.3g} (slowdown)" if k != 1 else ""))
-    bf16 = table.get("dtype") == "bf16"
+    bf16 = is_bf16(model)
     peak, eff = ((device.peak_bf16_flops, device.compute_efficiency_bf16 or device.compute_efficiency) if bf16
                  else (device.peak_flops, device.compute_efficiency))
     problem = missing_peak(model, device.name, device.peak_flops, device.peak_bf16_flops)

@@ -116,14 +116,6 @@ def resolve(spec: str) -> ModelSource:
                                                input=f"{src.input}, bf16 autocast")
 
 
-def is_bf16(spec: str) -> bool:
-    """Whether a model name is a spec counted and trained in mixed precision (``dtype='bf16'``)."""
-    try:
-        return parse(spec)[2].get("dtype") == "bf16"
-    except ModelSpecError:
-        return False
-
-
 def _autocast(loss: Callable) -> Callable:
     """``loss`` under bf16 autocast on its batch's device (on meta, where autocast does nothing,
     :func:`.costs.count` casts by hand)."""

@@ -304,9 +304,16 @@ def test_bf16_counts_autocasts_work_on_meta_as_autocast_does_on_the_cpu():
         model_profile(spec.format(", dtype='bf16'"), 8, load_profile("v100"))
 
 
-def test_a_bf16_model_on_a_device_without_a_bf16_peak_is_refused_at_load(tmp_path, capsys):
+@pytest.mark.parametrize("imported", [False, True])
+def test_a_bf16_model_on_a_device_without_a_bf16_peak_is_refused_at_load(tmp_path, capsys, imported):
+    """The spec, or the table model import wrote from it (the precision is the table's)."""
     pytest.importorskip("transformers")
-    cfg = one_ring(tmp_path, '{name: "hf:GPT2Config(n_layer=1, n_embd=64, n_head=2, seq=32, dtype=\'bf16\')"}')
+    model = "hf:GPT2Config(n_layer=1, n_embd=64, n_head=2, seq=32, dtype='bf16')"
+    if imported:
+        out = tmp_path / "gpt2_bf16.json"
+        assert cli_run(["model", "import", model, "-o", str(out)], capsys)[0] == 0
+        model = str(out)
+    cfg = one_ring(tmp_path, f'{{name: "{model}"}}')
     cfg.write_text(cfg.read_text().replace("compute: a100", "compute: v100"))
     code, err, _ = cli_run(["run", str(cfg), "--out", str(tmp_path / "r")], capsys)
     assert code == 2 and "no peak_bf16_flops" in err and "dtype='fp32'" in err and "Traceback" not in err, err
