@@ -1,14 +1,14 @@
 """Helper collectives, each one request of the contract (like ``waitall``).
 
 A rank yields the request and gets the result, ``blocks = yield
-Allgather(block, "rd", tag)``. Each is one class holding its schedule
-twice over the same description of who sends what to whom (:class:`Fold`
-and its recursive-doubling pairs, the alltoall's rotation steps):
-``expand(ctx)``, one rank's point-to-point messages, which the real backend
-and the simulator's event engine run; and ``bulk(reqs, run)``, the same
-messages for all P ranks at once, as waves, which the simulator's array
-evaluators time (:mod:`simsparse.backends.fast.bulk`) where every rank's
-exit waits for every rank's entry (allgather, alltoall, host allreduce).
+Allgather(block, "rd", tag)``. Each is one class whose schedule is written
+once (a :class:`~.steps.Schedule` of send-receive steps; the alltoall's
+rotation steps and buckets) and read twice: ``expand(ctx)``, one rank's
+point-to-point messages, which the real backend and the simulator's event
+engine run; and ``bulk(reqs, run)``, the same messages for all P ranks at
+once, as waves, which the simulator's array evaluators time
+(:mod:`simsparse.backends.fast.bulk`) where every rank's exit waits for
+every rank's entry (allgather, alltoall, host allreduce).
 Payloads are any :class:`~simsparse.ops.Payload`, so an allgather of
 variable-size sparse blocks is an allgatherv. Costs in the alpha-beta model
 (``m`` = bytes of one block, all blocks equal, P a power of two):
@@ -20,23 +20,19 @@ variable-size sparse blocks is an allgatherv. Costs in the alpha-beta model
 * :class:`Bcast` (MPICH's binomial tree): ``ceil(log2 P)(alpha + m beta)``;
 * :class:`AllreduceHost` (recursive doubling): ``log2(P)(alpha + m beta)``.
 
-Non-powers of two are handled as MPICH does for allreduce (:class:`Fold`):
-the first ``2*rem`` ranks (``rem = P - pof2``) pair up, the even one hands
-its data to the odd one, ``pof2`` ranks run the power-of-two algorithm, and
-the odd ones hand the result back.
+Non-powers of two are handled as MPICH does for allreduce (:class:`~.steps.Fold`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
 
 from ..compute.sparse_kernels import COOParts
-from ..ops import Bundle, Collective, Payload, Scalars
-from .base import pof2_floor
+from ..ops import Collective, Payload, Scalars
 from .rotation_sums import alltoall_scatter, rotation, scatter_split
+from .steps import RD_ALLGATHER, RECURSIVE_DOUBLING, RING_ALLGATHER, Blocks, Schedule, Whole, at, expand
 
 HOST_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
@@ -50,129 +46,18 @@ def recv(ctx, src, tag=0):
     return got
 
 
-@dataclass(frozen=True)
-class Fold:
-    """MPICH's reduction of P ranks to the largest power of two ``pof2``:
-    :meth:`fold_in` before the power-of-two algorithm, :meth:`fold_out` after,
-    and the recursive-doubling pairs between (:attr:`masks`). One rank's view
-    (:meth:`newrank`, :meth:`real`) and every rank's at once (:meth:`waves`:
-    what the bulk schedules and the lockstep rounds read), from one description."""
-
-    P: int
-    pof2: int = field(init=False)
-    rem: int = field(init=False)
-
-    def __post_init__(self):   # computed once: folding steps ask for them per message
-        object.__setattr__(self, "pof2", pof2_floor(self.P))
-        object.__setattr__(self, "rem", self.P - self.pof2)
-
-    def newrank(self, rank: int) -> int:
-        """Rank among the pof2 participants, or -1 for a folded-away even rank."""
-        if rank < 2 * self.rem:
-            return -1 if rank % 2 == 0 else rank // 2
-        return rank - self.rem
-
-    def real(self, newrank: int) -> int:
-        return 2 * newrank + 1 if newrank < self.rem else newrank + self.rem
-
-    def ranks_of(self, newrank: int) -> list[int]:
-        """The original ranks a participant stands for after folding."""
-        return [2 * newrank, 2 * newrank + 1] if newrank < self.rem else [newrank + self.rem]
-
-    @property
-    def masks(self) -> list[int]:
-        """The recursive-doubling steps: participant nr exchanges with nr ^ mask."""
-        return [1 << j for j in range(self.pof2.bit_length() - 1)]
-
-    @cached_property
-    def even(self) -> np.ndarray:
-        """The ranks that fold in (hand their data to r + 1) and out (get the result back)."""
-        return np.arange(0, 2 * self.rem, 2)
-
-    @cached_property
-    def odd(self) -> np.ndarray:
-        return self.even + 1
-
-    @cached_property
-    def reals(self) -> np.ndarray:
-        """Every participant's rank (:meth:`real` of 0 .. pof2 - 1)."""
-        nr = np.arange(self.pof2)
-        return np.where(nr < self.rem, 2 * nr + 1, nr + self.rem)
-
-    def partners(self, mask: int) -> np.ndarray:
-        """Every participant's partner at step ``mask``, as a rank."""
-        return self.reals[np.arange(self.pof2) ^ mask]
-
-    def waves(self, masks=None):
-        """Every rank's messages at once, in order, as ``(step, src, dst)``:
-        the fold in (``step`` "fold": even ranks to r + 1), one exchange per
-        mask of ``masks`` (default :attr:`masks`; ``step`` the mask) among the
-        participants in new-rank order, each with ``nr ^ mask``, and the fold
-        out ("unfold": odd ranks back to r - 1). What the bulk schedules and
-        the lockstep rounds read; :meth:`fold_in`, :meth:`fold_out` and
-        :meth:`real` are the same for one rank."""
-        if self.rem:
-            yield "fold", self.even, self.odd
-        for mask in self.masks if masks is None else masks:
-            yield mask, self.reals, self.partners(mask)
-        if self.rem:
-            yield "unfold", self.odd, self.even
-
-    def fold_in(self, ctx, value, wrap: Callable, combine: Callable, tag: int):
-        """Generator: an even rank below ``2 rem`` sends ``wrap(value)`` to
-        r + 1, which returns ``yield from combine(value, received)``; any
-        other rank returns ``value``."""
-        r = ctx.rank
-        if r < 2 * self.rem:
-            if r % 2 == 0:
-                yield from send(ctx, r + 1, wrap(value), tag)
-            else:
-                value = yield from combine(value, (yield from recv(ctx, r - 1, tag)))
-        return value
-
-    def fold_out(self, ctx, value, wrap: Callable, take: Callable, tag: int):
-        """Generator: an odd rank below ``2 rem`` sends ``wrap(value)`` back
-        to r - 1, which returns ``yield from take(value, received)``."""
-        r = ctx.rank
-        if r < 2 * self.rem:
-            if r % 2 == 1:
-                yield from send(ctx, r - 1, wrap(value), tag)
-            else:
-                value = yield from take(value, (yield from recv(ctx, r + 1, tag)))
-        return value
-
-
 def received(value, got):
-    """A :meth:`Fold.fold_out` ``take`` that keeps what arrived."""
+    """A :meth:`~.steps.Fold.fold_out` ``take`` that keeps what arrived."""
     return got
     yield  # pragma: no cover - makes this a generator
 
 
 def recursive_doubling(ctx, value, wrap: Callable, unwrap: Callable, combine: Callable, tag: int):
-    """The recursive-doubling skeleton with MPICH folding, for any payload:
-    ``wrap(value)`` makes the message, ``unwrap(payload)`` reads one, and
-    ``combine(mine, theirs)`` is a generator returning the reduced value."""
-    f, r = Fold(ctx.size), ctx.rank
-
-    def merge(mine, got):
-        return combine(mine, unwrap(got))
-
-    def take(mine, got):
-        return unwrap(got)
-        yield  # pragma: no cover - makes this a generator
-
-    with ctx.phase("fold"):
-        value = yield from f.fold_in(ctx, value, wrap, merge, tag)
-    nr = f.newrank(r)
-    if nr >= 0:
-        with ctx.phase("recursive_doubling"):
-            for mask in f.masks:
-                peer = f.real(nr ^ mask)
-                got = yield Sendrecv(peer, wrap(value), peer, tag)
-                value = yield from combine(value, unwrap(got))
-    with ctx.phase("unfold"):
-        value = yield from f.fold_out(ctx, value, wrap, take, tag)
-    return value
+    """The recursive-doubling skeleton with MPICH folding
+    (:data:`~.steps.RECURSIVE_DOUBLING`), for any payload: ``wrap(value)``
+    makes the message, ``unwrap(payload)`` reads one, and ``combine(mine,
+    theirs)`` is a generator returning the reduced value."""
+    return expand(ctx, RECURSIVE_DOUBLING.steps(ctx.size, ctx.rank), Whole(value, wrap, unwrap, combine), tag)
 
 
 # -- the requests ---------------------------------------------------------------------------
@@ -205,85 +90,31 @@ class Allgather(Collective):
     block: Payload
     algorithm: str = "rd"
     tag: int = 0
+
     def __post_init__(self):
         if self.algorithm not in ("rd", "ring"):
             raise ValueError(f"allgather algorithm {self.algorithm!r}; allowed: rd, ring")
 
+    def schedule(self) -> Schedule:
+        return RD_ALLGATHER if self.algorithm == "rd" else RING_ALLGATHER
+
     def expand(self, ctx):
-        return _allgather_rd(ctx, self.block, self.tag) if self.algorithm == "rd" else \
-            _allgather_ring(ctx, self.block, self.tag)
+        have = yield from expand(ctx, self.schedule().steps(ctx.size, ctx.rank), Blocks(ctx.size, ctx.rank, self.block),
+                                 self.tag)
+        return tuple(have)
 
     @staticmethod
     def bulk(reqs, run):
-        """The same messages for all ranks at once (a :class:`~simsparse.backends.fast.bulk.BulkRun`):
+        """The same schedule for all ranks at once (a :class:`~simsparse.backends.fast.bulk.BulkRun`):
         every rank gets the P blocks in rank order (one tuple, shared by all
         ranks, as read-only as received payloads)."""
-        P = run.P
         blocks = run.gathered(run.freeze(q.block) for q in reqs)
         sizes = np.array([run.size(b) for b in blocks], dtype=np.int64)
-        r = np.arange(P)
-        if reqs[0].algorithm == "ring":
-            right = (r + 1) % P
-            for s in range(P - 1):   # step s forwards block (r - s) mod P
-                run.wave(r, right, sizes[(r - s) % P])
-        elif P > 1:
-            f = Fold(P)
-            nr = np.arange(f.pof2)
-            held = sizes[f.reals] + np.where(nr < f.rem, sizes[np.minimum(2 * nr, P - 1)], 0)   # a participant's blocks
-            for step, src, dst in f.waves():
-                if step == "fold":   # the even ranks hand their block over
-                    nb = sizes[src]
-                elif step == "unfold":   # the odd ranks hand back every block but their partner's
-                    nb = sizes.sum() - sizes[dst]
-                else:   # everything of the aligned group of the mask, to the partner at that distance
-                    nb = np.repeat(held.reshape(-1, step).sum(axis=1), step)
-                run.wave(src, dst, nb)
-        return [blocks] * P
-
-
-def _allgather_rd(ctx, block, tag):
-    P, r = ctx.size, ctx.rank
-    if P == 1:
-        return (block,)
-    f = Fold(P)
-    have = {r: block}
-
-    def keep(have, got):
-        have[r - 1] = got
-        return have
-        yield  # pragma: no cover - makes this a generator
-
-    def rest(have):   # what an odd rank hands back: every block but its partner's
-        return Bundle(tuple(have[q] for q in range(P) if q != r - 1))
-
-    def spread(have, got):
-        for q, part in zip([q for q in range(P) if q != r], got.parts):
-            have[q] = part
-        return have
-        yield  # pragma: no cover - makes this a generator
-
-    have = yield from f.fold_in(ctx, have, lambda h: h[r], keep, tag)
-    nr = f.newrank(r)
-    if nr >= 0:
-        for mask in f.masks:
-            pnr = nr ^ mask
-            peer = f.real(pnr)
-            got = yield Sendrecv(peer, Bundle(tuple(have[q] for q in sorted(have))), peer, tag)
-            lo = pnr & ~(mask - 1)
-            for q, part in zip([q for g in range(lo, lo + mask) for q in f.ranks_of(g)], got.parts):
-                have[q] = part
-    have = yield from f.fold_out(ctx, have, rest, spread, tag)
-    return tuple(have[q] for q in range(P))
-
-
-def _allgather_ring(ctx, block, tag):
-    P, r = ctx.size, ctx.rank
-    have = [None] * P
-    have[r] = block
-    right, left = (r + 1) % P, (r - 1) % P
-    for s in range(P - 1):
-        have[(r - s - 1) % P] = yield Sendrecv(right, have[(r - s) % P], left, tag)
-    return tuple(have)
+        below = np.concatenate(([0], np.cumsum(sizes)))   # the bytes of blocks [0, i)
+        for st, src, dst in reqs[0].schedule().all(run.P):
+            skip = at(st.skip, src)
+            run.wave(src, dst, below[at(st.hi, src)] - below[at(st.lo, src)] - np.where(skip >= 0, sizes[skip], 0))
+        return [blocks] * run.P
 
 
 @dataclass(slots=True)
@@ -508,13 +339,12 @@ class AllreduceHost(Collective):
 
     @staticmethod
     def bulk(reqs, run):
-        """The same fold, pairwise steps and unfold for all ranks at once,
-        reducing every rank's array in the same order (bit-identical)."""
-        P = run.P
+        """The same schedule for all ranks at once, reducing every rank's
+        array in the same order (bit-identical)."""
         fn = HOST_OPS[reqs[0].op]
         M = np.stack([np.asarray(q.values) for q in reqs])
         sizes = np.array([run.size(Scalars(v)) for v in M], dtype=np.int64)
-        for step, src, dst in Fold(P).waves() if P > 1 else ():
+        for st, src, dst in RECURSIVE_DOUBLING.all(run.P):
             run.wave(src, dst, sizes[src])
-            M[dst] = M[src] if step == "unfold" else fn(M[dst], M[src])   # (M[src] is a copy)
+            M[dst] = M[src] if st.kernel is None else fn(M[dst], M[src])   # (M[src] is a copy)
         return list(M)   # (each rank's own row: no two share memory)

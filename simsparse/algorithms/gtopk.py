@@ -42,7 +42,8 @@ from __future__ import annotations
 import numpy as np
 
 from .base import Algorithm, Sampling, SparseParams, bcast_messages, host_indices, register, pof2_floor, topk_choice
-from .collectives import Bcast, Fold, recv, send
+from .collectives import Bcast, recv, send
+from .steps import Fold
 
 
 @register("gtopk")

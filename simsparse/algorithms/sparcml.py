@@ -29,7 +29,8 @@ from ..compression.rng import seed_of
 from ..ops import Dense, Scalars
 from .base import (Algorithm, Sampling, SparseParams, allgather_messages, alltoall_messages, fold_messages, host_indices,
                    pof2_floor, rd_messages, register, topk_choice)
-from .collectives import Allgather, Alltoall, Fold, Reduce, Sendrecv, count_blocks, received, recursive_doubling
+from .collectives import Allgather, Alltoall, Reduce, Sendrecv, count_blocks, received, recursive_doubling
+from .steps import Fold
 from .streams import DenseRange, stream_result
 
 TAG_FOLD, TAG_SPLIT, TAG_GATHER, TAG_COUNTS, TAG_SIZES = 1, 2, 3, 4, 5

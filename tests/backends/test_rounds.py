@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from simsparse.algorithms.dense import ring_rounds
+from simsparse.algorithms.steps import RING, rounds
 from simsparse.backends.fast.rounds import run_rounds
 from simsparse.backends.events.sim import Simulator
 from simsparse.compute.devices import load_profile
@@ -53,9 +53,9 @@ def test_conflicts_fall_back_to_events(preset):
 def test_ring_rounds_are_the_generators_messages(P, n):
     """Every round sends to r + 1; over the reduce-scatter rank r sends every
     block but r + 1, over the allgather every block but r + 2."""
-    rounds = list(ring_rounds(P, n))
-    assert len(rounds) == 2 * (P - 1)
-    for dst, count, kernel in rounds:
+    steps = list(rounds(RING, P, n))
+    assert len(steps) == 2 * (P - 1)
+    for dst, count, kernel in steps:
         assert kernel in ("add_into", "copy_into")
         assert np.array_equal(dst, (np.arange(P) + 1) % P)
         assert count.sum() == n   # the ranks of one round send P distinct blocks: the whole vector
@@ -63,7 +63,7 @@ def test_ring_rounds_are_the_generators_messages(P, n):
         size = np.diff([(i * n) // P for i in range(P + 1)])
         r = np.arange(P)
         expect = (n - size[(r + 1) % P]) + (n - size[(r + 2) % P])
-        assert np.array_equal(sum(c for _, c, _ in rounds), expect)
+        assert np.array_equal(sum(c for _, c, _ in steps), expect)
 
 
 def test_alphabeta_bulk_wave_declines_a_busy_receive_port():
