@@ -45,21 +45,26 @@ reserved = reserve_heap(1) if sys.argv[1] == "1" else 0
 f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 keep = np.ones(2_000_000, np.float32)            # a later request past the heap's top (fragmentation)
 b = np.ones(3_000_000, np.float32)
-print(reserved, heap_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+del keep, b
+again = reserve_heap(1) if sys.argv[1] == "1" else 0   # the next point: the heap has not grown past the reserve
+print(reserved, heap_bytes(), faults, again)
 """
 
 
 def test_the_reserve_after_the_warm_up_takes_the_heaps_later_growth_without_faulting():
     """Growth past the warm-up's heap faults page by page; after reserve_heap (a block as large as the
-    heap, touched and freed) the same growth finds resident pages."""
+    heap, touched and freed) the same growth finds resident pages, and a second reserve with no growth
+    since touches nothing."""
     def run(reserve):
         out = subprocess.run([sys.executable, "-c", GROWTH, reserve], env=rank_env({"PATH": "/usr/bin:/bin"}),
                              capture_output=True, text=True, check=True).stdout.split()
         return [int(v) for v in out]
 
-    (reserved, held, faults), (none, _, grown) = run("1"), run("0")
+    (reserved, held, faults, again), (none, _, grown, _) = run("1"), run("0")
     assert none == 0 and reserved >= 16_000_000 and held >= reserved   # the block stays in the heap, free
     assert faults < 5 <= grown, (faults, grown)
+    assert again == 0   # its pages are still resident: nothing is touched twice
 
 
 def test_no_reserve_without_the_caching_heap(monkeypatch):
