@@ -16,7 +16,11 @@ dotted path: its token ids are drawn below it) for language models;
 ``image`` (``(C, H, W)``, default ``(3, 224, 224)``) and ``classes`` for
 image models; ``dtype``: ``"fp32"`` (default) or ``"bf16"``, mixed
 precision as ``torch.autocast`` runs it (fp32 weights and gradients, matrix
-products in bf16). Every other key goes to the config class (``hf:``), to
+products in bf16); ``checkpoint`` (``hf:`` only): activation checkpointing,
+``True`` for every layer or N for every N-th (transformers'
+``activation_checkpointing_enable``: the backward pass runs each
+checkpointed layer's forward again, which the count sees as it sees any
+op). Every other key goes to the config class (``hf:``), to
 ``torchvision.models.get_model`` or to the function.
 
 :func:`resolve` parses a spec into a :class:`ModelSource` (build, one batch,
@@ -40,7 +44,7 @@ from typing import Any, Callable
 #: what a spec's source may be (besides a dotted ``module:function``)
 SOURCES = ("hf", "torchvision")
 #: the input keys every source understands; the rest go to the model's builder
-INPUT_KEYS = ("seq", "vocab", "image", "classes", "dtype")
+INPUT_KEYS = ("seq", "vocab", "image", "classes", "dtype", "checkpoint")
 #: the precisions a spec's ``dtype`` may name
 DTYPES = ("fp32", "bf16")
 
@@ -106,8 +110,15 @@ def resolve(spec: str) -> ModelSource:
     if dtype not in DTYPES:
         raise ModelSpecError(f"model {spec!r}: dtype={dtype!r}; allowed: {', '.join(map(repr, DTYPES))} (bf16: "
                              f"mixed precision under torch.autocast)")
+    checkpoint = inputs.pop("checkpoint", False)
+    if checkpoint is not False and (source != "hf" or isinstance(checkpoint, float) or not
+                                    (checkpoint is True or isinstance(checkpoint, int) and checkpoint >= 1)):
+        raise ModelSpecError(f"model {spec!r}: checkpoint={checkpoint!r}; allowed: True (every layer) or N >= 1 "
+                             f"(every N-th layer), for an hf: model" + (
+                                 "" if source == "hf" else "; a module of your own checkpoints its blocks in its "
+                                 "forward (torch.utils.checkpoint), and the count sees the recomputation"))
     if source == "hf":
-        src = _huggingface(spec, name, args, inputs)
+        src = _huggingface(spec, name, args, inputs, 0 if checkpoint is False else int(checkpoint))
     elif source == "torchvision":
         src = _torchvision(spec, name, args, inputs)
     else:
@@ -157,7 +168,8 @@ def _image(shape) -> Callable:
     return batch
 
 
-def _huggingface(spec, name, args, inputs) -> ModelSource:
+def _huggingface(spec, name, args, inputs, every: int = 0) -> ModelSource:
+    """A transformers model from its config class; ``every``: checkpoint every such layer (0: none)."""
     try:
         import transformers
     except ImportError:
@@ -188,7 +200,10 @@ def _huggingface(spec, name, args, inputs) -> ModelSource:
 
         def build():
             with _shapes_only(transformers):
-                return transformers.AutoModelForImageClassification.from_config(config)
+                model = transformers.AutoModelForImageClassification.from_config(config)
+            if every:
+                _checkpointed(spec, model, every)
+            return model
 
         def loss(model, x):
             with _shapes_only(transformers):
@@ -200,7 +215,7 @@ def _huggingface(spec, name, args, inputs) -> ModelSource:
         raise ModelSpecError(f"model {spec!r}: seq={seq} is longer than the config's {limit} positions")
     vocab = int(getattr(config, "vocab_size", 0) or 0)
 
-    def build():   # an encoder's masked-LM head first (BERT also has a causal one), then a decoder's
+    def heads():   # an encoder's masked-LM head first (BERT also has a causal one), then a decoder's
         for auto in (transformers.AutoModelForMaskedLM, transformers.AutoModelForCausalLM, transformers.AutoModel):
             try:
                 with _shapes_only(transformers):
@@ -209,12 +224,34 @@ def _huggingface(spec, name, args, inputs) -> ModelSource:
                 continue
         raise ModelSpecError(f"model {spec!r}: transformers builds no model from {name}")
 
+    def build():
+        model = heads()
+        if every:
+            _checkpointed(spec, model, every)
+        return model
+
     def loss(model, ids):
         with _shapes_only(transformers):
             out = model(input_ids=ids, labels=ids) if _takes_labels(model) else model(input_ids=ids)
         got = getattr(out, "loss", None)
         return got if got is not None else out[0].float().mean()
     return ModelSource(spec, build, _tokens(seq, vocab), loss, f"{seq} tokens over a {vocab:,} vocabulary")
+
+
+def _checkpointed(spec, model, every: int) -> None:
+    """Activation checkpointing of every ``every``-th layer of a transformers model
+    (non-reentrant, as torch recommends: it runs on the meta device too)."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ModelSpecError(f"model {spec!r}: {type(model).__name__} does not support activation checkpointing "
+                             f"in transformers; allowed: a model without checkpoint=")
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(kwargs, every_n_layers=every)
+    elif every == 1:   # (transformers before activation_checkpointing_enable)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    else:
+        raise ModelSpecError(f"model {spec!r}: checkpoint={every} needs a transformers with "
+                             f"activation_checkpointing_enable; allowed here: checkpoint=True")
 
 
 @contextlib.contextmanager

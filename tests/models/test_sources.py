@@ -164,6 +164,8 @@ def test_model_import_writes_a_table_a_config_names(user_models, tmp_path, capsy
     ("hf:GPT3Config", "has no config class 'GPT3Config'"),
     ("hf:GPT2Config(n_layers=2)", "has no setting 'n_layers'"),
     ("hf:GPT2Config(n_layer=1, dtype='fp16')", "dtype='fp16'; allowed: 'fp32', 'bf16'"),
+    ("hf:GPT2Config(n_layer=1, checkpoint=0)", "checkpoint=0; allowed: True (every layer) or N >= 1"),
+    ("tinynet:make(seq=8, checkpoint=True)", "a module of your own checkpoints its blocks in its forward"),
 ])
 def test_a_model_that_cannot_be_used_gets_one_paragraph(user_models, tmp_path, capsys, spec, says):
     if spec.startswith("hf:"):
@@ -173,6 +175,31 @@ def test_a_model_that_cannot_be_used_gets_one_paragraph(user_models, tmp_path, c
     assert code == 2 and says in err and "Traceback" not in err and "model" in err, err
     with pytest.raises(ConfigError):
         load_config(cfg)
+
+
+def test_activation_checkpointing_runs_each_checkpointed_layers_forward_again_in_the_backward():
+    """checkpoint=True recomputes every layer in the backward pass, checkpoint=2 every second: FLOPs
+    counted exactly (the forward is unchanged). torch's non-reentrant checkpoint stops recomputing
+    once the backward has what it saved, so a layer's last matrix product (its output, which nothing
+    of its own backward reads) is not run again: each recompute is the layer's forward less that."""
+    pytest.importorskip("transformers")
+    from simsparse.models.costs import FIELDS, count
+
+    size = ("hidden_size=64, intermediate_size=128, num_attention_heads=2, num_key_value_heads=2, "
+            "vocab_size=100, seq=16")
+
+    def flops(layers, more=""):
+        src = sources.resolve(f"hf:LlamaConfig(num_hidden_layers={layers}, {size}{more})")
+        _, rows = count(src.build, src.batch, src.loss, 2)
+        return [sum(r[FIELDS.index(f)] for r in rows) for f in ("fwd_flops", "bwd_flops")]
+
+    (f0, _), (f2, b2), (f4, b4) = flops(0), flops(2), flops(4)
+    (cf2, cb2), (cf4, cb4) = flops(2, ", checkpoint=True"), flops(4, ", checkpoint=2")
+    assert (cf2, cf4) == (f2, f4)
+    layer = (f2 - f0) // 2   # one decoder layer's forward
+    down = 2 * 2 * 16 * 128 * 64   # its last product, down_proj: 2 samples x 16 tokens, 128 -> 64
+    assert cb2 - b2 == 2 * (layer - down) and cb4 - b4 == 2 * (layer - down)
+    assert canonical("hf:LlamaConfig(checkpoint=True, seq=16)") == "hf:LlamaConfig(checkpoint=True, seq=16)"
 
 
 def test_a_table_missing_a_column_is_refused_with_the_column(tmp_path, capsys):
