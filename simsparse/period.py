@@ -81,6 +81,12 @@ class Cycle:
         return [self.count[self.kind(t)] / (self.length * n[self.kind(t)]) for t in counters]
 
 
+def kinds_run(point) -> int:
+    """How many kinds of iteration (:meth:`Cycle.kind`) the iterations of :func:`iterations_run` are."""
+    cycle = Cycle.of(point)
+    return len({cycle.kind(t) for t in cycle.counters(point.warmup, point.iterations)})
+
+
 def iterations_run(point) -> int:
     """How many iterations a point simulates: warm-up and measured ones, with
     those the loop adds for the kinds of the algorithm's periodic work

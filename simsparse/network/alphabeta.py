@@ -182,7 +182,7 @@ class AlphaBetaNetwork:
     # ports still held by the collective (its gaps are not kept).
 
     def capabilities(self, P: int) -> frozenset:
-        return frozenset(("arrays", "port_waves", "compiled_replay"))
+        return frozenset(("arrays", "port_waves", "compiled_replay", "repeatable"))
 
     def bulk_start(self, P: int, earliest: float = 0.0, keep: bool = True) -> None:
         """Begin a bulk evaluation on the network as it is now; no message of

@@ -47,10 +47,13 @@ class FlowBulk:
         LogGP gap (an endpoint's messages queue in posting order), shaped
         links (a message's head start depends on how long each link has been
         idle) or acknowledgements slowed by full ports (a port's rate depends
-        on the reverse traffic: .ack_queue)."""
+        on the reverse traffic: .ack_queue). ``repeatable`` without shaped
+        links: their buckets carry over to the next run (:meth:`_carry`);
+        adaptive routing draws from a generator seeded anew each run."""
+        repeatable = () if self.burst else ("repeatable",)
         if self.gap > 0.0 or self.burst or self.ack_eff < 1.0:
-            return frozenset()
-        return frozenset(("flow_waves",) if self.machine(P)[0].adaptive else ("arrays", "flow_waves"))
+            return frozenset(repeatable)
+        return frozenset(("flow_waves",) if self.machine(P)[0].adaptive else ("arrays", "flow_waves")) | set(repeatable)
 
     def bulk_start(self, P: int, earliest: float = 0.0, keep: bool = True) -> None:
         """Begin a bulk evaluation on the network as it is now (no message of

@@ -12,8 +12,10 @@ import numpy as np
 #:   (``bulk_wave``), and a collective replayed on a scratch copy (``bulk_scratch``, ``bulk_transfer``);
 #: * ``port_waves``: its messages may be booked wave after wave on its ports (alpha-beta);
 #: * ``flow_waves``: its flows may be solved wave after wave, routes chosen in booking order;
-#: * ``compiled_replay``: the compiled replay models it (alpha-beta).
-CAPABILITIES = ("arrays", "port_waves", "flow_waves", "compiled_replay")
+#: * ``compiled_replay``: the compiled replay models it (alpha-beta);
+#: * ``repeatable``: a run starts from the same state whatever ran before it (nothing carries over from
+#:   one iteration to the next, as shaped links' token buckets do), so equal iterations time equally.
+CAPABILITIES = ("arrays", "port_waves", "flow_waves", "compiled_replay", "repeatable")
 
 
 class NetworkModel(Protocol):

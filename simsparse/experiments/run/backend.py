@@ -18,6 +18,7 @@ class ExperimentBackend(Protocol):
     point: Point                  # the point as this backend runs it (the simulator's at data_scale)
     local_ranks: Sequence[int]
     values: str                   # the row's values column: "full" (checked), "sizes" or "sampled" (not)
+    repeats: bool                 # an iteration of a kind already run times as that one did (resolve.repeats)
 
     def gather(self, values: list) -> list | None:
         """Per-rank values of the local ranks, gathered on the root (None elsewhere)."""

@@ -195,7 +195,7 @@ def point_estimate(point: Point, trace: bool = False, resolved=None) -> PointEst
         per_call, how = chosen.seconds(M) + point.P * RANK_CALL_S, f"events+{chosen.name}"
     else:
         per_call, how = events, r.plan.point[-1].name
-    work = r.iterations * calls
+    work = r.simulated * calls
     seconds = POINT_S + work * per_call + values_seconds(point, r)
     if first.name != "rounds" and r.plan.chain is not None and work * events <= RERUN_MAX_S:   # it may run again
         # as events (evaluators.runtime_ok)

@@ -188,10 +188,17 @@ def run_point(point: Point, backend: ExperimentBackend, keep_results: bool = Fal
     correct, worst = (True if checking else None), 0.0
     results = None
     gather = backend.gather
+    ran: dict = {}   # kind of iteration -> its stats, where iterations repeat
     for it, counter in enumerate(counters):
-        for job in jobs.values():
-            job.skip_to(counter)
-        stats = backend.iteration(jobs, it)
+        kind = cycle.kind(counter)
+        if backend.repeats and kind in ran:
+            stats = ran[kind]
+        else:
+            for job in jobs.values():
+                job.skip_to(counter)
+            stats = backend.iteration(jobs, it)
+            if backend.repeats:
+                ran[kind] = stats
         finish, sent, msgs, busy = gather(stats.finish_s), gather(stats.bytes_sent), gather(stats.msgs_sent), \
             gather(stats.busy)
         if checking:
@@ -223,4 +230,5 @@ def run_point(point: Point, backend: ExperimentBackend, keep_results: bool = Fal
         return None
     row = summarize(point, backend.name, records, cycle, correct, worst, time.perf_counter() - t0)
     row["values"] = backend.values
+    row["iterations_run"] = len(ran) if backend.repeats else len(counters)   # (the others repeat one of them)
     return PointOutcome(row, trace_rows, results if keep_results else None)

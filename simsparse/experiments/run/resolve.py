@@ -12,7 +12,9 @@ nowhere else below it:
 * how it is timed: the evaluator table's :class:`~simsparse.backends.evaluators.Plan`
   for the point's :class:`~simsparse.backends.evaluators.Situation`;
 * the iterations it runs (whole periods of the algorithm's periodic work)
-  and, sampled, the iterations' joint law.
+  and, sampled, the iterations' joint law;
+* whether its iterations repeat (:func:`repeats`): then each kind of
+  iteration is simulated once and the others take its times, exactly.
 
 The simulator backend, the budget and ``run --explain`` read the result.
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...backends import evaluators as ev
-from ...period import iterations_run
+from ...period import iterations_run, kinds_run
 from ...sampling import point_law, sampled_problem
 from ..config.point import Point
 
@@ -67,6 +69,16 @@ def situation(point: Point, network, trace: bool = False) -> ev.Situation:
                         schedule=point.schedule is not None, algorithm=point.algorithm)
 
 
+def repeats(values: str, s: ev.Situation) -> bool:
+    """Whether every iteration of one kind (the same periodic work due) times
+    exactly as the first one did: nothing in it differs from one iteration to
+    the next. That holds with size-only values (no gradient drawn; the
+    algorithms that allow them keep no state), a network that starts each run
+    from the same state (``repeatable``), kernels timed at their medians (no
+    noise drawn per call) and no trace (it records each iteration)."""
+    return values == "sizes" and "repeatable" in s.network and not s.kernel_noise and not s.trace
+
+
 @dataclass
 class Resolved:
     """What a point's simulation needs, decided once."""
@@ -77,6 +89,9 @@ class Resolved:
     iterations: int
     law: object = None       # sampling.PathLaw where sampled gradients drift or feed back errors
     situation: ev.Situation | None = None
+    #: each kind of iteration is simulated once (:func:`repeats`), ``simulated`` of the ``iterations``
+    repeats: bool = False
+    simulated: int = 0
 
     @property
     def mode(self) -> str:
@@ -98,7 +113,10 @@ def resolve(point: Point, network=None, trace: bool = False, expand: bool = Fals
     plan = ev.plan(point.evaluation if point.evaluation != "sampled" else "fast", s)
     if expand:
         plan = ev.Plan(plan.mode, [ev.TABLE["events"]], None, plan.reasons)
-    return Resolved(point, values, plan, iterations_run(point), point_law(point) if values == "sampled" else None, s)
+    again = repeats(values, s)
+    n = iterations_run(point)
+    return Resolved(point, values, plan, n, point_law(point) if values == "sampled" else None, s, again,
+                    kinds_run(point) if again else n)
 
 
 def explain(point: Point, trace: bool = False) -> list[str]:
@@ -109,4 +127,8 @@ def explain(point: Point, trace: bool = False) -> list[str]:
            "sampled": "the entries above a floor near the top k, exact in distribution"}[r.values]
     if r.values == "full" and point.evaluation == "fast" and point.algorithm_cls.sampling is not None:
         why += f"; sampled where they would take over {FULL_VALUES_S:g} s to draw (these: {full_values_s(point):.2g} s)"
-    return [f"values: {r.values} ({why})", *ev.explain(r.plan)]
+    lines = [f"values: {r.values} ({why})"]
+    if r.repeats:
+        lines.append(f"iterations: {r.simulated} of {r.iterations} simulated; the others repeat one of the same "
+                     f"kind exactly (size-only values, a repeatable network, no kernel noise)")
+    return [*lines, *ev.explain(r.plan)]

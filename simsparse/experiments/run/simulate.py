@@ -66,6 +66,8 @@ class SimBackend:
         self.met: dict = {}
         self.workload = small.workload_obj()
         self.values = resolved.values
+        #: each kind of iteration simulated once, the others its repeats (resolve.repeats)
+        self.repeats = resolved.repeats
         #: size-only: every rank's gradient is a phantom (no values generated, carried or checked)
         self.size_only = self.values == "sizes"
         #: sampled gradients that drift or feed back errors: the iterations' joint law (sampling.paths)

@@ -39,6 +39,7 @@ _START = None
 class MPIBackend:
     name = "mpi"
     values = "full"   # real tensors, always checked
+    repeats = False   # every iteration runs
 
     def __init__(self, point: Point, device_kind: str = "auto", trace: bool = False):
         from mpi4py import MPI
