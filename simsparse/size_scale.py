@@ -48,7 +48,7 @@ class DensityScale(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     reference_density: float = Field(gt=0, le=1, description="the density of the calls the line was fitted from")
-    sizes: list[float] = Field(min_length=1)
+    sizes: list[int] = Field(min_length=1, description="elements (a calibration's kernel sizes, up to 1.2e7)")
     densities: list[float] = Field(min_length=1)
     factors: list[list[float]]
 

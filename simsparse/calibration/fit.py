@@ -132,7 +132,8 @@ def fit_select_scale(calls, reference_density: float) -> dict | None:
             return None
         ref = np.exp(np.interp(np.log(reference_density), np.log(dens), np.log(g)))
         rows.append([round(float(v), 4) for v in g / ref])
-    return {"reference_density": reference_density, "sizes": sizes, "densities": dens, "factors": rows}
+    return {"reference_density": reference_density, "sizes": [int(n) for n in sizes], "densities": dens,
+            "factors": rows}
 
 
 #: the line misses a size band by more than this before the band gets its own factor

@@ -94,6 +94,22 @@ def test_top_k_time_that_moves_with_k_gets_a_factor_over_size_and_density():
     assert fit.fit_select_scale([c for c in calls if c[1] == 8e-3], 0.01) is None   # one density: nothing to fit
 
 
+def test_a_profile_with_the_full_calibrations_grid_passes_a_configs_limits():
+    """The full calibration's kernel sizes reach 1.2e7 elements: as counts they pass the bounds
+    every config's numbers meet (as floats they were read as dimensionless factors, at most 1e6,
+    and a config naming a freshly calibrated profile was refused)."""
+    from simsparse.compute.devices import DeviceProfile
+    from simsparse.experiments.config import limits
+
+    calls = [(n, d, 1e-9 * n * (1 + d), r) for n in (3e3, 3e6, 1.2e7) for d in (1e-3, 1e-2, 1e-1) for r in (0, 1)]
+    scale = fit.fit_select_scale(calls, 0.01)
+    assert scale["sizes"] == [3000, 3000000, 12000000]
+    stored = {**scale, "sizes": [float(n) for n in scale["sizes"]]}   # (as a profile written before stores them)
+    for sel in (scale, stored):
+        prof = DeviceProfile(mem_bandwidth_Bps=1e10, kernels={"topk": {"per_elem_s": 1e-9, "select_scale": sel}})
+        assert limits.check(prof, "compute") == []
+
+
 def test_a_kernel_band_missed_by_more_than_five_percent_gets_its_factor():
     """A kernel's medians per size come from hundreds of calls: a line 11 % under
     the top band (top-k's, star14 at P = 8) is followed; 3 % is the line's own."""
