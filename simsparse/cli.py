@@ -323,6 +323,9 @@ def _add_model_parser(sub) -> None:
     q.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     q.add_argument("--batch-size", type=int, default=None, help="samples per iteration (default: the model's)")
     q.add_argument("--reps", type=int, default=5, help="timed iterations after one warm-up; the median is kept")
+    q.add_argument("--ranks", type=int, default=1,
+                   help="ranks that will share this host (CPU): each times the model at once with its share of the "
+                        "cores, as measure's ranks run and as calibrate times layers (default 1: the device alone)")
     q.add_argument("--base", required=True, metavar="PROFILE",
                    help="the device profile the measured times join (its kernels time the rest): a packaged one "
                         "(p100, h100, ...) or the one `simsparse calibrate` wrote for this machine")
@@ -382,8 +385,9 @@ def _model(args) -> int:
 
 
 def _model_profile(args) -> int:
-    """``simsparse model profile``: :func:`simsparse.calibration.worker.layers` on one device (no MPI), the
-    intervals turned into per-tensor times as ``calibrate`` turns them, written into a copy of ``--base``."""
+    """``simsparse model profile``: :func:`simsparse.calibration.worker.layers` on one device (no MPI; with
+    ``--ranks`` N, on N ranks at once under mpiexec, rank 0's times), the intervals turned into per-tensor times
+    as ``calibrate`` turns them, written into a copy of ``--base``."""
     import platform
 
     import torch
@@ -397,8 +401,8 @@ def _model_profile(args) -> int:
 
     spec = resolve_model(args.spec)   # (a model that cannot be built is refused before anything runs)
     batch = args.batch_size or default_batch_size(spec)
-    if batch < 1 or args.reps < 1:
-        raise ValueError("--batch-size and --reps must be at least 1")
+    if batch < 1 or args.reps < 1 or args.ranks < 1:
+        raise ValueError("--batch-size, --reps and --ranks must be at least 1")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: torch sees no CUDA device here; use --device cpu")
     base = load_profile(args.base, Path.cwd())
@@ -407,7 +411,15 @@ def _model_profile(args) -> int:
         def Barrier(self):
             pass
 
-    raw = layers(Solo(), torch.device(args.device), [spec], batch, args.reps)
+    if args.ranks > 1:   # the ranks that share the host time it at once, with their share of its cores
+        from .calibration import _launch
+        from .experiments.run.measure import check_prerequisites
+
+        raw = _launch(check_prerequisites(), {"device": args.device, "parts": ["layers"], "models": [spec],
+                                              "batch_size": batch, "layer_reps": args.reps}, args.ranks, None,
+                      timeout_s=600 + 60 * args.reps)["layers"]
+    else:
+        raw = layers(Solo(), torch.device(args.device), [spec], batch, args.reps)
     _, models = layer_times(raw)
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else (platform.processor() or platform.machine())
     prof = base.model_dump(exclude_none=True)
@@ -416,7 +428,7 @@ def _model_profile(args) -> int:
     amp = is_bf16(spec)
     settings = {"device": f"{args.device} ({device})", "dtype": "bfloat16" if amp else "float32", "amp": amp,
                 "compile": False,
-                "torch": str(torch.__version__), "batch_size": batch, "reps": args.reps}
+                "torch": str(torch.__version__), "batch_size": batch, "reps": args.reps, "ranks": args.ranks}
     prof["models"] = {**prof.get("models", {}), spec: {**models[spec], "settings": settings}}
     precision = "bf16 autocast" if amp else "fp32"
     note = (f"# simsparse model profile: {spec} at batch {batch}, {precision}, eager (no torch.compile), torch "

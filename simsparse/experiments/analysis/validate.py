@@ -7,7 +7,9 @@ measure and compare in one command, on an emulated cluster or on this host.
    ``local-<P>r.yaml`` on this host.
 2. **Predict**: every point of the config with ``network`` and ``compute``
    replaced by that profile (the testbed's own topology with the measured
-   per-message costs; the kernels of this CPU), simulated with traces.
+   per-message costs; the kernels of this CPU), simulated with traces. A
+   model the calibration did not time keeps the times the config's own
+   ``compute:`` measured for it (``simsparse model profile``).
 3. **Measure** the same points with the real backend, on the testbed
    (rank i in host namespace i, MPI over TCP through the shaped links) or
    on this host; ``--repeats R`` times over, and per point the repeat of
@@ -130,8 +132,8 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
     log["name"] = exp.name
     base = Path(out) if out else Path("results") / f"{exp.name}_{machine}"
     log["profiles"] = {P: str(v["path"]) for P, v in profiles.items()}
-    points = [replace(p, network=profiles[p.P]["network"], compute=profiles[p.P]["compute"], data_scale=1.0)
-              for p in exp.points]
+    points = [replace(p, network=profiles[p.P]["network"], compute=_with_models(profiles[p.P]["compute"], p.compute),
+                      data_scale=1.0) for p in exp.points]
 
     pred = ResultsStore(base / "pred", fresh=fresh)
     ids = {p.point_id("sim") for p in points}
@@ -285,6 +287,15 @@ def _predict_into(store, points) -> None:
         store.save_trace(o.row["point_id"], o.trace)
         store.add(o.row)
     store.combine_traces(True)
+
+
+def _with_models(calibrated: dict, named: dict | None) -> dict:
+    """The calibrated profile, with the measured model times of the profile the config names
+    (``simsparse model profile``'s) for the models calibrate did not time: a user's own model keeps
+    the times measured on this machine rather than the calibrated roofline."""
+    mine = (named or {}).get("models") or {}
+    extra = {k: v for k, v in mine.items() if k not in (calibrated.get("models") or {})}
+    return {**calibrated, "models": {**(calibrated.get("models") or {}), **extra}} if extra else calibrated
 
 
 def _check_before_calibrating(config: str, spec, Ps) -> None:
