@@ -343,23 +343,27 @@ def _add_model_parser(sub) -> None:
 
 
 def _interchange_args(q) -> None:
-    q.add_argument("--format", choices=["simsparse", "astrasim"], default="simsparse",
-                   help="astrasim: ASTRA-sim 1.0's data-parallel text workload (import: SPEC is the file; the "
-                        "result is a per-layer CSV a config names)")
-    q.add_argument("--cycle-s", type=float, default=1e-9, help="astrasim: seconds per compute cycle (default 1 ns)")
-    q.add_argument("--bytes-per-element", type=int, default=4, help="astrasim: bytes of one gradient element "
-                                                                     "(default 4, fp32)")
+    q.add_argument("--format", choices=["simsparse", "astrasim", "simai"], default="simsparse",
+                   help="astrasim: ASTRA-sim 1.0's data-parallel text workload; simai: SimAI's (AICB's) workload "
+                        "of data parallelism alone (import: SPEC is the file; the result is a per-layer CSV a "
+                        "config names)")
+    q.add_argument("--cycle-s", type=float, default=1e-9, help="astrasim, simai: seconds per compute cycle "
+                                                                "(default 1 ns)")
+    q.add_argument("--bytes-per-element", type=int, default=4, help="astrasim, simai: bytes of one gradient "
+                                                                     "element (default 4, fp32)")
+    q.add_argument("--gpus", type=int, default=None, help="simai export: the data-parallel ranks (its all_gpus)")
 
 
 def _model(args) -> int:
     from .files import atomic_write
     from .models.sources import ModelSpecError, table
 
-    if args.verb in ("profile", "export") or getattr(args, "format", "") == "astrasim":
+    if args.verb in ("profile", "export") or getattr(args, "format", "") in ("astrasim", "simai"):
         try:
             if args.verb == "import":
-                from .models.interchange import read_astrasim, write_rows_csv
-                rows = read_astrasim(args.spec, args.cycle_s, args.bytes_per_element)
+                from .models.interchange import read_astrasim, read_simai, write_rows_csv
+                read = read_simai if args.format == "simai" else read_astrasim
+                rows = read(args.spec, args.cycle_s, args.bytes_per_element)
                 write_rows_csv(rows, Path(args.out))
                 print(f"{args.spec}: {len(rows)} layers, {sum(r['elements'] for r in rows):,} parameters; wrote "
                       f"{args.out} (a config names it as model: {{name: {args.out}}})")
@@ -448,12 +452,17 @@ def _model_export(args) -> int:
     from .compute.models import default_batch_size, model_profile, resolve_model
     from .models.interchange import write_layer_csv
 
+    if args.format == "simai" and (args.gpus or 0) < 1:
+        raise ValueError("--format simai: give --gpus, the data-parallel ranks the workload is for (SimAI's all_gpus)")
     spec = resolve_model(args.spec)
     batch = args.batch_size or default_batch_size(spec)
     prof = model_profile(spec, batch, load_profile(args.compute, Path.cwd()))
     if args.format == "astrasim":
         from .models.interchange import write_astrasim
         write_astrasim(prof, Path(args.out), args.cycle_s, args.bytes_per_element)
+    elif args.format == "simai":
+        from .models.interchange import write_simai
+        write_simai(prof, Path(args.out), args.gpus, args.cycle_s, args.bytes_per_element)
     else:
         write_layer_csv(prof, Path(args.out))
     print(f"{spec}, batch {batch}, on {prof.device}: {len(prof.sizes)} tensors, forward {prof.t_forward * 1e3:.4g} ms, "

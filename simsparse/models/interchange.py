@@ -26,6 +26,16 @@ backward = input-gradient plus weight-gradient cycles, times ``cycle_s``);
 :func:`write_astrasim` writes a model's times back (all backward work as
 weight-gradient compute). The cycle and the element size are not in the
 file: they are arguments (defaults 1 ns, 4 bytes).
+
+SimAI's workload (Alibaba's ASTRA-sim fork, as its AICB generator writes
+it) has the same layer lines under another header: the parallelism type
+(``HYBRID_TRANSFORMER_FWD_IN_BCKWD``) followed by ``key: value`` pairs
+(``model_parallel_NPU_group``, ``ep``, ``pp``, ``vpp``, ``ga``,
+``all_gpus``, ...). :func:`read_simai` takes a file of pure data
+parallelism (tensor, expert and pipeline groups of 1, no gradient
+accumulation): simsparse simulates the data-parallel dimension alone, so
+it refuses the others rather than drop their communication.
+:func:`write_simai` writes that header for ``all_gpus`` data-parallel ranks.
 """
 from __future__ import annotations
 
@@ -75,34 +85,66 @@ def write_layer_csv(profile, path: Path, names=None) -> Path:
     return path
 
 
-def read_astrasim(path: str, cycle_s: float = 1e-9, bytes_per_element: int = 4) -> list[dict]:
-    """The layers of an ASTRA-sim 1.0 data-parallel workload file as per-layer rows (module docstring)."""
+def _lines(path: str, what: str) -> list[list[str]]:
     try:
-        lines = [ln.split() for ln in Path(path).read_text().splitlines() if ln.strip()]
+        return [ln.split() for ln in Path(path).read_text().splitlines() if ln.strip()]
     except OSError as e:
-        raise ValueError(f"ASTRA-sim workload {path}: {e.strerror}") from None
-    if not lines or lines[0][0] != "DATA":
-        raise ValueError(f"ASTRA-sim workload {path}: the first line must be DATA (a data-parallel workload); "
-                         f"got {' '.join(lines[0]) if lines else 'nothing'}")
+        raise ValueError(f"{what} {path}: {e.strerror}") from None
+
+
+def _layers(path: str, lines: list, cycle_s: float, bytes_per_element: int, what: str) -> list[dict]:
+    """The layer count (``lines[1]``) and the layer lines after it, shared by ASTRA-sim 1.0 and SimAI."""
     try:
         count = int(lines[1][0])
     except (IndexError, ValueError):
-        raise ValueError(f"ASTRA-sim workload {path}: the second line must be the number of layers") from None
+        raise ValueError(f"{what} {path}: the second line must be the number of layers") from None
     rows = []
     for i, f in enumerate(lines[2:2 + count], start=3):
         try:
             fwd, ig, wg, wg_type, wg_bytes = int(f[2]), int(f[5]), int(f[8]), f[9], int(f[10])
         except (IndexError, ValueError):
-            raise ValueError(f"ASTRA-sim workload {path}, line {i}: expected name, reserved, then three of "
+            raise ValueError(f"{what} {path}, line {i}: expected name, reserved, then three of "
                              f"(compute cycles, collective, bytes) and the update delay") from None
         if wg_type != "ALLREDUCE" or wg_bytes < bytes_per_element:
-            raise ValueError(f"ASTRA-sim workload {path}, line {i}: layer {f[0]} has no weight-gradient ALLREDUCE "
+            raise ValueError(f"{what} {path}, line {i}: layer {f[0]} has no weight-gradient ALLREDUCE "
                              f"of at least one element ({wg_type} {wg_bytes} B); a data-parallel layer needs one")
         rows.append({"name": f[0], "elements": wg_bytes // bytes_per_element, "forward_s": fwd * cycle_s,
                      "backward_s": (ig + wg) * cycle_s})
     if len(rows) != count:
-        raise ValueError(f"ASTRA-sim workload {path}: says {count} layers, holds {len(rows)}")
+        raise ValueError(f"{what} {path}: says {count} layers, holds {len(rows)}")
     return rows
+
+
+def read_astrasim(path: str, cycle_s: float = 1e-9, bytes_per_element: int = 4) -> list[dict]:
+    """The layers of an ASTRA-sim 1.0 data-parallel workload file as per-layer rows (module docstring)."""
+    what = "ASTRA-sim workload"
+    lines = _lines(path, what)
+    if not lines or lines[0][0] != "DATA":
+        raise ValueError(f"{what} {path}: the first line must be DATA (a data-parallel workload); "
+                         f"got {' '.join(lines[0]) if lines else 'nothing'}")
+    return _layers(path, lines, cycle_s, bytes_per_element, what)
+
+
+#: SimAI header keys that must be 1 in a data-parallel workload, with what each would need
+SIMAI_ONE = {"model_parallel_NPU_group": "tensor parallelism", "ep": "expert parallelism",
+             "pp": "pipeline parallelism", "ga": "gradient accumulation"}
+
+
+def read_simai(path: str, cycle_s: float = 1e-9, bytes_per_element: int = 4) -> list[dict]:
+    """The layers of a SimAI data-parallel workload file as per-layer rows (module docstring)."""
+    what = "SimAI workload"
+    lines = _lines(path, what)
+    head = lines[0] if lines else []
+    if not head or not head[0].startswith("HYBRID"):
+        raise ValueError(f"{what} {path}: the first line must be SimAI's parallelism line "
+                         f"(HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 1 ...); got "
+                         f"{' '.join(head) or 'nothing'}")
+    keys = dict(zip([k.rstrip(":") for k in head[1::2]], head[2::2]))
+    for key, needs in SIMAI_ONE.items():
+        if keys.get(key, "1") != "1":
+            raise ValueError(f"{what} {path}: {key}: {keys[key]}; allowed: 1 (simsparse simulates data "
+                             f"parallelism; {needs} would add communication it does not model)")
+    return _layers(path, lines, cycle_s, bytes_per_element, what)
 
 
 def write_rows_csv(rows: list[dict], path: Path) -> Path:
@@ -113,12 +155,21 @@ def write_rows_csv(rows: list[dict], path: Path) -> Path:
     return path
 
 
-def write_astrasim(profile, path: Path, cycle_s: float = 1e-9, bytes_per_element: int = 4, names=None) -> Path:
+def write_astrasim(profile, path: Path, cycle_s: float = 1e-9, bytes_per_element: int = 4, names=None,
+                   header: str = "DATA") -> Path:
     """``profile`` as an ASTRA-sim 1.0 data-parallel workload file (module docstring)."""
     names = names or [f"tensor{i}" for i in range(len(profile.sizes))]
-    lines = ["DATA", str(len(profile.sizes))]
+    lines = [header, str(len(profile.sizes))]
     for name, size, fwd, bwd in zip(names, profile.sizes, profile.t_fwd, profile.t_bwd):
         lines.append(f"{name} -1 {round(fwd / cycle_s)} NONE 0 0 NONE 0 {round(bwd / cycle_s)} ALLREDUCE "
                      f"{size * bytes_per_element} 0")
     Path(path).write_text("\n".join(lines) + "\n")
     return path
+
+
+def write_simai(profile, path: Path, gpus: int, cycle_s: float = 1e-9, bytes_per_element: int = 4,
+                names=None) -> Path:
+    """``profile`` as a SimAI workload of ``gpus`` data-parallel ranks (module docstring)."""
+    header = (f"HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 1 ep: 1 pp: 1 vpp: 1 ga: 1 "
+              f"all_gpus: {int(gpus)} checkpoints: 0 checkpoint_initiates: 0")
+    return write_astrasim(profile, path, cycle_s, bytes_per_element, names, header)

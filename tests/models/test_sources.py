@@ -314,6 +314,39 @@ def test_an_astrasim_workload_round_trips_through_a_per_layer_csv(tmp_path, caps
     assert code == 2 and "first line must be DATA" in err
 
 
+def test_a_simai_workload_round_trips_and_other_parallelism_is_refused(tmp_path, capsys):
+    """model export --format simai writes SimAI's header (data parallelism: every other group 1, all_gpus
+    the ranks) over ASTRA-sim's layer lines; import reads it back as the per-layer CSV. A file with
+    tensor parallelism is refused, naming the key: its communication is not simulated."""
+    import pandas as pd
+
+    work, back, direct = tmp_path / "r20.txt", tmp_path / "r20.csv", tmp_path / "direct.csv"
+    code, err, _ = cli_run(["model", "export", "resnet20_cifar10", "--compute", "p100", "--format", "simai",
+                            "-o", str(work)], capsys)
+    assert code == 2 and "give --gpus" in err
+    assert main(["model", "export", "resnet20_cifar10", "--compute", "p100", "--batch-size", "32", "--format",
+                 "simai", "--gpus", "16", "-o", str(work)]) == 0
+    head = work.read_text().splitlines()[0].split()
+    assert head[0] == "HYBRID_TRANSFORMER_FWD_IN_BCKWD" and head[head.index("all_gpus:") + 1] == "16"
+    assert main(["model", "import", str(work), "--format", "simai", "-o", str(back)]) == 0
+    assert main(["model", "export", "resnet20_cifar10", "--compute", "p100", "--batch-size", "32",
+                 "-o", str(direct)]) == 0
+    a, b = pd.read_csv(back), pd.read_csv(direct)
+    assert list(a["elements"]) == list(b["elements"]) and (abs(a["backward_s"] - b["backward_s"]) <= 1e-9).all()
+    # as AICB lays a file out: tabs, a dependency of -1, a few fields of 1 cycle
+    mine = tmp_path / "aicb.txt"
+    mine.write_text("HYBRID_TRANSFORMER_FWD_IN_BCKWD model_parallel_NPU_group: 1 ep: 1 pp: 1 vpp: 8 ga: 1 "
+                    "all_gpus: 8 checkpoints: 0 checkpoint_initiates: 0\n2\n"
+                    "embedding_layer\t-1\t5000\tNONE\t0\t1\tNONE\t0\t7000\tALLREDUCE\t4000\t1\n"
+                    "transformer_layer\t-1\t9000\tNONE\t0\t3000\tNONE\t0\t6000\tALLREDUCE\t8000\t1\n")
+    assert main(["model", "import", str(mine), "--format", "simai", "-o", str(back)]) == 0
+    rows = pd.read_csv(back)
+    assert list(rows["elements"]) == [1000, 2000] and list(rows["backward_s"]) == pytest.approx([7001e-9, 9000e-9])
+    mine.write_text(mine.read_text().replace("model_parallel_NPU_group: 1", "model_parallel_NPU_group: 8"))
+    code, err, _ = cli_run(["model", "import", str(mine), "--format", "simai", "-o", str(back)], capsys)
+    assert code == 2 and "model_parallel_NPU_group: 8; allowed: 1" in err and "tensor parallelism" in err, err
+
+
 def test_bf16_counts_autocasts_work_on_meta_as_autocast_does_on_the_cpu():
     """dtype='bf16': mixed precision. The FLOPs stay; the matrix ops read and write half the bytes
     (fp32 weights and gradients aside); the count on meta, where autocast does nothing, is within
