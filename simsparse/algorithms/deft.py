@@ -199,7 +199,8 @@ def _index_ranges_torch(ranges, like):
     return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int32, device=like.device)
 
 
-@kernel("scatter_values", work=lambda out, idx, values, n, like: Work(n + len(idx), n * _isz(like) + 8 * len(idx)))
+@kernel("scatter_values", work=lambda out, idx, values, n, like: Work(n + len(idx), n * _isz(like) + 8 * len(idx),
+                                                                      select=len(idx)))
 def scatter_values(idx, values, n, like):
     """Dense vector of length n: zeros, then out[idx] = values (unique idx)."""
     out = np.zeros(n, dtype=like.dtype)

@@ -234,28 +234,38 @@ def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
 
 def _sparse_inputs(name: str, x, d: float, parts: int):
     """The arguments of sparse kernel ``name`` on ``x`` at density ``d``
-    (the entries it selects or scatters over its elements, ``Work.select``):
-    top-k's k, the threshold that d n entries pass, or ``parts`` sparse
-    vectors with d n / (1 - d) entries in all (what a rank scatters after an
-    allgather of the parts' selections)."""
+    (the entries it selects, finds or scatters over its elements,
+    ``Work.select``): top-k's and the k-th value's k, the threshold that
+    d n entries pass, a vector with d n nonzeros to sparsify, d n values to
+    scatter into a dense one, or ``parts`` sparse vectors with d n / (1 - d)
+    entries in all (what a rank scatters after an allgather of the parts'
+    selections)."""
     import torch
 
     from ..ops import COO
 
     n = len(x)
     k = max(1, int(round(d * n)))
-    if name == "topk":
+    if name in ("topk", "kth_abs"):
         return (x, k)
     if name == "threshold_select":
         return (x, float(torch.topk(x.abs(), k, sorted=False).values.min()))
-    each = max(1, int(round(d * n / (1 - d) / parts)))
     gen = torch.Generator().manual_seed(k)
+    if name in ("sparsify", "scatter_values"):   # k entries at random places of n
+        idx = torch.sort(torch.randperm(n, generator=gen)[:k].to(x.device)).values
+        if name == "scatter_values":
+            return (idx.to(torch.int32), x[:k].clone(), n, x)
+        dense = torch.zeros_like(x)
+        dense[idx] = x[:k]
+        return (dense,)
+    each = max(1, int(round(d * n / (1 - d) / parts)))
     return ([COO(torch.sort(torch.randperm(n, generator=gen)[:each].to(x.device)).values.to(torch.int32),
                  x[:each].clone(), n) for _ in range(parts)], n, x)
 
 
-#: the sparse kernels :func:`sparse_grid` times on their own
-SPARSE_KERNELS = ("topk", "threshold_select", "scatter_add")
+#: the sparse kernels :func:`sparse_grid` times on their own: those whose time at one size moves with the
+#: entries they keep, find or scatter (``Work.select``)
+SPARSE_KERNELS = ("topk", "threshold_select", "scatter_add", "kth_abs", "sparsify", "scatter_values")
 
 
 def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:

@@ -69,7 +69,8 @@ _LOCATE = njit(_locate)
 
 # -- thresholds ---------------------------------------------------------------
 
-@kernel("kth_abs", work=lambda out, x, k: Work(len(x), len(x) * _isz(x)), memo=True)
+@kernel("kth_abs", work=lambda out, x, k: Work(len(x), len(x) * _isz(x), select=min(max(int(k), 1), len(x))),
+        memo=True)
 def kth_abs(x, k):
     """The exact k-th largest |x| (the threshold that selects the top k)."""
     n = len(x)
@@ -303,7 +304,7 @@ def _coo_threshold_torch(coo, thr):
 
 # -- dense <-> sparse -------------------------------------------------------------------
 
-@kernel("sparsify", work=lambda out, x, offset=0, n=None: Work(len(x), len(x) * _isz(x) + out.nbytes))
+@kernel("sparsify", work=lambda out, x, offset=0, n=None: Work(len(x), len(x) * _isz(x) + out.nbytes, select=out.nnz))
 def sparsify(x, offset=0, n=None):
     """COO of the nonzeros of a dense block that starts at global index
     ``offset`` of a vector of length ``n`` (SparCML's re-sparsification)."""
