@@ -272,6 +272,8 @@ def test_report_keeps_a_validate_run_and_renders_its_errors(tmp_path, capsys):
     assert row == [f"| `validate_testbed_heldout` | testbed-tb-star | 4 | 10 | **{pair(err[:10])}** | "
                    f"{100 * np.median(err[:10]):+.1f} % | {pair(err[20:])} | {pair(err[10:20])} | 3.8 / 16.1 % |"]
     assert (docs / "validation.md").read_text().endswith("<!-- validation: end -->\nafter\n")
+    assert "](figures/validation.png)" in (docs / "validation.md").read_text()
+    assert (docs / "figures" / "validation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"   # the points' figure
     assert f"`validate_testbed_heldout` on testbed-tb-star (P = 4, 10 points) {pair(err[:10])}" in readme.read_text()
     pd.DataFrame([{"case": "ab_topka", "P": P, "path": "fast", "wall_s": w, "rss_MB": m, "est_s": 3.0, "est_MB": 900,
                    "evaluator": "replay_arrays", "bound": 0.0, "values": "sampled", "msgs": 1.6e7, "sim_time_s": 0.1,

@@ -8,7 +8,9 @@ provenance (``simsparse papers`` writes ``papers.csv`` and
 * ``docs/papers.md``: the claim-by-claim table, between its
   ``<!-- papers: begin/end -->`` lines (:func:`.papers_run.markdown`);
 * ``docs/validation.md``: one row per stored ``validate`` run, between its
-  ``<!-- validation: begin/end -->`` lines. :func:`store_validation` keeps a
+  ``<!-- validation: begin/end -->`` lines, and ``docs/figures/validation.png``
+  (:func:`validation_figure`: each run's points, predicted against
+  measured). :func:`store_validation` keeps a
   run (``simsparse report --store-validation DIR``): its points' and phases'
   errors as ``validation/<suite>_<machine>.csv`` and its ``validate.json``
   (stages, loads, repeats' floor, commit and host) beside it;
@@ -104,6 +106,41 @@ def validation_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: where the validation figure goes, under the docs folder
+FIGURE = Path("figures") / "validation.png"
+
+
+def validation_figure(data: Path, out: Path) -> Path:
+    """Each stored run's points, predicted against measured time on log axes,
+    with the diagonal and a 20 % band: one panel per run (:func:`validation_rows`'
+    order). Written atomically."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = sorted((data / "validation").glob("*.csv"))
+    fig, axes = plt.subplots(1, len(paths), figsize=(3.6 * len(paths), 3.6), squeeze=False)
+    for ax, path in zip(axes[0], paths):
+        t = pd.read_csv(path)
+        pts = t[t["level"] == "point"]
+        log = json.loads(path.with_suffix(".provenance.json").read_text())
+        lo, hi = 0.7 * min(pts["meas_s"].min(), pts["pred_s"].min()), 1.4 * max(pts["meas_s"].max(), pts["pred_s"].max())
+        xs = [lo, hi]
+        ax.fill_between(xs, [x / 1.2 for x in xs], [x * 1.2 for x in xs], color="0.9", label="within 20 %")
+        ax.plot(xs, xs, color="0.5", lw=0.8)
+        ax.scatter(pts["meas_s"], pts["pred_s"], s=10, alpha=0.8)
+        ax.set(xscale="log", yscale="log", xlim=xs, ylim=xs, xlabel="measured (s)",
+               title=f"{_suite(log)}\n{log['machine']}, {len(pts)} points")
+        ax.title.set_fontsize(8)
+    axes[0][0].set_ylabel("predicted (s)")
+    axes[0][0].legend(loc="upper left", fontsize=7)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(out, lambda tmp: fig.savefig(tmp, dpi=110, format="png"))
+    plt.close(fig)
+    return out
+
+
 def read_claims(path: Path) -> pd.DataFrame:
     """A stored ``papers.csv`` as written: every value its text, ``meets_aim`` True, False or None."""
     t = pd.read_csv(path, dtype=str, keep_default_na=False)
@@ -158,7 +195,10 @@ def render(data: Path, readme: Path, docs: Path) -> list[Path]:
     if src["claims"] is not None:
         written.append(splice(docs / "papers.md", markdown(src["claims"])))
     if src["runs"]:
-        written.append(splice(docs / "validation.md", validation_markdown(src["runs"]), VALIDATION))
+        written.append(splice(docs / "validation.md", validation_markdown(src["runs"]) +
+                              f"\n![each stored run's points, predicted against measured]({FIGURE.as_posix()})\n",
+                              VALIDATION))
+        written.append(validation_figure(data, docs / FIGURE))
     if src["scale"] is not None:
         written.append(splice(docs / "performance.md", scale_markdown(src["scale"]), SCALE))
     written.append(splice(readme, "".join(f"{line}\n" for line in headline(src)), HEADLINE))
