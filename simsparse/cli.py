@@ -389,16 +389,14 @@ def _model(args) -> int:
 
 
 def _model_profile(args) -> int:
-    """``simsparse model profile``: :func:`simsparse.calibration.worker.layers` on one device (no MPI; with
-    ``--ranks`` N, on N ranks at once under mpiexec, rank 0's times), the intervals turned into per-tensor times
-    as ``calibrate`` turns them, written into a copy of ``--base``."""
+    """``simsparse model profile``: :func:`simsparse.calibration.time_layers` (one device, or ``--ranks`` N at
+    once), the intervals turned into per-tensor times as ``calibrate`` turns them, written into a copy of ``--base``."""
     import platform
 
     import torch
     import yaml
 
-    from .calibration import layer_times
-    from .calibration.worker import layers
+    from .calibration import layer_times, time_layers
     from .compute.devices import load_profile
     from .compute.models import default_batch_size, resolve_model
     from .files import atomic_write
@@ -411,19 +409,7 @@ def _model_profile(args) -> int:
         raise ValueError("--device cuda: torch sees no CUDA device here; use --device cpu")
     base = load_profile(args.base, Path.cwd())
 
-    class Solo:   # one rank: the barriers of a calibration run are no-ops
-        def Barrier(self):
-            pass
-
-    if args.ranks > 1:   # the ranks that share the host time it at once, with their share of its cores
-        from .calibration import _launch
-        from .experiments.run.measure import check_prerequisites
-
-        raw = _launch(check_prerequisites(), {"device": args.device, "parts": ["layers"], "models": [spec],
-                                              "batch_size": batch, "layer_reps": args.reps}, args.ranks, None,
-                      timeout_s=600 + 60 * args.reps)["layers"]
-    else:
-        raw = layers(Solo(), torch.device(args.device), [spec], batch, args.reps)
+    raw = time_layers(args.device, [spec], batch, args.reps, args.ranks)
     _, models = layer_times(raw)
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else (platform.processor() or platform.machine())
     prof = base.model_dump(exclude_none=True)

@@ -310,7 +310,8 @@ class Blocks:
         self.value = [None] * P
         self.value[r] = block
 
-    def _idx(self, lo, hi, skip):
+    @staticmethod
+    def _idx(lo, hi, skip):
         return [q for q in range(lo, hi) if q != skip]
 
     def payload(self, st: Step):

@@ -381,6 +381,25 @@ def _memory_roofline(calls) -> dict:
     return {"launch_s": f["alpha_s"], "mem_bandwidth_Bps": f["bandwidth_Bps"], "residuals": f["residuals"]}
 
 
+def time_layers(device: str, models: list, batch_size: int, reps: int, ranks: int = 1) -> dict:
+    """:func:`.worker.layers` of ``models``: on this process's ``device`` alone (no MPI), or on ``ranks``
+    ranks at once under mpiexec (each with its share of the cores, as measure's ranks run; rank 0's times)."""
+    if ranks == 1:
+        import torch
+
+        from .worker import layers
+
+        class Solo:   # one rank: the barriers of a calibration run are no-ops
+            def Barrier(self):
+                pass
+
+        return layers(Solo(), torch.device(device), models, batch_size, reps)
+    from ..experiments.run.measure import check_prerequisites
+
+    spec = {"device": device, "parts": ["layers"], "models": list(models), "batch_size": batch_size, "layer_reps": reps}
+    return _launch(check_prerequisites(), spec, ranks, None, timeout_s=600 + 60 * reps)["layers"]
+
+
 def layer_times(raw_layers) -> tuple[dict, dict]:
     """(roofline fit, measured times) per model: each tensor's measured backward interval, and the measured
     forward total split like a roofline fitted to the backward intervals (the per-tensor forward is not
