@@ -32,7 +32,7 @@ import numpy as np
 from ..compute.sparse_kernels import COOParts
 from ..ops import Collective, Payload, Scalars
 from .rotation_sums import alltoall_scatter, rotation, scatter_split
-from .steps import RD_ALLGATHER, RECURSIVE_DOUBLING, RING_ALLGATHER, Blocks, Schedule, Whole, at, expand
+from .steps import RD_ALLGATHER, RECURSIVE_DOUBLING, RING_ALLGATHER, Blocks, Schedule, Whole, at, expand, where
 
 HOST_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
@@ -192,11 +192,20 @@ class Alltoall(Collective):
     bucket_size: int | None = None
     reduce: Reduce | None = None
 
-    def steps(self, P: int, r: int, i: int) -> tuple[list, list]:
-        """Step i of rank r: (destinations, sources), self excluded."""
+    def destination(self, P: int, r, i: int):
+        """Where rank(s) ``r`` send in step i (an int, or an array over ranks), -1 where a rank's
+        block is its own: (r + i) mod P with rotation, else rank i."""
         if self.rotation:
-            return ([] if i == 0 else [(r + i) % P]), ([] if i == 0 else [(r - i) % P])
-        return ([] if i == r else [i]), ([j for j in range(P) if j != r] if i == r else [])
+            return -1 + 0 * r if i == 0 else (r + i) % P
+        return where(r == i, -1, i)
+
+    def steps(self, P: int, r: int, i: int) -> tuple[list, list]:
+        """Step i of rank r: (destinations, sources), self excluded; the sources are
+        the ranks whose :meth:`destination` is r."""
+        d = self.destination(P, r, i)
+        if self.rotation:
+            return ([] if d < 0 else [d]), ([] if i == 0 else [(r - i) % P])
+        return ([] if d < 0 else [d]), ([j for j in range(P) if j != r] if i == r else [])
 
     def buckets(self, P: int) -> list[range]:
         t = P if self.bucket_size is None else max(1, int(self.bucket_size))
@@ -248,27 +257,17 @@ class Alltoall(Collective):
             return alltoall_scatter(reqs, run, kind)
         blocks = [[run.freeze(b) for b in q.blocks] for q in reqs]
         size = np.array([[run.size(b) for b in row] for row in blocks], dtype=np.int64)
-        ranks = np.arange(P)
         red = q0.reduce
         acc = [q.reduce.acc for q in reqs] if red else None
         got = [[None] * P for _ in range(P)]
         pending = [[] for _ in range(P)]
         for bucket in q0.buckets(P):
-            src, dst, pos, srcs_of = [], [], [], [[] for _ in range(P)]
-            if q0.rotation:
+            if q0.rotation:   # (the rotated waves cached: their src and pos shared by buckets of one length)
                 src, dst, pos = rotation(P, bucket)
-                for r in range(P):
-                    srcs_of[r] = [(r - i) % P for i in bucket if i]
                 local = 0 in bucket
             else:
-                for k, i in enumerate(bucket):
-                    s = ranks[ranks != i]
-                    src.append(s)
-                    dst.append(np.full(len(s), i))
-                    pos.append(k - ((s >= bucket.start) & (s < i)))   # its earlier steps in the bucket, skipping itself
-                    srcs_of[i] = [j for j in range(P) if j != i]
-                if src:
-                    src, dst, pos = np.concatenate(src), np.concatenate(dst), np.concatenate(pos)
+                src, dst, pos = _waves(q0, P, bucket)
+            srcs_of = _senders(src, dst, P)
             if len(src):
                 run.wave(src, dst, size[src, dst], pos)
             if red and red.overlap:   # the previous bucket, while this one is in flight
@@ -295,6 +294,31 @@ class Alltoall(Collective):
             if pending[r]:
                 acc[r] = _reduce_all(run, r, reqs[r].reduce, acc[r], pending[r])
         return acc
+
+
+def _waves(q: Alltoall, P: int, bucket: range):
+    """A bucket's messages for all ranks from :meth:`Alltoall.destination`, in step order:
+    (src, dst, pos), ``pos`` each sender's count of its earlier sends in the bucket."""
+    ranks = np.arange(P)
+    sent = np.zeros(P, dtype=np.int64)
+    src, dst, pos = [], [], []
+    for i in bucket:
+        d = np.broadcast_to(q.destination(P, ranks, i), P)
+        s = np.flatnonzero(d >= 0)
+        src.append(s)
+        dst.append(d[s])
+        pos.append(sent[s].copy())
+        sent[s] += 1
+    if not src:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(src), np.concatenate(dst), np.concatenate(pos)
+
+
+def _senders(src, dst, P: int) -> list:
+    """Per rank: the ranks whose messages of a bucket it receives, in step order."""
+    order = np.argsort(dst, kind="stable")
+    cuts = np.cumsum(np.bincount(dst, minlength=P))[:-1]
+    return [part.tolist() for part in np.split(np.asarray(src)[order], cuts)]
 
 
 def _reduce(ctx, red: Reduce, acc, blocks):
