@@ -31,7 +31,7 @@ import numpy as np
 
 from ..compute.sparse_kernels import COOParts
 from ..ops import Collective, Payload, Scalars
-from .rotation_sums import alltoall_scatter, rotation, scatter_split
+from .rotation_sums import alltoall_scatter, rotated, rotation, scatter_split
 from .steps import RD_ALLGATHER, RECURSIVE_DOUBLING, RING_ALLGATHER, Blocks, Schedule, Whole, at, expand, where
 
 HOST_OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
@@ -196,7 +196,7 @@ class Alltoall(Collective):
         """Where rank(s) ``r`` send in step i (an int, or an array over ranks), -1 where a rank's
         block is its own: (r + i) mod P with rotation, else rank i."""
         if self.rotation:
-            return -1 + 0 * r if i == 0 else (r + i) % P
+            return -1 + 0 * r if i == 0 else rotated(P, r, i)
         return where(r == i, -1, i)
 
     def steps(self, P: int, r: int, i: int) -> tuple[list, list]:

@@ -237,6 +237,12 @@ _REDUCE_LISTS = jit.njit(_reduce_lists)
 _ROTATION: dict = {}
 
 
+def rotated(P: int, r, i):
+    """Where rank(s) ``r`` send in rotation step ``i`` (Ok-Topk Fig. 2b): (r + i) mod P.
+    ``r`` and ``i`` are ints or numpy arrays that broadcast."""
+    return (r + i) % P
+
+
 def rotation(P: int, bucket: range):
     """A bucket of rotation steps as one wave: step i (not 0, the block that
     stays) sends r -> (r + i) mod P for every rank r, at the place of i among
@@ -254,7 +260,7 @@ def rotation(P: int, bucket: range):
         pos.setflags(write=False)
         _ROTATION[key] = (src, pos)
     src, pos = _ROTATION[key]
-    dst = (np.add.outer(np.asarray(steps, dtype=np.int64), np.arange(P)) % P).astype(np.int32).ravel()
+    dst = rotated(P, np.arange(P)[None, :], np.asarray(steps, dtype=np.int64)[:, None]).astype(np.int32).ravel()
     return src, dst, pos
 
 

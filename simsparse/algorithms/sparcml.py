@@ -30,6 +30,7 @@ from ..ops import Dense, Scalars
 from .base import (Algorithm, Sampling, SparseParams, allgather_messages, alltoall_messages, fold_messages, host_indices,
                    pof2_floor, rd_messages, register, topk_choice)
 from .collectives import Allgather, Alltoall, Reduce, Sendrecv, count_blocks, received, recursive_doubling
+from .rotation_sums import rotated
 from .steps import Fold
 from .streams import DenseRange, stream_result
 
@@ -53,7 +54,7 @@ def expected_nnz(n: int, k: int, P: int) -> float:
 def send_order(r: int, P: int, rotation: bool) -> list[int]:
     """Peers of ``r`` in the order the split phase posts its sends."""
     if rotation:
-        return [(r + i) % P for i in range(1, P)]
+        return [rotated(P, r, i) for i in range(1, P)]
     return [i for i in range(P) if i != r]
 
 
