@@ -398,7 +398,7 @@ def _model_profile(args) -> int:
 
     from .calibration import layer_times, time_layers
     from .compute.devices import load_profile
-    from .compute.models import default_batch_size, resolve_model
+    from .compute.models import default_batch_size, is_bf16, resolve_model
     from .files import atomic_write
 
     spec = resolve_model(args.spec)   # (a model that cannot be built is refused before anything runs)
@@ -414,7 +414,6 @@ def _model_profile(args) -> int:
     device = torch.cuda.get_device_name(0) if args.device == "cuda" else (platform.processor() or platform.machine())
     prof = base.model_dump(exclude_none=True)
     prof["name"] = f"{base.name}+{args.device}"
-    from .compute.models import is_bf16
     amp = is_bf16(spec)
     settings = {"device": f"{args.device} ({device})", "dtype": "bfloat16" if amp else "float32", "amp": amp,
                 "compile": False,

@@ -74,7 +74,8 @@ def validation_rows(data: Path) -> list[dict]:
     """Per stored validation run: its suite, machine, rank counts and the
     (median, p90) of |error| over points, communication phases and compute
     phases, from its CSV; the repeats' floor (one repeat against the
-    others) from its provenance where it was measured more than once."""
+    others) from its provenance where it was measured more than once; its
+    points' predicted and measured times (``pred_s``, ``meas_s``: the figure's)."""
     rows = []
     for path in sorted((data / "validation").glob("*.csv")):
         t = pd.read_csv(path)
@@ -87,7 +88,8 @@ def validation_rows(data: Path) -> list[dict]:
                      "signed": float(pd.to_numeric(pts["rel_err"], errors="coerce").median()),
                      "communication": error_stats(t.loc[t["kind"] == "communication", "rel_err"]),
                      "compute": error_stats(t.loc[t["kind"] == "compute", "rel_err"]),
-                     "floor": (spread["one_vs_rest_median"], spread["one_vs_rest_p90"]) if spread else None})
+                     "floor": (spread["one_vs_rest_median"], spread["one_vs_rest_p90"]) if spread else None,
+                     "pred_s": pts["pred_s"], "meas_s": pts["meas_s"]})
     return rows
 
 
@@ -110,27 +112,23 @@ def validation_markdown(rows: list[dict]) -> str:
 FIGURE = Path("figures") / "validation.png"
 
 
-def validation_figure(data: Path, out: Path) -> Path:
-    """Each stored run's points, predicted against measured time on log axes,
-    with the diagonal and a 20 % band: one panel per run (:func:`validation_rows`'
-    order). Written atomically."""
+def validation_figure(rows: list[dict], out: Path) -> Path:
+    """Each stored run's points (:func:`validation_rows`), predicted against
+    measured time on log axes, with the diagonal and a 20 % band: one panel
+    per run. Written atomically."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paths = sorted((data / "validation").glob("*.csv"))
-    fig, axes = plt.subplots(1, len(paths), figsize=(3.6 * len(paths), 3.6), squeeze=False)
-    for ax, path in zip(axes[0], paths):
-        t = pd.read_csv(path)
-        pts = t[t["level"] == "point"]
-        log = json.loads(path.with_suffix(".provenance.json").read_text())
-        lo, hi = 0.7 * min(pts["meas_s"].min(), pts["pred_s"].min()), 1.4 * max(pts["meas_s"].max(), pts["pred_s"].max())
-        xs = [lo, hi]
+    fig, axes = plt.subplots(1, len(rows), figsize=(3.6 * len(rows), 3.6), squeeze=False)
+    for ax, r in zip(axes[0], rows):
+        pred, meas = r["pred_s"], r["meas_s"]
+        xs = [0.7 * min(meas.min(), pred.min()), 1.4 * max(meas.max(), pred.max())]
         ax.fill_between(xs, [x / 1.2 for x in xs], [x * 1.2 for x in xs], color="0.9", label="within 20 %")
         ax.plot(xs, xs, color="0.5", lw=0.8)
-        ax.scatter(pts["meas_s"], pts["pred_s"], s=10, alpha=0.8)
+        ax.scatter(meas, pred, s=10, alpha=0.8)
         ax.set(xscale="log", yscale="log", xlim=xs, ylim=xs, xlabel="measured (s)",
-               title=f"{_suite(log)}\n{log['machine']}, {len(pts)} points")
+               title=f"{r['suite']}\n{r['machine']}, {r['points']} points")
         ax.title.set_fontsize(8)
     axes[0][0].set_ylabel("predicted (s)")
     axes[0][0].legend(loc="upper left", fontsize=7)
@@ -198,7 +196,7 @@ def render(data: Path, readme: Path, docs: Path) -> list[Path]:
         written.append(splice(docs / "validation.md", validation_markdown(src["runs"]) +
                               f"\n![each stored run's points, predicted against measured]({FIGURE.as_posix()})\n",
                               VALIDATION))
-        written.append(validation_figure(data, docs / FIGURE))
+        written.append(validation_figure(src["runs"], docs / FIGURE))
     if src["scale"] is not None:
         written.append(splice(docs / "performance.md", scale_markdown(src["scale"]), SCALE))
     written.append(splice(readme, "".join(f"{line}\n" for line in headline(src)), HEADLINE))
