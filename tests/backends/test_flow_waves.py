@@ -131,3 +131,42 @@ def test_the_count_of_adaptive_flows_in_flight_says_when_every_load_is_zero(monk
     for evaluation in ("waves_flow", "events"):
         _row("topka", 8, "piz_daint_aries", evaluation)
     assert 0 in seen and max(seen) > 0
+
+
+def test_on_one_link_the_link_loads_are_the_fluid_model_to_rounding():
+    """``link_load`` times each link on its own (processor sharing from each
+    flow's start): on one link that is the flow model itself, which the sweep
+    solving at every start and end gives."""
+    from simsparse.backends.fast import waves_flow
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 7, 60):
+        L = np.zeros((n, 1), dtype=np.int64)
+        cap = np.array([1.7, INF])
+        start, size = np.round(rng.uniform(0, 2, n), 1), rng.uniform(0.1, 3.0, n)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(waves_flow, "BATCH", 1e-9)   # one flow a solve: the exact fluid model
+            want = waves_flow._ends_numpy(L, cap, start, size)
+        assert waves_flow._ends_by_load(L, cap, start, size) == pytest.approx(want, rel=1e-12)
+
+
+def test_a_flow_takes_its_busiest_links_time_and_the_compiled_pass_is_its_twin():
+    """Two links: the flow crossing both ends when the busier one lets it
+    (it errs slow where max-min would give it the bandwidth another flow,
+    held back elsewhere, leaves); the compiled per-link pass and its Python
+    twin give the same ends to the bit on random waves."""
+    from simsparse.backends.fast import waves_flow
+
+    L = np.array([[0, 1], [0, 2], [1, 2]])   # link 2: the padding
+    cap = np.array([1.0, 1.0, INF])
+    ends = waves_flow._ends_by_load(L, cap, np.zeros(3), np.array([1.0, 1.0, 3.0]))
+    assert ends.tolist() == [2.0, 2.0, 4.0]
+    rng = np.random.default_rng(9)
+    for n, links, hops in [(1, 3, 2), (50, 6, 3), (800, 40, 5)]:
+        L = rng.integers(0, links, (n, hops))
+        L[rng.random((n, hops)) < 0.2] = links
+        cap = np.append(rng.uniform(1.0, 5.0, links), INF)
+        start, size = np.round(rng.uniform(0, 2, n), 1), rng.uniform(0.1, 3.0, n)
+        compiled = waves_flow._ends_by_load(L, cap, start, size)
+        with jit.python():
+            assert np.array_equal(waves_flow._ends_by_load(L, cap, start, size), compiled)

@@ -289,3 +289,26 @@ def test_report_keeps_a_validate_run_and_renders_its_errors(tmp_path, capsys):
     assert main(["report", "--store-validation", str(cmp_dir), "--data", str(data), "--readme", str(readme),
                  "--docs", str(docs)]) == 2
     assert "not a comparison that validate wrote" in capsys.readouterr().err
+
+
+def test_report_renders_the_flow_waves_grid_from_its_csv(tmp_path):
+    """The stored grid of bench_flow_waves.py: one row a point, each
+    evaluator's signed error, blank where the events timed the point (no
+    collective gathered) and for the spread of one routing seed."""
+    data, docs = tmp_path / "data", tmp_path / "docs"
+    data.mkdir(), docs.mkdir()
+    pd.DataFrame([
+        {"network": "ib_fdr_fattree", "algorithm": "oktopk", "P": 16, "events_s": 3.7e-5, "events_spread": float("nan"),
+         "events_wall_s": 1.2, "waves_flow_error": 0.0009, "waves_flow_wall_s": 0.4, "link_load_error": -0.0134,
+         "link_load_wall_s": 0.4},
+        {"network": "piz_daint_aries", "algorithm": "gtopk", "P": 64, "events_s": 2.7e-4, "events_spread": 0.2,
+         "events_wall_s": 2.0, "waves_flow_error": float("nan"), "waves_flow_wall_s": 1.4,
+         "link_load_error": float("nan"), "link_load_wall_s": 1.3}]).to_csv(data / "flow_waves.csv", index=False)
+    (docs / "performance.md").write_text("x\n<!-- flow waves: begin -->\n<!-- flow waves: end -->\ny\n")
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- headline: begin -->\n<!-- headline: end -->\n")
+    assert main(["report", "--data", str(data), "--readme", str(readme), "--docs", str(docs)]) == 0
+    rows = [line for line in (docs / "performance.md").read_text().splitlines() if line.startswith("| ib_")
+            or line.startswith("| piz")]
+    assert rows == ["| ib_fdr_fattree | oktopk | 16 | 0.037 ms |  | +0.09 % | -1.34 % | 1.2, 0.4, 0.4 s |",
+                    "| piz_daint_aries | gtopk | 64 | 0.27 ms | 20.0 % |  |  | 2.0, 1.4, 1.3 s |"]

@@ -1,12 +1,12 @@
 """Approximate bulk timing on the flow-level network, wave after wave
-(``collectives: waves``).
+(``evaluation: waves_flow`` and ``link_load``).
 
 The event path solves max-min fairness at every start and end of a shared
 flow: Ok-Topk of BERT on Piz Daint's adaptive Dragonfly at P = 256 is 243 k
 messages and 222 k solves an iteration, and adaptive routing (a route chosen
-by the load when a message starts) has no exact bulk path. This evaluation
-times the recorded schedule in the order it was recorded instead, as
-:mod:`.waves_ab` does on the alpha-beta network:
+by the load when a message starts) has no exact bulk path. These two
+evaluations time the recorded schedule in the order it was recorded
+instead, as :mod:`.waves_ab` does on the alpha-beta network:
 
 * kernel steps run on each rank's FIFO device (:func:`.waves_ab._device_all`);
 * a wave's messages are ready by the eager, window and rendezvous rules
@@ -14,25 +14,30 @@ times the recorded schedule in the order it was recorded instead, as
   (ready, the rank's place among the resumptions, place in its sender's
   wave): adaptive routing chooses each route by the model's own rule, seeing
   the load of the wave's messages routed before it;
-* the wave's flows share bandwidth as the flow model shares it, in a sweep
-  over time that solves max-min fairness again only when a quarter of the
-  flows running have ended or as many more have started (:data:`BATCH`),
-  not at every start and end: a flow that starts between two solves joins
-  at the next, and the bandwidth a flow frees goes to the others there. A
-  flow's arrival is its end plus its route's latency and ``o_r``, as
-  ``transfer`` gives it.
+* the wave's flows share bandwidth in one of two ways. ``waves_flow``
+  (:func:`_ends`): as the flow model shares it, in a sweep over time that
+  solves max-min fairness again only when a quarter of the flows running
+  have ended or as many more have started (:data:`BATCH`), not at every
+  start and end. ``link_load`` (:func:`_ends_by_load`): each link on its
+  own, its flows sharing it fairly from their starts, and a flow ending
+  when its busiest link lets it: one pass a wave, no solve. A flow's
+  arrival is its end plus its route's latency and ``o_r``, as ``transfer``
+  gives it.
 
 Cost model: the flow model's (bottleneck bandwidth, max-min sharing, LogGP
-overheads), approximated, which is why the row is ``bulk~``: solves are
-batched (above); flows of other waves of the collective, and traffic from
-outside it, are not seen; and adaptive routing sees only the wave's own
-load, so it may choose other routes than the event path, whose choices
-depend on every message in flight. The last is the largest error, and the
-event path itself is as sensitive to it: its time moves by up to 31 % with
-the routing seed on small bare collectives (`benchmarks/bench_flow_waves.py`
-measures both).
+overheads), approximated, which is why the row declares a bound: flows of
+other waves of the collective, and traffic from outside it, are not seen;
+adaptive routing sees only the wave's own load, so it may choose other
+routes than the event path, whose choices depend on every message in
+flight; and the sharing is batched (``waves_flow``) or link by link
+(``link_load``). Adaptive routing is the largest error, and the event path
+itself is as sensitive to it: its time moves by up to 31 % with the
+routing seed on small bare collectives (``benchmarks/bench_flow_waves.py``
+measures both evaluations against the events).
 """
 from __future__ import annotations
+
+import heapq
 
 import numpy as np
 
@@ -233,13 +238,83 @@ def _first_seen(links, cap, seen):
 _FIRST_SEEN = njit(_first_seen)
 
 
-def _wave(net, order, src, dst, ready, nb, P: int) -> np.ndarray:
-    """Per rank: the last arrival among its messages of the wave (-inf: none)."""
+def _ends_by_load(L, cap, start, size) -> np.ndarray:
+    """When each flow's last byte leaves, from each of its links on its own
+    (``link_load``, after Parsimon, NSDI '23: the network decomposed into
+    link-level simulations, recombined per flow). On a link of capacity C
+    the wave's flows through it share it fairly from their starts
+    (processor sharing, the fluid model's max-min on one link), timed by
+    :func:`_link_shares`; a flow takes its busiest link's end. One pass a
+    wave, no max-min solve. On one link it is the fluid model; across links
+    it errs both ways: slow where a flow held back elsewhere leaves its
+    share to the others (max-min gives it to them), fast where a flow meets
+    its links' congestion at different times (each link alone lets it
+    catch up)."""
+    n, H = L.shape
+    link = np.asarray(L, dtype=np.int64).ravel()
+    real = np.isfinite(cap[link])                    # (the padding link: infinite, no time)
+    pair = np.flatnonzero(real)
+    flow = pair // H
+    o = np.lexsort((start[flow], link[pair]))        # by link, then start
+    pair, flow = pair[o], flow[o]
+    lk = link[pair]
+    end = np.array(start, dtype=np.float64)
+    if len(pair):
+        fin = _SHARES(lk, np.asarray(start, np.float64)[flow], np.asarray(size, np.float64)[flow],
+                      np.asarray(cap, np.float64)[lk]) if jit.enabled() else \
+            _link_shares(lk, np.asarray(start, np.float64)[flow], np.asarray(size, np.float64)[flow],
+                         np.asarray(cap, np.float64)[lk])
+        np.maximum.at(end, flow, fin)
+    return end
+
+
+def _link_shares(lk, st, sz, c):
+    """Processor sharing on each link, pairs sorted by (link, start): each
+    pair's end. Virtual time V (the bytes every flow on the link has had)
+    grows at C / (flows on it); a flow that starts at V0 leaves at
+    V0 + its size, so departures come in that order (a heap)."""
+    m = len(lk)
+    end = np.empty(m)
+    heap = [(0.0, 0)]
+    i = 0
+    while i < m:
+        j = i
+        while j < m and lk[j] == lk[i]:
+            j += 1
+        C = c[i]
+        heap.clear()
+        t, V = st[i], 0.0
+        for a in range(i, j + 1):
+            until = st[a] if a < j else np.inf
+            while len(heap) > 0:
+                F, f = heap[0]
+                dt = (F - V) * len(heap) / C
+                if t + dt > until:
+                    V += (until - t) * C / len(heap)
+                    t = until
+                    break
+                t += dt
+                V = F
+                heapq.heappop(heap)
+                end[f] = t
+            if a < j:
+                t = max(t, st[a])
+                heapq.heappush(heap, (V + sz[a], a))
+        i = j
+    return end
+
+
+_SHARES = njit(_link_shares)
+
+
+def _wave(net, order, src, dst, ready, nb, P: int, ends=_ends) -> np.ndarray:
+    """Per rank: the last arrival among its messages of the wave (-inf: none);
+    ``ends``: how the flows share their links (:func:`_ends` or :func:`_ends_by_load`)."""
     links, tail = _links(net, order, src, dst)
     end = ready + net.o_s
     f = np.flatnonzero(nb > 0)
     if len(f):
-        end[f] = _ends(*_local(net, links[f]), end[f], nb[f])
+        end[f] = ends(*_local(net, links[f]), end[f], nb[f])
     arrival = end + tail + net.o_r
     last = np.full(P, -np.inf)
     np.maximum.at(last, src, arrival)
@@ -247,12 +322,18 @@ def _wave(net, order, src, dst, ready, nb, P: int) -> np.ndarray:
     return last
 
 
-def flow_waves_run(run) -> bool:
+def flow_waves_run(run, ends=_ends) -> bool:
     """Time ``run`` (a :class:`~simsparse.backends.fast.bulk.BulkRun` on a
-    flow-level network) wave after wave (:func:`.waves_ab.drive`). The
-    network keeps no trace of its flows (later messages find the links free)."""
+    flow-level network) wave after wave (:func:`.waves_ab.drive`), the flows
+    of a wave sharing their links by ``ends``. The network keeps no trace of
+    its flows (later messages find the links free)."""
     run._reset()
     net, P = run.host.network, run.P
     drive(run, lambda src, dst, nb, ready, order, floor: _wave(net, order, src, dst, ready,
-                                                               nb.astype(np.float64), P))
+                                                               nb.astype(np.float64), P, ends))
     return True
+
+
+def load_waves_run(run) -> bool:
+    """:func:`flow_waves_run` with each wave timed from its links' loads (:func:`_ends_by_load`)."""
+    return flow_waves_run(run, _ends_by_load)

@@ -16,6 +16,9 @@ provenance (``simsparse papers`` writes ``papers.csv`` and
   (stages, loads, repeats' floor, commit and host) beside it;
 * ``docs/performance.md``: the rows of ``benchmarks/bench_scale.py --out
   docs/data/scale.csv``, between its ``<!-- scale: begin/end -->`` lines;
+* ``docs/performance.md``: the rows of ``benchmarks/bench_flow_waves.py --out
+  docs/data/flow_waves.csv`` (each wave evaluator's error against the
+  events), between its ``<!-- flow waves: begin/end -->`` lines;
 * ``README.md``: the headline lines, between ``<!-- headline: begin/end -->``,
   one per kind of stored source: the papers' claims met, the validation
   error, the scale rows at their largest P; the dates and machines of the runs stay in the provenance files.
@@ -38,6 +41,8 @@ HEADLINE = ("<!-- headline: begin -->", "<!-- headline: end -->")
 VALIDATION = ("<!-- validation: begin -->", "<!-- validation: end -->")
 #: and docs/performance.md's table of the scale rows
 SCALE = ("<!-- scale: begin -->", "<!-- scale: end -->")
+#: and its table of the flow-level wave evaluators' errors
+FLOW_WAVES = ("<!-- flow waves: begin -->", "<!-- flow waves: end -->")
 #: the columns of compare.csv a stored validation run keeps
 KEPT = ["level", "phase", "kind", "schedule", "model", "algorithm", "params", "P", "n", "density", "pred_s", "meas_s",
         "rel_err"]
@@ -157,12 +162,30 @@ def scale_markdown(t: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def flow_waves_markdown(t: pd.DataFrame) -> str:
+    """The rows of a stored ``bench_flow_waves.py --out`` CSV as a table: each
+    evaluator's error against the events (blank where no collective was
+    gathered: the events timed the point), and the wall times."""
+    evals = [c[:-len("_error")] for c in t.columns if c.endswith("_error")]
+    lines = ["| network | algorithm | P | events | events' spread over seeds | "
+             + " | ".join(f"`{e}` error" for e in evals) + " | wall: events, " + ", ".join(evals) + " |",
+             "|---|---|---|---|---|" + "---|" * len(evals) + "---|"]
+    for r in t.to_dict("records"):
+        errs = " | ".join("" if pd.isna(r[f"{e}_error"]) else f"{100 * r[f'{e}_error']:+.2f} %" for e in evals)
+        walls = ", ".join(f"{r[f'{w}_wall_s']:.1f}" for w in ["events", *evals])
+        spread = "" if pd.isna(r["events_spread"]) else f"{100 * r['events_spread']:.1f} %"   # (one seed: none)
+        lines.append(f"| {r['network']} | {r['algorithm']} | {r['P']} | {1e3 * r['events_s']:.4g} ms | {spread} | "
+                     f"{errs} | {walls} s |")
+    return "\n".join(lines) + "\n"
+
+
 def stored(data: Path) -> dict:
     """What is stored under ``data``, each read once: ``claims`` (papers.csv), ``runs``
-    (:func:`validation_rows`) and ``scale`` (scale.csv), None where absent."""
-    papers, scale = data / "papers.csv", data / "scale.csv"
+    (:func:`validation_rows`), ``scale`` (scale.csv) and ``flow_waves`` (flow_waves.csv), None where absent."""
+    papers, scale, waves = data / "papers.csv", data / "scale.csv", data / "flow_waves.csv"
     return {"claims": read_claims(papers) if papers.is_file() else None, "runs": validation_rows(data) or None,
-            "scale": pd.read_csv(scale) if scale.is_file() else None}
+            "scale": pd.read_csv(scale) if scale.is_file() else None,
+            "flow_waves": pd.read_csv(waves) if waves.is_file() else None}
 
 
 def headline(src: dict) -> list[str]:
@@ -199,6 +222,8 @@ def render(data: Path, readme: Path, docs: Path) -> list[Path]:
         written.append(validation_figure(src["runs"], docs / FIGURE))
     if src["scale"] is not None:
         written.append(splice(docs / "performance.md", scale_markdown(src["scale"]), SCALE))
+    if src["flow_waves"] is not None:
+        written.append(splice(docs / "performance.md", flow_waves_markdown(src["flow_waves"]), FLOW_WAVES))
     written.append(splice(readme, "".join(f"{line}\n" for line in headline(src)), HEADLINE))
     return written
 
