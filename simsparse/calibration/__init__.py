@@ -346,10 +346,13 @@ def _select_scales(kernels: dict, fits: dict, calls: list, grid: list) -> None:
     """Each sparse kernel's factor over size and density (``select_scale``,
     :func:`.fit.fit_select_scale`) from its calls on its own
     (:func:`.worker.sparse_grid`), 1 at the median density (``Work.select``
-    over ``Work.elems``) of the algorithm runs' calls its line was fitted from."""
+    over ``Work.spread``) of the algorithm runs' calls its line was fitted from.
+    A call is ``(name, elems, bytes, seconds, faults, parts, select, over, rank)``
+    (before ``over`` was kept: no ``over``, the rank eighth)."""
     kept, _ = steady_calls(calls)
     for name in sorted({g[0] for g in grid} & set(kernels)):
-        dens = [c[6] / c[1] for c in kept if c[0] == name and len(c) > 7 and c[6] > 0 and c[1] > 0]
+        dens = [c[6] / ((c[7] if len(c) > 8 else 0.0) or c[1]) for c in kept
+                if c[0] == name and len(c) > 7 and c[6] > 0 and c[1] > 0]
         if not dens:
             continue
         ref = float(np.median(dens))

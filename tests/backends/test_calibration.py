@@ -94,6 +94,32 @@ def test_top_k_time_that_moves_with_k_gets_a_factor_over_size_and_density():
     assert fit.fit_select_scale([c for c in calls if c[1] == 8e-3], 0.01) is None   # one density: nothing to fit
 
 
+def test_a_gathers_factor_keys_on_the_vector_it_gathers_from():
+    """gather_at's work is its k indices (the line), but its time per index
+    falls as they get denser in x: the factor is read at (len(x), k / len(x))
+    (``Work.over``), 1 at the density of the calls its line was fitted from,
+    which the calibration takes as select over ``over`` (calls kept before
+    ``over`` was: the rank eighth, select over elements)."""
+    from simsparse.calibration import _select_scales
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.compute.kernels import Work, get_kernel
+
+    x, idx = np.zeros(50_000, np.float32), np.arange(0, 50_000, 100)
+    w = get_kernel("gather_at").work(None, x, idx)
+    assert (w.elems, w.select, w.over, w.spread) == (500, 500, 50_000, 50_000)
+    scale = {"reference_density": 0.01, "sizes": [50_000], "densities": [0.001, 0.01, 0.1], "factors": [[2.0, 1.0, 0.25]]}
+    dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e10, kernels={"gather_at": {
+        "per_elem_s": 1e-9, "launch_s": 0.0, "select_scale": scale}}))
+    assert dev.cost("gather_at", w) == pytest.approx(500e-9)   # k / n = 0.01: the line's own
+    assert dev.cost("gather_at", Work(5000, 0, select=5000, over=50_000)) == pytest.approx(0.25 * 5000e-9)
+    grid = [("gather_at", 50_000, d, 1e-6 / d) for d in (0.001, 0.01, 0.1)]
+    for calls in ([("gather_at", 500.0, 0.0, 1e-6, 0, 1.0, 500.0, 50_000.0, 0)],   # (…, select, over, rank)
+                  [("gather_at", 500.0, 0.0, 1e-6, 0, 1.0, 5.0, 0)]):               # before: (…, select, rank)
+        kernels, fits = {"gather_at": {}}, {"gather_at": {}}
+        _select_scales(kernels, fits, calls, grid)
+        assert kernels["gather_at"]["select_scale"]["reference_density"] == pytest.approx(0.01)
+
+
 def test_a_profile_with_the_full_calibrations_grid_passes_a_configs_limits():
     """The full calibration's kernel sizes reach 1.2e7 elements: as counts they pass the bounds
     every config's numbers meet (as floats they were read as dimensionless factors, at most 1e6,
