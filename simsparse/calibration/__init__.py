@@ -347,8 +347,15 @@ def _select_scales(kernels: dict, fits: dict, calls: list, grid: list) -> None:
     :func:`.fit.fit_select_scale`) from its calls on its own
     (:func:`.worker.sparse_grid`), 1 at the median density (``Work.select``
     over ``Work.spread``) of the algorithm runs' calls its line was fitted from.
-    A call is ``(name, elems, bytes, seconds, faults, parts, select, over, rank)``
-    (before ``over`` was kept: no ``over``, the rank eighth)."""
+    The factor is what the line misses: each grid call's time over the line's
+    at that call's elements (a gather's line counts its k indices, so its time
+    per index is what moves), where the grid kept them. A call is ``(name,
+    elems, bytes, seconds, faults, parts, select, over, rank)``, a grid call
+    ``(name, n, density, seconds, elems, rank)`` (kept before: without ``over``
+    and without ``elems``)."""
+    from ..compute.devices import DeviceProfile, ParametricDevice
+    from ..compute.kernels import Work
+
     kept, _ = steady_calls(calls)
     for name in sorted({g[0] for g in grid} & set(kernels)):
         dens = [c[6] / ((c[7] if len(c) > 8 else 0.0) or c[1]) for c in kept
@@ -356,7 +363,9 @@ def _select_scales(kernels: dict, fits: dict, calls: list, grid: list) -> None:
         if not dens:
             continue
         ref = float(np.median(dens))
-        scale = fit.fit_select_scale([g[1:] for g in grid if g[0] == name], ref)
+        line = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1.0, kernels={name: kernels[name]}))
+        scale = fit.fit_select_scale([(n, d, dt / line.cost(name, Work(rest[0], 0.0)) if len(rest) > 1 else dt)
+                                      for _, n, d, dt, *rest in (g for g in grid if g[0] == name)], ref)
         if scale:
             kernels[name]["select_scale"] = scale
             fits[name]["select_scale_calls"] = sum(g[0] == name for g in grid)

@@ -274,10 +274,12 @@ def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
     """Each of :data:`SPARSE_KERNELS` (the real backend's torch
     implementation) on its own at each of ``sizes`` times
     :data:`SELECT_DENSITIES`, every rank at once (as the algorithm runs share
-    the host): ``(kernel, n, density, seconds)``, the median of ``reps``
-    calls after one warm-up. The line of :func:`kernels`' calls gives the
-    time at their own density; these give how it moves with the entries
-    (``select_scale``, :func:`simsparse.calibration.fit.fit_select_scale`)."""
+    the host): ``(kernel, n, density, seconds, elements)``, the median of
+    ``reps`` calls after one warm-up, and the elements the kernel's line
+    counts for that call (``Work.elems``: n, or a gather's k indices). The
+    line of :func:`kernels`' calls gives the time at their own density;
+    these give what it misses as the entries move
+    (``select_scale``, :func:`simsparse.calibration._select_scales`)."""
     import torch
 
     from ..compute.kernels import get_kernel
@@ -288,19 +290,19 @@ def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
     for n in sizes:
         x = torch.randn(n, generator=gen).to(device)
         for name in SPARSE_KERNELS:
-            fn = get_kernel(name).torch_fn
+            k = get_kernel(name)
             for d in SELECT_DENSITIES:
                 args = _sparse_inputs(name, x, d, comm.Get_size())
                 comm.Barrier()
-                fn(*args)
+                w = k.work(k.torch_fn(*args), *args)
                 ts = []
                 for _ in range(reps):
                     sync()
                     t0 = now()
-                    fn(*args)
+                    k.torch_fn(*args)
                     sync()
                     ts.append(now() - t0)
-                out.append((name, n, d, _median(ts)))
+                out.append((name, n, d, _median(ts), float(w.elems)))
     return out
 
 

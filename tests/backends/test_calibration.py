@@ -112,12 +112,20 @@ def test_a_gathers_factor_keys_on_the_vector_it_gathers_from():
         "per_elem_s": 1e-9, "launch_s": 0.0, "select_scale": scale}}))
     assert dev.cost("gather_at", w) == pytest.approx(500e-9)   # k / n = 0.01: the line's own
     assert dev.cost("gather_at", Work(5000, 0, select=5000, over=50_000)) == pytest.approx(0.25 * 5000e-9)
-    grid = [("gather_at", 50_000, d, 1e-6 / d) for d in (0.001, 0.01, 0.1)]
-    for calls in ([("gather_at", 500.0, 0.0, 1e-6, 0, 1.0, 500.0, 50_000.0, 0)],   # (…, select, over, rank)
-                  [("gather_at", 500.0, 0.0, 1e-6, 0, 1.0, 5.0, 0)]):               # before: (…, select, rank)
-        kernels, fits = {"gather_at": {}}, {"gather_at": {}}
+    # the grid: a gather of k = d n indices takes 1 us plus 10 ns an index at d = 0.01, 2.5 ns at 0.1, 40 at 0.001
+    per = {0.001: 40e-9, 0.01: 10e-9, 0.1: 2.5e-9}
+    grid = [("gather_at", 50_000, d, 1e-6 + p * d * 50_000, d * 50_000, 0) for d, p in per.items()]
+    line = {"launch_s": 1e-6, "per_elem_s": 10e-9, "complexity": "n"}   # (its line: fitted at d = 0.01)
+    for calls in ([("gather_at", 500.0, 0.0, 1e-6, 0, 1.0, 500.0, 50_000.0, 0)],   # (..., select, over, rank)
+                  [("gather_at", 500.0, 0.0, 1e-6, 0, 1.0, 5.0, 0)]):               # before: (..., select, rank)
+        kernels, fits = {"gather_at": dict(line)}, {"gather_at": {}}
         _select_scales(kernels, fits, calls, grid)
-        assert kernels["gather_at"]["select_scale"]["reference_density"] == pytest.approx(0.01)
+        sel = kernels["gather_at"]["select_scale"]
+        assert sel["reference_density"] == pytest.approx(0.01)
+        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e10, kernels={"gather_at": kernels["gather_at"]}))
+        for d, p in per.items():   # the line and its factor give the grid's times back
+            k = d * 50_000
+            assert dev.cost("gather_at", Work(k, 0, select=k, over=50_000)) == pytest.approx(1e-6 + p * k, rel=1e-3)
 
 
 def test_a_profile_with_the_full_calibrations_grid_passes_a_configs_limits():
