@@ -346,20 +346,17 @@ def _select_scales(kernels: dict, fits: dict, calls: list, grid: list) -> None:
     """Each sparse kernel's factor over size and density (``select_scale``,
     :func:`.fit.fit_select_scale`) from its calls on its own
     (:func:`.worker.sparse_grid`), 1 at the median density (``Work.select``
-    over ``Work.spread``) of the algorithm runs' calls its line was fitted from.
+    over ``Work.elems``) of the algorithm runs' calls its line was fitted from.
     The factor is what the line misses: each grid call's time over the line's
-    at that call's elements (a gather's line counts its k indices, so its time
-    per index is what moves), where the grid kept them. A call is ``(name,
-    elems, bytes, seconds, faults, parts, select, over, rank)``, a grid call
-    ``(name, n, density, seconds, elems, rank)`` (kept before: without ``over``
-    and without ``elems``)."""
+    at that call's elements (a scatter-add's line counts its n + nnz), where
+    the grid kept them: ``(name, n, density, seconds, elements, rank)``
+    (kept before: without ``elements``)."""
     from ..compute.devices import DeviceProfile, ParametricDevice
     from ..compute.kernels import Work
 
     kept, _ = steady_calls(calls)
     for name in sorted({g[0] for g in grid} & set(kernels)):
-        dens = [c[6] / ((c[7] if len(c) > 8 else 0.0) or c[1]) for c in kept
-                if c[0] == name and len(c) > 7 and c[6] > 0 and c[1] > 0]
+        dens = [c[6] / c[1] for c in kept if c[0] == name and len(c) > 7 and c[6] > 0 and c[1] > 0]
         if not dens:
             continue
         ref = float(np.median(dens))

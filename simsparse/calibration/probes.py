@@ -49,8 +49,7 @@ class KernelProbe:
             faults = _minflt() - f0
             w = k.work(out, *args, **kwargs)
             name = f"{k.name}/{w.path}" if w.path else k.name
-            self.calls.append((name, float(w.elems), float(w.bytes), dt, faults, float(w.parts), float(w.select),
-                               float(w.over)))
+            self.calls.append((name, float(w.elems), float(w.bytes), dt, faults, float(w.parts), float(w.select)))
             return out
 
         return timed

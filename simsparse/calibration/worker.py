@@ -237,7 +237,7 @@ def _sparse_inputs(name: str, x, d: float, parts: int):
     (the entries it selects, finds or scatters over its elements,
     ``Work.select``): top-k's and the k-th value's k, the threshold that
     d n entries pass, a vector with d n nonzeros to sparsify, d n values to
-    scatter into a dense one or gather from it, or ``parts`` sparse vectors with d n / (1 - d)
+    scatter into a dense one, or ``parts`` sparse vectors with d n / (1 - d)
     entries in all (what a rank scatters after an allgather of the parts'
     selections)."""
     import torch
@@ -251,10 +251,8 @@ def _sparse_inputs(name: str, x, d: float, parts: int):
     if name == "threshold_select":
         return (x, float(torch.topk(x.abs(), k, sorted=False).values.min()))
     gen = torch.Generator().manual_seed(k)
-    if name in ("sparsify", "scatter_values", "gather_at"):   # k entries at random places of n
+    if name in ("sparsify", "scatter_values"):   # k entries at random places of n
         idx = torch.sort(torch.randperm(n, generator=gen)[:k].to(x.device)).values
-        if name == "gather_at":
-            return (x, idx.to(torch.int32))
         if name == "scatter_values":
             return (idx.to(torch.int32), x[:k].clone(), n, x)
         dense = torch.zeros_like(x)
@@ -267,7 +265,7 @@ def _sparse_inputs(name: str, x, d: float, parts: int):
 
 #: the sparse kernels :func:`sparse_grid` times on their own: those whose time at one size moves with the
 #: entries they keep, find or scatter (``Work.select``)
-SPARSE_KERNELS = ("topk", "threshold_select", "scatter_add", "kth_abs", "sparsify", "scatter_values", "gather_at")
+SPARSE_KERNELS = ("topk", "threshold_select", "scatter_add", "kth_abs", "sparsify", "scatter_values")
 
 
 def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
@@ -276,7 +274,7 @@ def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
     :data:`SELECT_DENSITIES`, every rank at once (as the algorithm runs share
     the host): ``(kernel, n, density, seconds, elements)``, the median of
     ``reps`` calls after one warm-up, and the elements the kernel's line
-    counts for that call (``Work.elems``: n, or a gather's k indices). The
+    counts for that call (``Work.elems``: n, or a scatter-add's n + nnz). The
     line of :func:`kernels`' calls gives the time at their own density;
     these give what it misses as the entries move
     (``select_scale``, :func:`simsparse.calibration._select_scales`)."""

@@ -218,7 +218,7 @@ class ParametricDevice(Device):
         if kc.size_scale:
             t *= kc.scale(max(work.elems, 1.0))
         if kc.select_scale and work.select:
-            t *= kc.select_scale.at(work.spread, work.select / work.spread)
+            t *= kc.select_scale.at(max(work.elems, 1.0), work.select / max(work.elems, 1.0))
         return t
 
 

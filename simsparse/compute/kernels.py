@@ -39,21 +39,13 @@ class Work:
     ``select``: the sparse entries a kernel selects (top-k's k, a
     threshold's survivors) or scatters (a scatter-add's nnz); 0 for a dense
     kernel. At one size, such a kernel's time moves with them
-    (``select_scale``); ``over``: the vector those entries are spread over,
-    where it is not the kernel's elements (a gather of k values from a
-    vector of n: its elements are k, its density k / n), else 0."""
+    (``select_scale``)."""
 
     elems: float
     bytes: float
     parts: float = 1.0
     path: str = ""
     select: float = 0.0
-    over: float = 0.0
-
-    @property
-    def spread(self) -> float:
-        """The elements the selected entries are spread over (``over``, else ``elems``; at least 1)."""
-        return max(self.over or self.elems, 1.0)
 
     @property
     def nlogn(self) -> float:

@@ -320,12 +320,9 @@ def _sparsify_torch(x, offset=0, n=None):
     return COO((nz + offset).to(_tidx(n)), x[nz], n)
 
 
-@kernel("gather_at", work=lambda out, x, idx: Work(len(idx), 2 * len(idx) * _isz(x) + len(idx) * 4,
-                                                  select=len(idx), over=len(x)))
+@kernel("gather_at", work=lambda out, x, idx: Work(len(idx), 2 * len(idx) * _isz(x) + len(idx) * 4))
 def gather_at(x, idx):
-    """x[idx]: the values of a dense vector at given indices. Its time per
-    index falls as they get denser in x (more of them share a cache line):
-    ``select_scale`` over (len(x), len(idx) / len(x))."""
+    """x[idx]: the values of a dense vector at given indices."""
     return x[idx]
 
 

@@ -94,38 +94,34 @@ def test_top_k_time_that_moves_with_k_gets_a_factor_over_size_and_density():
     assert fit.fit_select_scale([c for c in calls if c[1] == 8e-3], 0.01) is None   # one density: nothing to fit
 
 
-def test_a_gathers_factor_keys_on_the_vector_it_gathers_from():
-    """gather_at's work is its k indices (the line), but its time per index
-    falls as they get denser in x: the factor is read at (len(x), k / len(x))
-    (``Work.over``), 1 at the density of the calls its line was fitted from,
-    which the calibration takes as select over ``over`` (calls kept before
-    ``over`` was: the rank eighth, select over elements)."""
+def test_the_grids_factor_is_what_the_line_misses():
+    """A scatter-add's line counts its n + nnz elements: the grid's factor
+    is each call's time over the line's at that call's elements (the grid
+    keeps them), so the line and the factor give the grid's times back,
+    and 1 at the density of the calls the line was fitted from. A grid kept
+    before (no elements) gives the plain time ratio."""
     from simsparse.calibration import _select_scales
     from simsparse.compute.devices import DeviceProfile, ParametricDevice
-    from simsparse.compute.kernels import Work, get_kernel
+    from simsparse.compute.kernels import Work
 
-    x, idx = np.zeros(50_000, np.float32), np.arange(0, 50_000, 100)
-    w = get_kernel("gather_at").work(None, x, idx)
-    assert (w.elems, w.select, w.over, w.spread) == (500, 500, 50_000, 50_000)
-    scale = {"reference_density": 0.01, "sizes": [50_000], "densities": [0.001, 0.01, 0.1], "factors": [[2.0, 1.0, 0.25]]}
-    dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e10, kernels={"gather_at": {
-        "per_elem_s": 1e-9, "launch_s": 0.0, "select_scale": scale}}))
-    assert dev.cost("gather_at", w) == pytest.approx(500e-9)   # k / n = 0.01: the line's own
-    assert dev.cost("gather_at", Work(5000, 0, select=5000, over=50_000)) == pytest.approx(0.25 * 5000e-9)
-    # the grid: a gather of k = d n indices takes 1 us plus 10 ns an index at d = 0.01, 2.5 ns at 0.1, 40 at 0.001
-    per = {0.001: 40e-9, 0.01: 10e-9, 0.1: 2.5e-9}
-    grid = [("gather_at", 50_000, d, 1e-6 + p * d * 50_000, d * 50_000, 0) for d, p in per.items()]
-    line = {"launch_s": 1e-6, "per_elem_s": 10e-9, "complexity": "n"}   # (its line: fitted at d = 0.01)
-    for calls in ([("gather_at", 500.0, 0.0, 1e-6, 0, 1.0, 500.0, 50_000.0, 0)],   # (..., select, over, rank)
-                  [("gather_at", 500.0, 0.0, 1e-6, 0, 1.0, 5.0, 0)]):               # before: (..., select, rank)
-        kernels, fits = {"gather_at": dict(line)}, {"gather_at": {}}
-        _select_scales(kernels, fits, calls, grid)
-        sel = kernels["gather_at"]["select_scale"]
-        assert sel["reference_density"] == pytest.approx(0.01)
-        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e10, kernels={"gather_at": kernels["gather_at"]}))
-        for d, p in per.items():   # the line and its factor give the grid's times back
-            k = d * 50_000
-            assert dev.cost("gather_at", Work(k, 0, select=k, over=50_000)) == pytest.approx(1e-6 + p * k, rel=1e-3)
+    n, miss = 100_000, {0.001: 1.3, 0.01: 1.0, 0.1: 0.6, 0.3: 0.5}   # what the line misses, by density
+    line = {"launch_s": 1e-6, "per_elem_s": 1e-9, "complexity": "n"}
+    cost = lambda e: 1e-6 + 1e-9 * e   # noqa: E731
+    elems = {d: n / (1 - d) for d in miss}   # n and the nnz scattered: d of them
+    grid = [("scatter_add", n, d, cost(elems[d]) * f, elems[d], 0) for d, f in miss.items()]
+    calls = [("scatter_add", 1e5, 0.0, 1e-4, 0, 1.0, 1000.0, 0)]   # (..., select, rank): density 0.01
+    kernels, fits = {"scatter_add": dict(line)}, {"scatter_add": {}}
+    _select_scales(kernels, fits, calls, grid)
+    sel = kernels["scatter_add"]["select_scale"]
+    assert sel["reference_density"] == pytest.approx(0.01)
+    dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e10, kernels={"scatter_add": kernels["scatter_add"]}))
+    for d, f in miss.items():
+        e = elems[d]
+        assert dev.cost("scatter_add", Work(e, 0, select=d * e)) == pytest.approx(cost(e) * f, rel=1e-3)
+    kernels = {"scatter_add": dict(line)}
+    _select_scales(kernels, {"scatter_add": {}}, calls, [(*g[:4], 0) for g in grid])
+    assert kernels["scatter_add"]["select_scale"]["factors"][0][-1] == pytest.approx(
+        grid[-1][3] / grid[1][3], rel=1e-3)
 
 
 def test_a_profile_with_the_full_calibrations_grid_passes_a_configs_limits():

@@ -378,8 +378,7 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         if self.ideal:
             return 0.0
         if self.byte_scale != 1.0:   # (the constructor: dataclasses.replace was a fifth of a small kernel's cost)
-            s = self.byte_scale
-            w = Work(w.elems * s, w.bytes * s, w.parts, w.path, w.select * s, w.over * s)
+            w = Work(w.elems * self.byte_scale, w.bytes * self.byte_scale, w.parts, w.path, w.select * self.byte_scale)
         return self.device.cost(name, w)
 
     def wire_bytes(self, payload: Payload) -> int:
