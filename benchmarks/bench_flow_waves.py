@@ -114,7 +114,8 @@ def main():
                     row.update({f"{e}_error": err, f"{e}_wall_s": wall[e]})
                     line.append(f"{100 * err:+14.2f}% {wall[e]:5.1f}s" if timed else f"{'(events)':>15} {wall[e]:5.1f}s")
                 rows.append(row)
-                print(f"{net:<24} {alg:<22} {P:>5} {me:11.5g} {100 * row['events_spread']:6.1f}% " + " ".join(line)
+                spread = "-" if a.seeds == 1 else f"{100 * row['events_spread']:.1f}%"
+                print(f"{net:<24} {alg:<22} {P:>5} {me:11.5g} {spread:>7} " + " ".join(line)
                       + f" {wall['events']:10.1f}s", flush=True)
     for e, x in errs.items():
         if x:
