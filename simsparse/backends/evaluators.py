@@ -242,31 +242,29 @@ class WavesFlow(_Collective):
     #: Piz Daint's adaptive routing up to 33 % (routes chosen on a wave's load, not at each start; the
     #: events' own time moves by as much with the routing seed: benchmarks/bench_flow_waves.py)
     BOUND_STATIC, BOUND_ADAPTIVE = 0.15, 0.35
+    #: how a wave's flows share their links (the verdicts' reasons)
+    sharing = "shares solved per batch of starts and ends, not per flow departure"
 
     def verdict(self, s, run):
         if "arrays" in s.network:
-            return approximate(self.BOUND_STATIC, "static routes: shares solved per wave, not per flow departure")
-        return approximate(self.BOUND_ADAPTIVE, "adaptive routes chosen on the wave's load, not at each start")
+            return approximate(self.BOUND_STATIC, f"static routes; {self.sharing}")
+        return approximate(self.BOUND_ADAPTIVE, f"adaptive routes chosen on the wave's load, not at each start; "
+                                                f"{self.sharing}")
 
 
-class LinkLoad(_Collective):
+class LinkLoad(WavesFlow):
+    """The same waves, routes and bounds as :class:`WavesFlow`: the harness's grid
+    (scripts/evaluator_table.py) gives both the same largest errors, and the grid of
+    benchmarks/bench_flow_waves.py (four networks, Ok-Topk, TopkDSA and an unrotated
+    alltoallv, P = 16 to 256) median 0.20 %, at most 10.5 % (an unrotated alltoallv at
+    P = 16 under UGAL), where waves_flow gives 0.24 and 8.6 %."""
+
     name = "link_load"
-    needs = "flow_waves"
-    summary = "wave after wave on the flow-level model, each flow timed by its busiest link's load, no solve (fast/waves_flow.py)"
+    summary = ("wave after wave on the flow-level model, each flow timed by its busiest link's load, no solve "
+               "(fast/waves_flow.py)")
     runs = "fast.waves_flow:load_waves_run"
     per_message_s = 1.8e-6
-    per_call_s = 1e-3
-    #: as waves_flow's: the harness's grid (scripts/evaluator_table.py) gives both the same errors up to
-    #: P = 13 (the waves' own: folded ranks overlapping them), and the grid of benchmarks/bench_flow_waves.py
-    #: (four networks, Ok-Topk, TopkDSA and an unrotated alltoallv, P = 16 to 256) median 0.20 %, at
-    #: most 10.5 % (an unrotated alltoallv at P = 16 under UGAL), where waves_flow gives 0.24 and 8.6 %
-    BOUND_STATIC, BOUND_ADAPTIVE = WavesFlow.BOUND_STATIC, WavesFlow.BOUND_ADAPTIVE
-
-    def verdict(self, s, run):
-        if "arrays" in s.network:
-            return approximate(self.BOUND_STATIC, "static routes: each flow its busiest link's fair share, one pass a wave")
-        return approximate(self.BOUND_ADAPTIVE, "adaptive routes chosen on the wave's load; each flow its busiest "
-                                                "link's fair share")
+    sharing = "each flow ends when its busiest link, shared fairly on its own, lets it: one pass a wave"
 
 
 class Replay(_Collective):

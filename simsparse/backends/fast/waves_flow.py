@@ -260,11 +260,9 @@ def _ends_by_load(L, cap, start, size) -> np.ndarray:
     lk = link[pair]
     end = np.array(start, dtype=np.float64)
     if len(pair):
-        fin = _SHARES(lk, np.asarray(start, np.float64)[flow], np.asarray(size, np.float64)[flow],
-                      np.asarray(cap, np.float64)[lk]) if jit.enabled() else \
-            _link_shares(lk, np.asarray(start, np.float64)[flow], np.asarray(size, np.float64)[flow],
-                         np.asarray(cap, np.float64)[lk])
-        np.maximum.at(end, flow, fin)
+        shares = _SHARES if jit.enabled() else _link_shares
+        np.maximum.at(end, flow, shares(lk, end[flow], np.asarray(size, np.float64)[flow],
+                                        np.asarray(cap, np.float64)[lk]))
     return end
 
 
@@ -275,7 +273,7 @@ def _link_shares(lk, st, sz, c):
     V0 + its size, so departures come in that order (a heap)."""
     m = len(lk)
     end = np.empty(m)
-    heap = [(0.0, 0)]
+    heap = [(0.0, 0)]   # (typed for numba by its first item; cleared per link)
     i = 0
     while i < m:
         j = i
