@@ -232,7 +232,7 @@ def test_a_rank_that_dies_or_hangs_ends_measure_with_a_clear_error(tmp_path, fau
         clear = "died during point" in err or re.search(r"rank \d+: point", err)
         assert clear and took < 30, err
     else:
-        assert "did not finish within --timeout 6 s" in err and took < 30, err   # (its points take under 0.5 s)
+        assert "did not finish within --timeout 6 s" in err and took < 30, err   # (its points: 200k elements, P = 3)
     assert "finished before it are kept" in err and _rows(out) >= 1
     assert not any(p.exists() for p in (Path(f"/proc/{pid}") for pid in ranks.values())
                    if (p / "stat").exists() and " Z " not in (p / "stat").read_text())  # no rank left running
