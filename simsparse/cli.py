@@ -325,7 +325,8 @@ def _add_model_parser(sub) -> None:
     q.add_argument("--reps", type=int, default=5, help="timed iterations after one warm-up; the median is kept")
     q.add_argument("--ranks", type=int, default=1,
                    help="ranks that will share this host (CPU): each times the model at once with its share of the "
-                        "cores, as measure's ranks run and as calibrate times layers (default 1: the device alone)")
+                        "cores, as measure's ranks run and as calibrate times layers, by calibrate's clock (CPU "
+                        "seconds with more ranks than cores) (default 1: the device alone)")
     q.add_argument("--base", required=True, metavar="PROFILE",
                    help="the device profile the measured times join (its kernels time the rest): a packaged one "
                         "(p100, h100, ...) or the one `simsparse calibrate` wrote for this machine")

@@ -92,7 +92,7 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
     # clock would count the other ranks' time slices; one rank per core would miss what they do to each other.
     cores = host_cores()
     shared = ranks > cores
-    cpu_clock = shared and device == "cpu"
+    cpu_clock = compute_clock(device, ranks) == "cpu"
     if testbed is None and not shared:
         raw = _launch(mpiexec, spec, ranks, None, timeout_s)
     else:
@@ -390,9 +390,19 @@ def _memory_roofline(calls) -> dict:
     return {"launch_s": f["alpha_s"], "mem_bandwidth_Bps": f["bandwidth_Bps"], "residuals": f["residuals"]}
 
 
+def compute_clock(device: str, ranks: int) -> str:
+    """The clock kernels and layers are timed with on ``ranks`` ranks of this host: ``cpu`` (each
+    process's CPU seconds) where more ranks than cores share the CPU device, which the simulator
+    then shares among them (``shared_cores``), else ``wall`` (:func:`calibrate`'s comment)."""
+    return "cpu" if device == "cpu" and ranks > host_cores() else "wall"
+
+
 def time_layers(device: str, models: list, batch_size: int, reps: int, ranks: int = 1) -> dict:
     """:func:`.worker.layers` of ``models``: on this process's ``device`` alone (no MPI), or on ``ranks``
-    ranks at once under mpiexec (each with its share of the cores, as measure's ranks run; rank 0's times)."""
+    ranks at once under mpiexec (each with its share of the cores, as measure's ranks run; rank 0's
+    times), by the clock :func:`calibrate` uses (:func:`compute_clock`: with more ranks than cores,
+    the CPU seconds a pass costs its rank; a wall clock would count the others' time slices too, and
+    the simulator's shared cores would count them again)."""
     if ranks == 1:
         import torch
 
@@ -405,7 +415,8 @@ def time_layers(device: str, models: list, batch_size: int, reps: int, ranks: in
         return layers(Solo(), torch.device(device), models, batch_size, reps)
     from ..experiments.run.measure import check_prerequisites
 
-    spec = {"device": device, "parts": ["layers"], "models": list(models), "batch_size": batch_size, "layer_reps": reps}
+    spec = {"device": device, "parts": ["layers"], "models": list(models), "batch_size": batch_size, "layer_reps": reps,
+            "clock": compute_clock(device, ranks)}
     return _launch(check_prerequisites(), spec, ranks, None, timeout_s=600 + 60 * reps)["layers"]
 
 

@@ -166,3 +166,32 @@ def test_a_point_measured_again_drops_its_stale_phase_medians(tmp_path):
     assert compare(tmp_path / "pred", tmp_path / "r3").phases["meas_s"].tolist() == pytest.approx([2e-3])
     _phased(tmp_path / "r3", "a", {"x": 4e-3})            # measured again: 4 ms, its trace says so
     assert compare(tmp_path / "pred", tmp_path / "r3").phases["meas_s"].tolist() == pytest.approx([4e-3])
+
+
+def test_a_held_out_models_layers_are_timed_on_the_ranks_once_and_kept(tmp_path, monkeypatch):
+    """A training point whose model the calibration did not time (it times the tuned suite's
+    model at one batch) gets its layers timed at its batch on its P ranks, once per (model,
+    batch, P), kept in the output folder and read back; a model the profile holds is not timed."""
+    from types import SimpleNamespace
+
+    import simsparse.calibration as cal
+    from simsparse.compute.models import model_table
+    from simsparse.experiments.analysis import validate as v
+
+    n = len(model_table("resnet32_cifar10")["tensors"])
+    calls = []
+
+    def fake_time_layers(device, models, bs, reps, ranks=1):
+        calls.append((tuple(models), bs, ranks))
+        return {m: {"batch_size": bs, "forward_s": 0.01, "backward_s": [1e-4] * n} for m in models}
+
+    monkeypatch.setattr(cal, "time_layers", fake_time_layers)
+    point = lambda model, bs: SimpleNamespace(P=4, schedule="whole", batch_size=bs, workload={"model": model},   # noqa: E731
+                                             compute=None)
+    profiles = {4: {"compute": {"models": {"resnet20_cifar10": {"batch_size": 8}}}}}
+    points = [point("resnet32_cifar10", 16), point("resnet32_cifar10", 16), point("resnet20_cifar10", 8)]
+    got = v._held_out_layers(points, profiles, tmp_path, "cpu", lambda m: None)
+    assert calls == [(("resnet32_cifar10",), 16, 4)]
+    entry = got[4]["resnet32_cifar10"]
+    assert entry["batch_size"] == 16 and len(entry["t_bwd"]) == n and sum(entry["t_bwd"]) == pytest.approx(n * 1e-4)
+    assert v._held_out_layers(points, profiles, tmp_path, "cpu", lambda m: None) == got and len(calls) == 1

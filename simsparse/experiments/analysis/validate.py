@@ -132,7 +132,11 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
     log["name"] = exp.name
     base = Path(out) if out else Path("results") / f"{exp.name}_{machine}"
     log["profiles"] = {P: str(v["path"]) for P, v in profiles.items()}
-    points = [replace(p, network=profiles[p.P]["network"], compute=_with_models(profiles[p.P]["compute"], p.compute),
+    with _stage(log, "layers"):
+        timed = _held_out_layers(exp.points, profiles, base, device, say)
+    points = [replace(p, network=profiles[p.P]["network"],
+                      compute=_with_models(profiles[p.P]["compute"], {"models": {**((p.compute or {}).get("models") or {}),
+                                                                                 **timed.get(p.P, {})}}),
                       data_scale=1.0) for p in exp.points]
 
     pred = ResultsStore(base / "pred", fresh=fresh)
@@ -287,6 +291,42 @@ def _predict_into(store, points) -> None:
         store.save_trace(o.row["point_id"], o.trace)
         store.add(o.row)
     store.combine_traces(True)
+
+
+#: forward and backward passes timed per held-out model (after one warm-up)
+LAYER_REPS = 5
+
+
+def _held_out_layers(points, profiles: dict, base: Path, device: str, say) -> dict:
+    """Per rank count: the layer times of each training point's model at its batch where the
+    calibration did not time it (it times the tuned suite's model at one batch) and the config's own
+    profile holds none, timed on that many ranks at once by calibrate's clock
+    (:func:`simsparse.calibration.time_layers`). A held-out model is then predicted from its
+    measured layers, as the tuned one is, not from the roofline. Kept in ``base/layers.json``
+    and read back on a later run."""
+    from ...calibration import layer_times, time_layers
+
+    want = {}
+    for p in points:
+        model = (p.workload or {}).get("model")
+        if p.schedule is None or not model:
+            continue
+        have = {**(profiles[p.P]["compute"].get("models") or {}), **((p.compute or {}).get("models") or {})}
+        if model not in have:
+            want.setdefault(p.P, set()).add((model, p.batch_size))
+    cache = base / "layers.json"
+    kept = json.loads(cache.read_text()) if cache.is_file() else {}
+    out = {}
+    for P, models in sorted(want.items()):
+        for model, bs in sorted(models):
+            key = f"{model}@{bs}x{P}"
+            if key not in kept:
+                say(f"timing {model}'s layers at batch {bs} on {P} ranks (the calibration did not time it)")
+                kept[key] = time_layers(device, [model], bs, LAYER_REPS, ranks=P)[model]
+                base.mkdir(parents=True, exist_ok=True)
+                atomic_write(cache, lambda tmp: Path(tmp).write_text(json.dumps(kept)))
+            out.setdefault(P, {}).update(layer_times({model: kept[key]})[1])
+    return out
 
 
 def _with_models(calibrated: dict, named: dict | None) -> dict:
