@@ -93,7 +93,8 @@ def validation_rows(data: Path) -> list[dict]:
                      "signed": float(pd.to_numeric(pts["rel_err"], errors="coerce").median()),
                      "communication": error_stats(t.loc[t["kind"] == "communication", "rel_err"]),
                      "compute": error_stats(t.loc[t["kind"] == "compute", "rel_err"]),
-                     "floor": (spread["one_vs_rest_median"], spread["one_vs_rest_p90"]) if spread else None,
+                     "floor": (spread["one_vs_rest_median"], spread["one_vs_rest_p90"])
+                     if spread and pd.notna(spread["one_vs_rest_median"]) else None,   # (none measured twice)
                      "pred_s": pts["pred_s"], "meas_s": pts["meas_s"]})
     return rows
 
