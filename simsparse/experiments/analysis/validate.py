@@ -135,8 +135,7 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
     with _stage(log, "layers"):
         timed = _held_out_layers(exp.points, profiles, base, device, say)
     points = [replace(p, network=profiles[p.P]["network"],
-                      compute=_with_models(profiles[p.P]["compute"], {"models": {**((p.compute or {}).get("models") or {}),
-                                                                                 **timed.get(p.P, {})}}),
+                      compute=_with_models(_with_models(profiles[p.P]["compute"], p.compute), {"models": timed.get(p.P)}),
                       data_scale=1.0) for p in exp.points]
 
     pred = ResultsStore(base / "pred", fresh=fresh)
@@ -311,8 +310,7 @@ def _held_out_layers(points, profiles: dict, base: Path, device: str, say) -> di
         model = (p.workload or {}).get("model")
         if p.schedule is None or not model:
             continue
-        have = {**(profiles[p.P]["compute"].get("models") or {}), **((p.compute or {}).get("models") or {})}
-        if model not in have:
+        if model not in _with_models(profiles[p.P]["compute"], p.compute).get("models", {}):
             want.setdefault(p.P, set()).add((model, p.batch_size))
     cache = base / "layers.json"
     kept = json.loads(cache.read_text()) if cache.is_file() else {}
