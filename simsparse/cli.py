@@ -139,9 +139,12 @@ def _signals_as_interrupts():
     def handler(signum, frame):
         received.append(signum)
         progress = sys.modules.get("simsparse.experiments.run.progress")
-        if progress is not None:   # raised again between points, if this one is swallowed
-            progress.SIGNALLED.append(signum)
-        raise KeyboardInterrupt
+        if progress is None:
+            raise KeyboardInterrupt
+        deferred = bool(progress.SIGNALLED)
+        progress.SIGNALLED.append(signum)   # raised again when a point starts or ends
+        if deferred or not _in_compiler(frame):
+            raise KeyboardInterrupt
 
     def unraisable(u, hook=sys.unraisablehook):   # a swallowed interrupt is raised again between points
         if not (received and u.exc_type is KeyboardInterrupt):
@@ -155,6 +158,18 @@ def _signals_as_interrupts():
         for sig, h in old.items():
             signal.signal(sig, h)
         sys.unraisablehook = old_hook
+
+
+def _in_compiler(frame) -> bool:
+    """Whether numba's compiler is on the stack. An interrupt raised there can
+    leave an llvmlite object half built, whose finaliser then prints a
+    traceback at exit (CI: SIGINT mid-run), so the first signal waits for the
+    run's next point boundary; a second one interrupts at once."""
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").partition(".")[0] in ("numba", "llvmlite"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def forget_caught_interrupt() -> None:

@@ -103,6 +103,25 @@ def test_an_interrupt_caught_after_it_left_exec_code_still_exits_with_the_code_r
     assert rc == 143
 
 
+def test_a_signal_inside_numbas_compiler_waits_for_the_next_point_and_a_second_one_does_not():
+    # CI: a SIGINT that landed while numba built an llvmlite object left it half built, and its finaliser printed
+    # a traceback at exit; the first signal now waits for the run's point boundary
+    from simsparse.cli import _signals_as_interrupts
+    from simsparse.experiments.run import progress
+
+    compiling = {"__name__": "numba.core.compiler", "signal": signal}
+    with _signals_as_interrupts() as received:
+        progress.SIGNALLED.clear()
+        exec("signal.raise_signal(signal.SIGINT)", compiling)   # deferred: no interrupt here
+        assert received == [signal.SIGINT] and progress.SIGNALLED == [signal.SIGINT]
+        with pytest.raises(KeyboardInterrupt):
+            exec("signal.raise_signal(signal.SIGTERM)", compiling)
+        progress.SIGNALLED.clear()
+        with pytest.raises(KeyboardInterrupt):   # outside the compiler it interrupts at once
+            signal.raise_signal(signal.SIGINT)
+    progress.SIGNALLED.clear()
+
+
 def test_a_point_that_outgrows_its_budget_stops_keeping_what_finished(cfg, tmp_path, monkeypatch, capsys):
     import simsparse.experiments.run.runner as runner
 
