@@ -45,7 +45,6 @@ from ..engine import NORMAL
 from .flow_bulk import BUSY, FlowBulk, Held
 from .flow_solve import FlowSolve
 from .maxmin import END_TOL
-from .topology import SWITCH
 
 TICK_PRIORITY = NORMAL + 1   # after every ordinary event of the same timestamp
 
@@ -71,9 +70,8 @@ class _Routes:
         self._lat_of, self._bw_of = machine.topo.lat_arr, machine.topo.bw_arr
         kind = machine.fabric.watch_kind if machine.adaptive else None
         kinds = (kind,) if isinstance(kind, str) else tuple(kind or ())   # one kind or several
-        self._watched = [k in kinds for k in machine.topo.lkind] if kinds else None
-        #: the same as an array (per link: whether adaptive routing reads its load), or None
-        self.watched = np.array(self._watched, dtype=np.bool_) if self._watched else None
+        #: per link: whether adaptive routing reads its load (a list, and the same as an array), or None
+        self._watched, self.watched = machine.topo.links_of_kind(kinds) if kinds else (None, None)
 
     def add(self, links: list[int], ends: tuple[int, int] = (-1, -1)) -> int:
         i = self.n
@@ -146,7 +144,7 @@ class FlowNetwork(FlowBulk, FlowSolve):
             m = self._machine_for(P)
             eps = [int(e) for e in self._place(m, P)]
             cap = np.append(m.topo.bw_arr, np.inf)
-            port = np.append([m.topo.kind[u] == SWITCH for u in m.topo.src], False)   # a switch's output port
+            port = np.append(m.topo.from_switch, False)   # a switch's output port
             got = self._per_P[P] = (m, eps, cap, _Routes(m, m.topo.n_links), port)
         return got
 

@@ -76,6 +76,17 @@ class Topology:
         """Numpy views of the link table, used by the flow model."""
         self.bw_arr = np.asarray(self.bw, dtype=np.float64)
         self.lat_arr = np.asarray(self.lat, dtype=np.float64)
+        #: per link: whether it is a switch's output port
+        self.from_switch = (np.asarray(self.kind) == SWITCH)[np.asarray(self.src, dtype=np.intp)]
+        self._of_kind: dict[tuple, tuple] = {}
+
+    def links_of_kind(self, kinds: tuple) -> tuple[list[bool], np.ndarray]:
+        """Per link, whether its kind is one of ``kinds``, as a list and an array (kept: machines are cached)."""
+        got = self._of_kind.get(kinds)
+        if got is None:
+            flags = [k in kinds for k in self.lkind]
+            got = self._of_kind[kinds] = (flags, np.array(flags, dtype=np.bool_))
+        return got
 
     def count(self, kind: str) -> int:
         return sum(1 for k in self.kind if k == kind)

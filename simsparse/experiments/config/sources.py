@@ -2,6 +2,7 @@
 nesting, alias expansion), network presets, and device profiles."""
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import yaml
@@ -144,6 +145,10 @@ def computes(val, cfg_path: Path) -> list[dict | None]:
     return out
 
 
+#: parsed YAML by the file's bytes: a sweep reads its network presets and profiles once a point
+_PARSED: dict[bytes, object] = {}
+
+
 def read_yaml(path: Path, what: str):
     """A YAML file's content: a regular file of at most 1 MB (not a device,
     FIFO or folder), parsed safely (no alias bomb, no value that contains
@@ -159,10 +164,14 @@ def read_yaml(path: Path, what: str):
         if len(data) > MAX_YAML_BYTES:
             raise ConfigError(f"{path}: the {what} file is larger than {MAX_YAML_BYTES // 1000} kB; allowed: a "
                               f"hand-written YAML file")
-        text = data.decode("utf-8")
-        if _flow_depth(text) > MAX_DEPTH:  # the parser takes seconds per thousand levels before it gives up
-            raise RecursionError
-        return yaml_load(text)
+        if data not in _PARSED:
+            text = data.decode("utf-8")
+            if _flow_depth(text) > MAX_DEPTH:  # the parser takes seconds per thousand levels before it gives up
+                raise RecursionError
+            if len(_PARSED) >= 64:
+                _PARSED.pop(next(iter(_PARSED)))
+            _PARSED[data] = yaml_load(text)
+        return copy.deepcopy(_PARSED[data])
     except SelfAlias as e:
         raise ConfigError(f"{path}: {e}.") from None
     except yaml.YAMLError as e:
