@@ -29,7 +29,7 @@ def mc():
     out = {}
     for law in LAWS:
         f = 2.3 * np.sqrt(np.diag(law.cov))
-        out[law] = (f, rng.multivariate_normal(np.zeros(law.T), law.cov, size=4_000_000))
+        out[law] = (f, rng.standard_normal((4_000_000, law.T)) @ np.linalg.cholesky(law.cov).T)   # (4x cheaper than the SVD)
     return out
 
 
