@@ -1,0 +1,72 @@
+"""Streaming kernels with their operands in cache and out of it.
+
+    python benchmarks/bench_cache_residency.py [--sizes 75000 250000 750000 2500000] [--reps 30]
+        [--evict-mb 64]
+
+The dense collectives' kernels (``add_into``, ``copy_into``, ``copy``) are
+timed by the real backend's own functions on float32 blocks of n entries,
+each call by this process's CPU clock (as ``calibrate`` times kernels with
+more ranks than cores):
+
+* ``warm``: the same operands called back to back (what a kernel meets
+  inside a small algorithm run, where nothing else touches memory between
+  its steps);
+* ``cold``: a write over ``--evict-mb`` MB of another array before each call,
+  so the operands come from DRAM (what a step meets after tens of
+  milliseconds of other ranks' work and the TCP stack's copies).
+
+Each figure is the median over ``--reps`` calls, with the bandwidth the
+kernel's work declares (``Work.bytes``) over it, and cold over warm.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from simsparse.compute.kernels import KERNELS
+
+
+def _calls(name: str, m: int):
+    """The kernel's arguments on blocks of m entries, as a dense collective's step passes them."""
+    rng = np.random.default_rng(m)
+    vec = rng.random(4 * m, dtype=np.float32)
+    src = rng.random(m, dtype=np.float32)
+    if name == "copy":
+        return (vec[:m],)
+    return vec[m:2 * m], src
+
+
+def _median_us(fn, args, reps: int, evict: np.ndarray | None) -> float:
+    times = []
+    for _ in range(reps):
+        if evict is not None:
+            evict += 1.0
+        t0 = time.process_time_ns()
+        fn(*args)
+        times.append(time.process_time_ns() - t0)
+    return float(np.median(times)) / 1e3
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[75_000, 250_000, 750_000, 2_500_000])
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--evict-mb", type=int, default=64)
+    args = ap.parse_args(argv)
+    evict = np.ones(args.evict_mb * (1 << 20) // 4, dtype=np.float32)
+    print(f"{'kernel':<10} {'n':>10} {'warm us':>9} {'GB/s':>6} {'cold us':>9} {'GB/s':>6} {'cold/warm':>9}")
+    for name in ("add_into", "copy_into", "copy"):
+        k = KERNELS[name]
+        for m in args.sizes:
+            a = _calls(name, m)
+            nbytes = k.work(k.numpy(*a), *a).bytes
+            warm = _median_us(k.numpy, a, args.reps, None)
+            cold = _median_us(k.numpy, a, args.reps, evict)
+            print(f"{name:<10} {m:>10} {warm:>9.1f} {nbytes / warm / 1e3:>6.1f} {cold:>9.1f} "
+                  f"{nbytes / cold / 1e3:>6.1f} {cold / warm:>9.2f}")
+
+
+if __name__ == "__main__":
+    main()
