@@ -190,6 +190,26 @@ def test_schedules_under_mpiexec_run_the_real_model_and_are_correct(P):
             assert row["bytes_total"] == sim["bytes_total"], (p.schedule, p.algorithm)
 
 
+@requires_mpi
+@pytest.mark.mpi
+def test_the_measured_backward_is_traced_without_the_communication_its_hooks_run():
+    """The real backend runs the programs inside the gradient hooks (as DDP's
+    reducer does): the backward's trace records are the spans between the
+    hooks, so the 'main' phase is the forward and backward alone, as the
+    simulator traces it (the record had spanned the whole allreduce)."""
+    from simsparse.experiments.run.measure import measure_points
+
+    points = [point("whole", "rabenseifner", P=2, batch_size=2, iterations=2, warmup=1),
+              point("dense_ovlp", "ring", P=2, batch_size=2, iterations=2, warmup=1)]
+    for p, m in zip(points, measure_points(points, device="cpu", trace=True)):
+        for r, it in {(t["rank"], t["iteration"]) for t in m.trace}:
+            mine = [t for t in m.trace if (t["rank"], t["iteration"]) == (r, it)]
+            bwd = [(t["start_s"], t["end_s"]) for t in mine if t["op"] == "backward"]
+            msgs = [(t["start_s"], t["end_s"]) for t in mine if t["op"] in ("send", "recv")]
+            assert bwd and msgs, p.schedule
+            assert not [(a, b) for a, b in bwd for c, d in msgs if a < c < b or a < d < b], p.schedule
+
+
 def test_trace_has_a_device_lane_and_one_lane_per_bucket():
     out = simulate_point(point("mgs_sgd", "topka", P=2, iterations=1, warmup=0), trace=True)
     lanes = {t["lane"] for t in out.trace}

@@ -177,6 +177,7 @@ class MPIDriver(Driver):
         self.runnable, self.device_q, self.blocked = deque(), deque(), []
         self.changed = False  # a handle completed since the blocked waits were last checked
         self.in_hook, self.hook_s, self.spawning = 0, 0.0, 0
+        self.bwd_from = None   # where the backward last went on (rank clock), while it runs
         self.grads = [None] * (len(self.trainer.params) if self.trainer else 0)
         self.main_done, self.result = False, None
         ctx = MPIContext(rs, self)
@@ -297,29 +298,43 @@ class MPIDriver(Driver):
         return type(req) is Compute and self.rs.box.overlaps((req.args, req.kwargs))
 
     def _backward(self):
+        """The backward pass, its gradient hooks running the programs (DDP's
+        reducer does the same): its trace records and busy time are the spans
+        between the hooks, as the simulator's backward is its layers alone."""
         rs = self.rs
         rs.sync()
         start, hooks0 = rs.now(), self.hook_s
+        self.bwd_from = start
         self.trainer.backward()
         rs.sync()
         end = rs.now()
+        self._backward_piece(end)
+        self.bwd_from = None
         rs.busy["backward"] += (end - start) - (self.hook_s - hooks0)
-        if rs.trace_on:
-            rs.trace.append(TraceRecord(rs.rank, "main", "backward", -1, 0, start, end, "main"))
         for i, p in enumerate(self.trainer.params):  # tensors that got no gradient
             if self.grads[i] is None:
                 self.grads[i] = rs.torch.zeros(p.numel(), dtype=p.dtype, device=p.device)
+
+    def _backward_piece(self, end: float) -> None:
+        """Trace the backward from where it last went on to ``end`` (a hook's start, or its own end)."""
+        rs = self.rs
+        if rs.trace_on and self.bwd_from is not None and end > self.bwd_from:
+            rs.trace.append(TraceRecord(rs.rank, "main", "backward", -1, 0, self.bwd_from, end, "main"))
 
     def _grad_hook(self, i):
         p = self.trainer.params[i]
         self.grads[i] = p.grad.detach().reshape(-1)
         t0 = time.perf_counter()
+        self._backward_piece(t0 - self.rs.t0)
         self.in_hook += 1
         try:
             self._loop()
         finally:
             self.in_hook -= 1
-            self.hook_s += time.perf_counter() - t0
+            t1 = time.perf_counter()
+            self.hook_s += t1 - t0
+            if self.bwd_from is not None:
+                self.bwd_from = t1 - self.rs.t0
 
     # -- message progress -------------------------------------------------------------
     def _progress(self) -> bool:
