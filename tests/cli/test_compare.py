@@ -86,6 +86,20 @@ def test_phase_time_is_max_over_ranks_of_the_union_mean_over_a_period():
     assert old["split_reduce"] == pytest.approx(3.5e-6 * 5 / 3)
 
 
+def test_a_bucket_task_whose_lane_sends_is_a_communication_phase():
+    """A schedule's bucket runs on its lane: the ``task`` record has phase
+    ``comm/b0``, its messages the collective's own phases, on that lane."""
+    from simsparse.experiments.analysis.phases import message_phases
+
+    rec = dict(point_id="p", iteration=0, rank=0, peer=-1, bytes=0, start_s=0.0, end_s=1.0)
+    tr = pd.DataFrame([{**rec, "lane": "comm/b0", "phase": "comm/b0", "op": "task"},
+                       {**rec, "lane": "comm/b0", "phase": "reduce_scatter", "op": "send", "peer": 1},
+                       {**rec, "lane": "comm/b1", "phase": "comm/b1", "op": "task"},
+                       {**rec, "lane": "comm/b1", "phase": "select", "op": "compute:topk"},
+                       {**rec, "lane": "main", "phase": "pack", "op": "compute:concat"}])
+    assert message_phases(tr) == {("p", "reduce_scatter"), ("p", "comm"), ("p", "comm/b0")}
+
+
 def test_kernel_calls_are_compared_per_point_mean_over_a_period(folders):
     r = _results("s", [1.0] * 4).head(1)
     st = call_stats(_trace(r, 1.0), {r.point_id[0]: 1}).set_index("op").loc["compute:topk"]

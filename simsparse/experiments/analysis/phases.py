@@ -77,9 +77,15 @@ def phase_times(trace: pd.DataFrame, warmup: dict[str, int]) -> pd.DataFrame:
 
 
 def message_phases(trace: pd.DataFrame) -> set:
-    """The (point_id, phase) pairs with a message in or below the phase, in any iteration."""
+    """The (point_id, phase) pairs with a message in or below the phase, in any iteration. A
+    schedule's task phase (a bucket's ``comm/b3``, the phase of its lane's ``task`` record) holds
+    the messages of its lane, which are posted in the collective's own phases."""
     t = trace[trace["op"].astype(str).isin(MESSAGE_OPS)]
-    pairs = t[["point_id", "phase"]].astype(str).drop_duplicates()
+    pairs = t[["point_id", "phase"]]
+    if "lane" in t.columns:
+        lanes = t.loc[t["lane"].astype(str) != "main", ["point_id", "lane"]].rename(columns={"lane": "phase"})
+        pairs = pd.concat([pairs, lanes], ignore_index=True)
+    pairs = pairs.astype(str).drop_duplicates()
     prefixes = _with_ancestors(pairs["phase"].unique())
     return {(pid, a) for pid, ph in pairs.itertuples(index=False) for a in prefixes[ph]}
 
@@ -116,8 +122,6 @@ def join_phases(points: pd.DataFrame, pred_trace: pd.DataFrame, meas_trace: pd.D
     ph = pd.concat(frames, ignore_index=True)
     ph["rel_err"] = (ph["pred_s"] - ph["meas_s"]) / ph["meas_s"].where(ph["meas_s"] > 0)  # NaN where nothing measured
     return ph, notes
-
-
 
 
 def phase_summary(phases: pd.DataFrame, crowd: int = 8) -> tuple[pd.DataFrame, dict]:
