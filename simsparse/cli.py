@@ -158,6 +158,9 @@ def _signals_as_interrupts():
         for sig, h in old.items():
             signal.signal(sig, h)
         sys.unraisablehook = old_hook
+        progress = sys.modules.get("simsparse.experiments.run.progress")
+        if progress is not None:   # (held for this command's runs only)
+            progress.SIGNALLED.clear()
 
 
 def _in_compiler(frame) -> bool:

@@ -2,6 +2,7 @@
 outgrows its budget; results confined to their folder; a rank that dies or
 hangs under ``mpiexec -n 3``. Each ends cleanly, in bounded time, with every
 finished point kept."""
+import io
 import os
 import re
 import signal
@@ -109,17 +110,21 @@ def test_a_signal_inside_numbas_compiler_waits_for_the_next_point_and_a_second_o
     from simsparse.cli import _signals_as_interrupts
     from simsparse.experiments.run import progress
 
+    from tests.helpers import make_point
+
     compiling = {"__name__": "numba.core.compiler", "signal": signal}
+    point = make_point("ring", 2)
     with _signals_as_interrupts() as received:
-        progress.SIGNALLED.clear()
         exec("signal.raise_signal(signal.SIGINT)", compiling)   # deferred: no interrupt here
         assert received == [signal.SIGINT] and progress.SIGNALLED == [signal.SIGINT]
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt):   # the run's first point boundary, even one set up after it
+            progress.Progress([point], "x", stream=io.StringIO()).started(point)
+        with pytest.raises(KeyboardInterrupt):   # a second signal at once
             exec("signal.raise_signal(signal.SIGTERM)", compiling)
         progress.SIGNALLED.clear()
         with pytest.raises(KeyboardInterrupt):   # outside the compiler it interrupts at once
             signal.raise_signal(signal.SIGINT)
-    progress.SIGNALLED.clear()
+    assert progress.SIGNALLED == []   # held for the command's runs only
 
 
 def test_a_point_that_outgrows_its_budget_stops_keeping_what_finished(cfg, tmp_path, monkeypatch, capsys):

@@ -19,10 +19,11 @@ from ..results.format import fmt_count, fmt_duration, fmt_time
 #: per-point overhead in the cost model, in elements carried (set-up, the reference check, the row)
 _OVERHEAD = 200_000
 
-#: signals the CLI's handler took during this run. Its KeyboardInterrupt can be swallowed where it
-#: lands (numba's compiler calls back through ctypes, which prints "Exception ignored" and goes
-#: on: 1 run in 3 of tests/cli/test_faults.py then finished every point), so the run raises it
-#: again when a point starts or ends
+#: signals the CLI's handler took during this command (cleared when the command ends). Its
+#: KeyboardInterrupt can be swallowed where it lands (numba's compiler calls back through ctypes,
+#: which prints "Exception ignored" and goes on: 1 run in 3 of tests/cli/test_faults.py then
+#: finished every point), or be held back while numba compiles (cli._in_compiler), so the run
+#: raises it when a point starts or ends, in this run or the next one of the command
 SIGNALLED: list[int] = []
 
 
@@ -63,7 +64,6 @@ class Progress:
         self.n = len(points)
         self.t0 = time.perf_counter()
         self.bar = None
-        SIGNALLED.clear()
         if self.tty and self.n:
             from tqdm import tqdm
 
