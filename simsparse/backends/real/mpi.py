@@ -176,7 +176,7 @@ class MPIDriver(Driver):
         rs.reset(t0)
         self.runnable, self.device_q, self.blocked = deque(), deque(), []
         self.changed = False  # a handle completed since the blocked waits were last checked
-        self.in_hook, self.hook_s, self.spawning = 0, 0.0, 0
+        self.in_hook, self.spawning = 0, 0
         self.bwd_from = None   # where the backward last went on (rank clock), while it runs
         self.grads = [None] * (len(self.trainer.params) if self.trainer else 0)
         self.main_done, self.result = False, None
@@ -303,38 +303,32 @@ class MPIDriver(Driver):
         between the hooks, as the simulator's backward is its layers alone."""
         rs = self.rs
         rs.sync()
-        start, hooks0 = rs.now(), self.hook_s
-        self.bwd_from = start
+        self.bwd_from = rs.now()
         self.trainer.backward()
         rs.sync()
-        end = rs.now()
-        self._backward_piece(end)
+        self._backward_piece(rs.now())
         self.bwd_from = None
-        rs.busy["backward"] += (end - start) - (self.hook_s - hooks0)
         for i, p in enumerate(self.trainer.params):  # tensors that got no gradient
             if self.grads[i] is None:
                 self.grads[i] = rs.torch.zeros(p.numel(), dtype=p.dtype, device=p.device)
 
     def _backward_piece(self, end: float) -> None:
-        """Trace the backward from where it last went on to ``end`` (a hook's start, or its own end)."""
-        rs = self.rs
-        if rs.trace_on and self.bwd_from is not None and end > self.bwd_from:
-            rs.trace.append(TraceRecord(rs.rank, "main", "backward", -1, 0, self.bwd_from, end, "main"))
+        """The backward from where it last went on to ``end`` (a hook's start, or its own end): busy, and traced."""
+        rs, start = self.rs, self.bwd_from
+        rs.busy["backward"] += end - start
+        if rs.trace_on and end > start:
+            rs.trace.append(TraceRecord(rs.rank, "main", "backward", -1, 0, start, end, "main"))
 
     def _grad_hook(self, i):
         p = self.trainer.params[i]
         self.grads[i] = p.grad.detach().reshape(-1)
-        t0 = time.perf_counter()
-        self._backward_piece(t0 - self.rs.t0)
+        self._backward_piece(self.rs.now())   # (hooks fire only inside _backward)
         self.in_hook += 1
         try:
             self._loop()
         finally:
             self.in_hook -= 1
-            t1 = time.perf_counter()
-            self.hook_s += t1 - t0
-            if self.bwd_from is not None:
-                self.bwd_from = t1 - self.rs.t0
+            self.bwd_from = self.rs.now()
 
     # -- message progress -------------------------------------------------------------
     def _progress(self) -> bool:
