@@ -15,7 +15,10 @@ decide, here and nowhere else:
 * ``exact`` -- the fastest evaluators equal to the events to the bit;
 * ``fast`` (the default) -- as ``exact``, and an approximate evaluator where
   its bound for that collective is at most :data:`FAST_BOUND` and the exact
-  one would cost more than :data:`FEW_SECONDS`;
+  one would cost more than :data:`FEW_SECONDS`, or, whatever its declared
+  bound, where the exact path would take longer than :data:`LONG_S` (the
+  budget's estimate: a point that would otherwise be refused or take
+  minutes; its row says the bound, and ``exact`` refuses it instead);
 * an evaluator's name -- that one, forced (the harness; diagnosis).
 
 Networks declare what they allow (``NetworkModel.capabilities``), devices
@@ -42,6 +45,11 @@ EXACT, APPROXIMATE, NO = "exact", "approximate", "no"
 FAST_BOUND = 0.01
 #: ... and only where the exact evaluator of the collective would take longer than this (seconds)
 FEW_SECONDS = 1.0
+#: where the exact path would take longer than this (seconds, the budget's estimate), ``fast`` takes an
+#: approximation whatever its declared bound, and the row says the bound: under adaptive routing no exact
+#: evaluator but the events times a collective, and the events' own time moves by up to 37 % with the
+#: routing seed (benchmarks/bench_flow_waves.py --seeds 5), so no 1 % bound can be declared there
+LONG_S = 60.0
 #: the modes of the knob ``evaluation`` (or an evaluator's name: :data:`TABLE`)
 MODES = ("fast", "exact", "events")
 
@@ -310,17 +318,14 @@ RUNTIME_BOUND = {"order": 0.005, "outside": 0.03, "device": 0.12}
 
 def allowed(mode: str, verdict: Verdict, exact_s: float) -> bool:
     """Whether ``mode`` takes an evaluator that says ``verdict`` where the
-    exact alternative would take ``exact_s`` seconds."""
+    exact alternative would take ``exact_s`` seconds: the one rule for
+    collectives (:class:`CollectiveChain`), points (:func:`plan`) and what a
+    run meets (:func:`runtime_ok`)."""
     if not verdict:
         return False
     if verdict.kind == EXACT:
         return True
-    return mode == "fast" and verdict.bound <= FAST_BOUND and exact_s > FEW_SECONDS
-
-
-#: ``fast`` keeps a run whose exact evaluators met a cause past FAST_BOUND (its row says the bound) only
-#: where the events would take longer than this (seconds, the budget's estimate); else it runs them
-RERUN_MAX_S = 60.0
+    return mode == "fast" and exact_s > (FEW_SECONDS if verdict.bound <= FAST_BOUND else LONG_S)
 
 
 def runtime_ok(mode: str, inexact: dict, events_s) -> bool:
@@ -329,10 +334,12 @@ def runtime_ok(mode: str, inexact: dict, events_s) -> bool:
     events' estimated seconds."""
     if mode in TABLE:   # forced: its row says what it met
         return True
-    causes = [c for c, n in inexact.items() if n]
+    bound = runtime_bound(inexact)
+    if not bound:
+        return True
     if mode == "exact":
-        return not causes
-    return all(RUNTIME_BOUND[c] <= FAST_BOUND for c in causes) or events_s() > RERUN_MAX_S
+        return False
+    return bound <= FAST_BOUND or allowed(mode, approximate(bound, "met at run time"), events_s())
 
 
 def runtime_bound(inexact: dict) -> float:
@@ -343,8 +350,11 @@ class CollectiveChain:
     """Times each gathered collective by the first evaluator ``mode`` allows
     (:meth:`time`, what the event engine calls), and keeps the verdicts."""
 
-    def __init__(self, mode: str, s: Situation):
+    def __init__(self, mode: str, s: Situation, events_s: float = 0.0):
         self.mode, self.s = mode, s
+        #: the point's estimated seconds as events: the exact alternative where no exact collective
+        #: evaluator can time the point (:func:`plan`)
+        self.events_s = events_s
         forced = TABLE.get(mode)
         self.evaluators = [forced] if forced is not None else [e for e in COLLECTIVE if e.automatic]
         #: evaluator name -> the largest bound it declared here
@@ -358,13 +368,13 @@ class CollectiveChain:
         if self.mode in TABLE:
             return [(e, v) for e, v in verdicts if v]
         exacts = [(e, v) for e, v in verdicts if v and v.kind == EXACT]
-        if not exacts:
-            return []
         first = [(e, v) for e, v in exacts if e.name == "arrays"]
         rest = sorted([(e, v) for e, v in exacts if e.name != "arrays"], key=lambda ev: ev[0].seconds(run.messages))
-        exact_s = rest[0][0].seconds(run.messages) if rest else 0.0
+        exact_s = rest[0][0].seconds(run.messages) if rest else self.events_s
         approx = sorted([(e, v) for e, v in verdicts if v.kind == APPROXIMATE and allowed(self.mode, v, exact_s)],
                         key=lambda ev: ev[0].seconds(run.messages))
+        if not rest:   # only the events are exact: every approximation allowed, fastest first
+            return first + approx if approx else []
         return first + approx[:1] + rest
 
     def time(self, host, kind, reqs, entry, order, device, now, pending):
@@ -400,10 +410,12 @@ class Plan:
     reasons: list = field(default_factory=list)   # (evaluator, verdict) for every evaluator, for --explain
 
 
-def plan(mode: str, s: Situation) -> Plan:
+def plan(mode: str, s: Situation, events_s=None) -> Plan:
     """The plan for a point in situation ``s`` under knob ``mode`` (one of
     :data:`MODES` or an evaluator's name); :class:`EvaluationError` where
-    a forced evaluator cannot time it."""
+    a forced evaluator cannot time it. ``events_s()``: the point's estimated
+    seconds as events, asked only where ``fast`` could gather its collectives
+    for approximate evaluators alone (:func:`allowed`)."""
     if mode not in MODES and mode not in TABLE:
         raise EvaluationError(f"evaluation: {mode!r} is not allowed; use {', '.join(MODES)} or one evaluator: "
                               f"{', '.join(TABLE)}")
@@ -423,6 +435,11 @@ def plan(mode: str, s: Situation) -> Plan:
     # where an exact evaluator that never declines (a replay) stands behind the others
     fallback = any(e.can_time(s).kind == EXACT for e in COLLECTIVE if e.automatic and e.name != "arrays")
     chain = CollectiveChain(mode, s) if fallback else None
+    if chain is None and mode == "fast" and events_s is not None:
+        # no exact evaluator but the events: approximate ones that never decline, if the events take too long
+        approx = [v for e in COLLECTIVE if e.automatic and (v := e.can_time(s)).kind == APPROXIMATE]
+        if approx and allowed(mode, max(approx, key=lambda v: v.bound), t := events_s()):
+            chain = CollectiveChain(mode, s, t)
     return Plan(mode, point, chain, reasons)
 
 
@@ -436,14 +453,18 @@ def explain(p: Plan) -> list[str]:
             mark = "declined"
         elif e.name in point:
             mark = "times the point" if e.name == point[0] else "times it where the one above declines at run time"
-        elif e.name in chain and v.kind == APPROXIMATE and p.mode in ("fast",):
+        elif e.name in chain and v.kind == APPROXIMATE and p.mode == "fast" and p.chain.events_s:
+            mark = (f"in the chain, cheapest first: only the events are exact here, and they would take about "
+                    f"{p.chain.events_s:.3g} s, over {LONG_S:g} s")
+        elif e.name in chain and v.kind == APPROXIMATE and p.mode == "fast":
             mark = (f"in the chain, where its bound for a collective is at most {FAST_BOUND:.0%} and the exact "
-                    f"evaluators would take over {FEW_SECONDS:g} s")
+                    f"evaluators would take over {FEW_SECONDS:g} s, or any bound over {LONG_S:g} s")
         elif e.name in chain and (v.kind == EXACT or p.mode in TABLE):
             mark = "in the chain of gathered collectives (cheapest first)"
         elif e.level == "collective" and not chain:
             mark = "not used (no collective is gathered: " + (
-                "every one runs as its messages)" if p.mode == "events" else "no replay stands behind)")
+                "every one runs as its messages)" if p.mode != "fast" else
+                f"no replay stands behind, and the events would take under {LONG_S:g} s)")
         elif not e.automatic:
             mark = "not used (only when named)"
         else:

@@ -78,6 +78,42 @@ def test_exact_never_takes_an_approximation_and_fast_only_past_its_threshold():
     assert names("waves_ab", 10) == ["waves_ab"]
 
 
+def test_fast_takes_a_wide_bound_only_where_the_events_alone_are_exact_and_would_take_minutes():
+    """Under adaptive routing only the events are exact. ``fast`` gathers the
+    collectives for the flow waves (bound 35 %) only where the events are
+    estimated past ``LONG_S``; ``exact`` never; a forced chain as it is."""
+    s = ev.Situation(P=1024, network=frozenset(("flow_waves",)))
+    long, short = (lambda: ev.LONG_S + 1), (lambda: ev.LONG_S - 1)
+    assert ev.plan("fast", s, short).chain is None
+    assert ev.plan("exact", s, long).chain is None and ev.plan("fast", s).chain is None
+    chain = ev.plan("fast", s, long).chain
+    assert chain is not None and chain.events_s == ev.LONG_S + 1
+
+    class Run:
+        messages = 10
+
+    assert [e.name for e, _ in chain.choose(Run())] == ["link_load", "waves_flow"]   # fastest first, any size
+    lines = dict((line.split()[1], line) for line in ev.explain(ev.plan("fast", s, long)))
+    assert "only the events are exact here" in lines["link_load"] and "within 0.35" in lines["link_load"]
+    assert "events would take under 60 s" in dict((line.split()[1], line)
+                                                   for line in ev.explain(ev.plan("fast", s, short)))["link_load"]
+    # one rule: a wide bound needs the events past LONG_S wherever it is met (a collective, a point, a run)
+    wide = ev.approximate(0.35, "")
+    assert not ev.allowed("fast", wide, ev.LONG_S) and ev.allowed("fast", wide, ev.LONG_S + 1)
+    assert not ev.allowed("exact", wide, 1e9)
+    assert ev.runtime_ok("fast", {"device": 1}, long) and not ev.runtime_ok("fast", {"device": 1}, short)
+
+
+def test_a_row_timed_past_the_events_patience_says_its_evaluator_and_bound(monkeypatch):
+    """End to end at a small P, with the patience lowered to nothing: the row
+    names the approximation and its bound, and lands within it."""
+    events = reference("topka", "adaptive", 8).row
+    monkeypatch.setattr(ev, "LONG_S", 0.0)
+    row = simulate_point(point_of("topka", "adaptive", 8, "fast")).row
+    assert row["evaluator"] == "events+link_load" and row["error_bound"] == ev.WavesFlow.BOUND_ADAPTIVE
+    assert abs(row["time_s"] - events["time_s"]) <= row["error_bound"] * events["time_s"]
+
+
 def test_the_plan_says_why_each_evaluator_is_taken_or_declined():
     r = resolve(point_of("ring", "adaptive", 8, "fast"))
     assert [e.name for e in r.plan.point] == ["events"] and r.plan.chain is None

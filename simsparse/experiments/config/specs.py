@@ -117,7 +117,8 @@ class RunSpec(BaseModel):
                                                            "scale bytes and compute work back up (1 = full size)")
     evaluation: str = Field(
         "fast", description="simulator only: how a point is timed (simsparse.backends.evaluators; `run --explain` "
-                            "says why for each point). fast: the fastest evaluators within 1 % of the events, "
+                            "says why for each point). fast: the fastest evaluators within 1 % of the events "
+                            "(a wider declared bound only where the exact path would take over a minute), "
                             "sampled values where the algorithm allows and full ones would take over five seconds to "
                             "draw; exact: only evaluators equal to the events to the bit; events: the reference, "
                             "every message and value through the event engine, every result checked; sampled: fast, "

@@ -10,12 +10,8 @@ finished before it are kept.
 
 The estimates, measured on this project's simulator:
 
-* seconds: the algorithm's messages per collective call
-  (``Algorithm.messages``), per bucket of a training iteration
-  (``Schedule.buckets``), in every iteration the point runs
-  (:func:`iterations_run`), at the seconds per message of the evaluators the
-  table will choose (:func:`point_estimate`), and the seconds its values take
-  to draw;
+* seconds: the point's resolution estimates them (``resolve.Resolved.estimate``:
+  the evaluators the table chose, the values carried);
 * memory, an upper bound, at ``n = n x data_scale`` elements of ``w`` bytes per rank:
   ``P n`` times ``2 w`` (the gradients; the algorithm's input or dense
   result), ``+ 2 w`` when a point runs more than one iteration (the
@@ -38,9 +34,7 @@ The estimates, measured on this project's simulator:
   bytes per element for one unchecked iteration, up to 24.6 checked over
   three (28 estimated), plus the caches at small P.
 
-The seconds come from the evaluators the table will choose for each
-point (:func:`point_estimate`), calibrated on ``benchmarks/bench_scale.py``'s
-rows. A point whose lockstep rounds decline at run time is stopped
+A point whose lockstep rounds decline at run time is stopped
 (:func:`declined`) where its events are estimated past the limit.
 
 Limits come from :class:`Budget` (defaults below, 80% of this machine's
@@ -61,7 +55,7 @@ from ...period import iterations_run
 from ...sampling import point_law
 from ...sampling.paths import SHARED_PATHS_MAX_B
 from ..config.point import Point
-from .resolve import values_of
+from .resolve import messages, values_of
 
 BASE_B = 200e6  # the interpreter, numpy, pandas and the network model
 _CACHE_B = float(1 << 30)  # the bound of each of the workload's caches (simsparse.lru.LRU)
@@ -140,19 +134,8 @@ class Budget:
 
 # -- estimates ------------------------------------------------------------------------
 
-#: wall seconds a simulated point costs beyond its collectives and values: its set-up, loop and row
-POINT_S = 0.02
-#: wall seconds per rank and collective call where the collective is gathered: the rank program's steps
-#: around it (posting, resuming, its kernels' bookkeeping)
-RANK_CALL_S = 25e-6
-#: wall seconds to draw one sampled entry (a value above the floor and its index; resolve.VALUE_S: a full one):
-#: Gaussiank of 1M at P = 1024 and 4096 on aries_alphabeta, where the draws are most of the run (bench_scale)
-SAMPLED_VALUE_S = 45e-9
 #: a sampled rank's selections and the messages made of them, in entries per k (TopkA at P = 4096: about 2)
 SELECTED_PER_K = 4
-#: the event engine's wall seconds per message on a flow-level network against the alpha-beta model's (the
-#: max-min solves: Ok-Topk of BERT on Piz Daint at P = 64 and 256, 60 to 130 us a message, bench_scale)
-FLOW_EVENTS_FACTOR = 2.5
 
 
 @dataclass(frozen=True)
@@ -162,72 +145,14 @@ class PointEstimate:
     how: str   # the evaluators and values the estimate assumed
 
 
-def messages(point: Point) -> tuple[float, int]:
-    """(messages of one collective call, calls an iteration): the algorithm's
-    count (``Algorithm.messages``), a training iteration one call a bucket
-    (``Schedule.buckets``)."""
-    cls, w = point.algorithm_cls, point.workload
-    calls = 1
-    if point.schedule:
-        sched = point.schedule_cls
-        calls = len(point.plan) if point.plan else \
-            sched.buckets(sched.Params.model_validate(point.schedule_params), tuple(w["layers"]))
-    n = max(1, w["n"] // calls)
-    k = max(1, int(round(w["density"] * n)))
-    return cls.messages(point.P, n, k, point.params_model()), calls
-
-
 def point_estimate(point: Point, trace: bool = False, resolved=None) -> PointEstimate:
-    """What simulating ``point`` will take, from the evaluators the table
-    will choose and the values it will carry (module docstring)."""
-    from ...backends.evaluators import RERUN_MAX_S, TABLE
+    """What simulating ``point`` will take: the seconds its resolution
+    estimates (:attr:`.resolve.Resolved.estimate`) and its memory."""
     from .resolve import resolve
 
     r = resolved or resolve(point, network_of(point), trace)
-    M, calls = messages(point)
-    first = r.plan.point[0]
-    flow = "port_waves" not in r.situation.network   # (a flow-level network: max-min solves)
-    events = TABLE[r.plan.point[-1].name].seconds(M) * (FLOW_EVENTS_FACTOR if flow else 1.0)
-    if first.name == "rounds":
-        per_call, how = first.seconds(M), "rounds"
-    elif r.plan.chain is not None:
-        chosen = _collective_evaluator(r.plan.chain, M)
-        per_call, how = chosen.seconds(M) + point.P * RANK_CALL_S, f"events+{chosen.name}"
-    else:
-        per_call, how = events, r.plan.point[-1].name
-    work = r.simulated * calls
-    seconds = POINT_S + work * per_call + values_seconds(point, r)
-    if first.name != "rounds" and r.plan.chain is not None and work * events <= RERUN_MAX_S:   # it may run again
-        # as events (evaluators.runtime_ok)
-        seconds += work * events
-        how += f" (or events, {work * events:.2g} s)"
-    if point.schedule:   # the plan's microbenchmarks: the bucket collective alone at five sizes
-        seconds += 5 * per_call
+    seconds, how = r.estimate
     return PointEstimate(seconds, memory_B(point, "sim", trace), f"{how}, {r.values} values")
-
-
-def _collective_evaluator(chain, M: float):
-    """The evaluator the chain would time a collective of M messages with
-    (the arrays aside: they may decline)."""
-
-    class Recorded:
-        messages = M
-
-    chosen = [e for e, _ in chain.choose(Recorded()) if e.name != "arrays"]
-    return chosen[0] if chosen else chain.evaluators[0]
-
-
-def values_seconds(point: Point, r) -> float:
-    """Seconds the point's values take to draw, every rank and iteration."""
-    from .resolve import full_values_s
-
-    if r.values == "full":
-        return full_values_s(point)
-    if r.values == "sampled":
-        k = max(1.0, point.workload["density"] * point.workload["n"] * point.data_scale)
-        margin = point.algorithm_cls.sampling.margin_for(k)
-        return point.P * k * margin * r.iterations * SAMPLED_VALUE_S * (1 + (r.law.T if r.law else 0))
-    return 0.0
 
 
 _NETWORKS: dict = {}

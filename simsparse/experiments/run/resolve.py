@@ -14,13 +14,22 @@ nowhere else below it:
 * the iterations it runs (whole periods of the algorithm's periodic work)
   and, sampled, the iterations' joint law;
 * whether its iterations repeat (:func:`repeats`): then each kind of
-  iteration is simulated once and the others take its times, exactly.
+  iteration is simulated once and the others take its times, exactly;
+* the wall seconds its simulation will take (:attr:`Resolved.estimate`):
+  the algorithm's messages per collective call (``Algorithm.messages``),
+  per bucket of a training iteration (``Schedule.buckets``), in every
+  iteration simulated, at the seconds per message of the evaluators the
+  table chose, and the seconds its values take to draw; calibrated on
+  ``benchmarks/bench_scale.py``'s rows. ``fast`` reads the events' own
+  estimate to decide whether an approximation beyond 1 % may time it
+  (``evaluators.allowed``).
 
 The simulator backend, the budget and ``run --explain`` read the result.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from ...backends import evaluators as ev
 from ...period import iterations_run, kinds_run
@@ -33,6 +42,17 @@ VALUE_S = 15e-9
 FULL_VALUES_S = 5.0
 #: knob values that carry every value (the reference checks every result)
 REFERENCE = ("events", "events_simpy")
+#: wall seconds a simulated point costs beyond its collectives and values: its set-up, loop and row
+POINT_S = 0.02
+#: wall seconds per rank and collective call where the collective is gathered: the rank program's steps
+#: around it (posting, resuming, its kernels' bookkeeping)
+RANK_CALL_S = 25e-6
+#: wall seconds to draw one sampled entry (a value above the floor and its index; VALUE_S: a full one):
+#: Gaussiank of 1M at P = 1024 and 4096 on aries_alphabeta, where the draws are most of the run (bench_scale)
+SAMPLED_VALUE_S = 45e-9
+#: the event engine's wall seconds per message on a flow-level network against the alpha-beta model's (the
+#: max-min solves: Ok-Topk of BERT on Piz Daint at P = 64 and 256, 60 to 130 us a message, bench_scale)
+FLOW_EVENTS_FACTOR = 2.5
 
 
 def values_of(point: Point) -> str:
@@ -97,6 +117,31 @@ class Resolved:
     def mode(self) -> str:
         return self.point.evaluation
 
+    @cached_property
+    def estimate(self) -> tuple[float, str]:
+        """(wall seconds, the evaluators they assume): what simulating the point will take."""
+        point, plan = self.point, self.plan
+        M, calls = messages(point)
+        first = plan.point[0]
+        flow = "port_waves" not in self.situation.network   # (a flow-level network: max-min solves)
+        events = ev.TABLE[plan.point[-1].name].seconds(M) * (FLOW_EVENTS_FACTOR if flow else 1.0)
+        if first.name == "rounds":
+            per_call, how = first.seconds(M), "rounds"
+        elif plan.chain is not None:
+            chosen = _collective_evaluator(plan.chain, M)
+            per_call, how = chosen.seconds(M) + point.P * RANK_CALL_S, f"events+{chosen.name}"
+        else:
+            per_call, how = events, plan.point[-1].name
+        work = self.simulated * calls
+        seconds = POINT_S + work * per_call + values_seconds(point, self)
+        if first.name != "rounds" and plan.chain is not None and work * events <= ev.LONG_S:   # it may run again
+            # as events (evaluators.runtime_ok)
+            seconds += work * events
+            how += f" (or events, {work * events:.2g} s)"
+        if point.schedule:   # the plan's microbenchmarks: the bucket collective alone at five sizes
+            seconds += 5 * per_call
+        return seconds, how
+
 
 def resolve(point: Point, network=None, trace: bool = False, expand: bool = False) -> Resolved:
     """Resolve ``point`` (on ``network``, built from its spec if not given);
@@ -110,13 +155,56 @@ def resolve(point: Point, network=None, trace: bool = False, expand: bool = Fals
         if problem:
             raise ev.EvaluationError(f"evaluation: sampled with {point.algorithm}: {problem}")
     s = situation(point, network, trace)
-    plan = ev.plan(point.evaluation if point.evaluation != "sampled" else "fast", s)
-    if expand:
-        plan = ev.Plan(plan.mode, [ev.TABLE["events"]], None, plan.reasons)
     again = repeats(values, s)
     n = iterations_run(point)
-    return Resolved(point, values, plan, n, point_law(point) if values == "sampled" else None, s, again,
-                    kinds_run(point) if again else n)
+    law = point_law(point) if values == "sampled" else None
+
+    def resolved(plan):
+        return Resolved(point, values, plan, n, law, s, again, kinds_run(point) if again else n)
+
+    mode = point.evaluation if point.evaluation != "sampled" else "fast"
+    events = resolved(ev.Plan(mode, [ev.TABLE["events"]], None))
+    if expand:
+        return events
+
+    return resolved(ev.plan(mode, s, lambda: events.estimate[0]))
+
+
+def messages(point: Point) -> tuple[float, int]:
+    """(messages of one collective call, calls an iteration): the algorithm's
+    count (``Algorithm.messages``), a training iteration one call a bucket
+    (``Schedule.buckets``)."""
+    cls, w = point.algorithm_cls, point.workload
+    calls = 1
+    if point.schedule:
+        sched = point.schedule_cls
+        calls = len(point.plan) if point.plan else \
+            sched.buckets(sched.Params.model_validate(point.schedule_params), tuple(w["layers"]))
+    n = max(1, w["n"] // calls)
+    k = max(1, int(round(w["density"] * n)))
+    return cls.messages(point.P, n, k, point.params_model()), calls
+
+
+def _collective_evaluator(chain, M: float):
+    """The evaluator the chain would time a collective of M messages with
+    (the arrays aside: they may decline)."""
+
+    class Recorded:
+        messages = M
+
+    chosen = [e for e, _ in chain.choose(Recorded()) if e.name != "arrays"]
+    return chosen[0] if chosen else chain.evaluators[0]
+
+
+def values_seconds(point: Point, r: Resolved) -> float:
+    """Seconds the point's values take to draw, every rank and iteration."""
+    if r.values == "full":
+        return full_values_s(point)
+    if r.values == "sampled":
+        k = max(1.0, point.workload["density"] * point.workload["n"] * point.data_scale)
+        margin = point.algorithm_cls.sampling.margin_for(k)
+        return point.P * k * margin * r.iterations * SAMPLED_VALUE_S * (1 + (r.law.T if r.law else 0))
+    return 0.0
 
 
 def explain(point: Point, trace: bool = False) -> list[str]:
