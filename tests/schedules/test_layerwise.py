@@ -148,6 +148,22 @@ def test_the_plans_microbenchmarks_run_the_points_own_evaluation(monkeypatch, ev
     assert alpha >= 0 and beta > 0
 
 
+def test_the_plans_microbenchmarks_take_the_approximation_fast_chose_for_the_point(monkeypatch):
+    """Where ``fast`` times a point's collectives by an approximation because
+    its events would take too long, the plan's microbenchmarks (part of its
+    simulation) take the same evaluator; where it does not, the point's own."""
+    from simsparse.backends import evaluators as ev
+    from simsparse.experiments.run import plan
+
+    from tests.helpers import net
+
+    p = dataclasses.replace(point("omgs_sgd", "topka", P=4, network=net("piz_daint_aries")), evaluation="fast")
+    assert plan._evaluation(p) == "fast"
+    monkeypatch.setattr(ev, "LONG_S", 0.0)
+    assert plan._evaluation(p) == "link_load"
+    assert plan._evaluation(dataclasses.replace(p, evaluation="exact")) == "exact"
+
+
 def test_optimal_omgs_is_never_slower_than_the_paper_rule_in_its_model():
     from simsparse.schedules.planner import pipeline_time
 

@@ -15,7 +15,9 @@ built theirs:
   to nccl-tests / MPI measurements on their cluster (OMGS Eq. 11, Fig. 2b).
   They run under the point's own ``evaluation`` (its evaluators: the
   same network model as its iterations, at a fraction of the event
-  path's cost at P = 1024).
+  path's cost at P = 1024); where ``fast`` times the point's collectives
+  by an approximation only because its events would take minutes
+  (``evaluators.LONG_S``), its microbenchmarks take the same evaluator.
   Each time is a row's ``time_s``: the mean over a period of the
   collective's periodic work (Ok-Topk's exact thresholds and boundaries in
   their share of iterations, :mod:`.period`).
@@ -34,6 +36,7 @@ from scipy.optimize import nnls
 
 from ...schedules import PlanCosts
 from ..config.point import Point
+from .resolve import collective_evaluator, messages, resolve
 from .simulate import model_profile_of, simulate
 
 #: microbenchmark sizes: powers of two from 2^10 elements, while P * d stays
@@ -78,7 +81,19 @@ def comm_fit(point: Point) -> tuple[float, float]:
     return _comm_fit(json.dumps({"network": point.network, "P": point.P, "algorithm": point.algorithm,
                                  "params": point.params, "density": point.workload["density"],
                                  "dtype": point.workload["dtype"], "seed": point.workload["seed"],
-                                 "total": point.workload["n"], "evaluation": point.evaluation}, sort_keys=True))
+                                 "total": point.workload["n"], "evaluation": _evaluation(point)}, sort_keys=True))
+
+
+def _evaluation(point: Point) -> str:
+    """The evaluation of the point's microbenchmarks: its own, or the
+    approximation ``fast`` chose for its collectives where only its events
+    were exact and would take too long (they are part of its simulation)."""
+    if point.evaluation not in ("fast", "sampled"):
+        return point.evaluation
+    chain = resolve(point).plan.chain
+    if chain is None or not chain.events_s:
+        return point.evaluation
+    return collective_evaluator(chain, messages(point)[0]).name
 
 
 @lru_cache(maxsize=256)

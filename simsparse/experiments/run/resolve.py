@@ -128,7 +128,7 @@ class Resolved:
         if first.name == "rounds":
             per_call, how = first.seconds(M), "rounds"
         elif plan.chain is not None:
-            chosen = _collective_evaluator(plan.chain, M)
+            chosen = collective_evaluator(plan.chain, M)
             per_call, how = chosen.seconds(M) + point.P * RANK_CALL_S, f"events+{chosen.name}"
         else:
             per_call, how = events, plan.point[-1].name
@@ -185,7 +185,7 @@ def messages(point: Point) -> tuple[float, int]:
     return cls.messages(point.P, n, k, point.params_model()), calls
 
 
-def _collective_evaluator(chain, M: float):
+def collective_evaluator(chain, M: float):
     """The evaluator the chain would time a collective of M messages with
     (the arrays aside: they may decline)."""
 
