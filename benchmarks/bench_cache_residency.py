@@ -1,7 +1,7 @@
-"""Streaming kernels with their operands in cache and out of it.
+"""Streaming kernels with their operands in cache and out of it, and after the rank slept.
 
     python benchmarks/bench_cache_residency.py [--sizes 75000 250000 750000 2500000] [--reps 30]
-        [--evict-mb 64]
+        [--evict-mb 64] [--idle-ms 1 2 10 50]
 
 The dense collectives' kernels (``add_into``, ``copy_into``, ``copy``) are
 timed by the real backend's own functions on float32 blocks of n entries,
@@ -13,10 +13,16 @@ more ranks than cores):
   its steps);
 * ``cold``: a write over ``--evict-mb`` MB of another array before each call,
   so the operands come from DRAM (what a step meets after tens of
-  milliseconds of other ranks' work and the TCP stack's copies).
+  milliseconds of other ranks' work and the TCP stack's copies);
+* ``idle D ms``: the process sleeps D ms before each call, in slices of
+  at most 2 ms (``wire.SocketSleep.MAX_S``: how a rank of the real backend
+  waits on the testbed's sockets), the core idle meanwhile.
 
 Each figure is the median over ``--reps`` calls, with the bandwidth the
-kernel's work declares (``Work.bytes``) over it, and cold over warm.
+kernel's work declares (``Work.bytes``) over it, and cold over warm. Timed
+by the wall clock as well where the process slept (its CPU clock does not
+count a wake-up's stalls any differently, but a sleeping rank's wall is
+what a measured step shows).
 """
 from __future__ import annotations
 
@@ -38,11 +44,20 @@ def _calls(name: str, m: int):
     return vec[m:2 * m], src
 
 
-def _median_us(fn, args, reps: int, evict: np.ndarray | None) -> float:
+def _idle(seconds: float, slice_s: float = 2e-3) -> None:
+    """Sleep ``seconds`` in slices of at most ``slice_s``, as a waiting rank does."""
+    end = time.perf_counter() + seconds
+    while (left := end - time.perf_counter()) > 0:
+        time.sleep(min(left, slice_s))
+
+
+def _median_us(fn, args, reps: int, evict: np.ndarray | None = None, idle_s: float = 0.0) -> float:
     times = []
     for _ in range(reps):
         if evict is not None:
             evict += 1.0
+        if idle_s:
+            _idle(idle_s)
         t0 = time.process_time_ns()
         fn(*args)
         times.append(time.process_time_ns() - t0)
@@ -54,18 +69,21 @@ def main(argv=None) -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[75_000, 250_000, 750_000, 2_500_000])
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--evict-mb", type=int, default=64)
+    ap.add_argument("--idle-ms", type=float, nargs="*", default=[1.0, 2.0, 10.0, 50.0])
     args = ap.parse_args(argv)
     evict = np.ones(args.evict_mb * (1 << 20) // 4, dtype=np.float32)
-    print(f"{'kernel':<10} {'n':>10} {'warm us':>9} {'GB/s':>6} {'cold us':>9} {'GB/s':>6} {'cold/warm':>9}")
+    idle = "".join(f" {f'idle {d:g} ms':>11}" for d in args.idle_ms)
+    print(f"{'kernel':<10} {'n':>10} {'warm us':>9} {'GB/s':>6} {'cold us':>9} {'GB/s':>6} {'cold/warm':>9}{idle}")
     for name in ("add_into", "copy_into", "copy"):
         k = KERNELS[name]
         for m in args.sizes:
             a = _calls(name, m)
             nbytes = k.work(k.numpy(*a), *a).bytes
-            warm = _median_us(k.numpy, a, args.reps, None)
+            warm = _median_us(k.numpy, a, args.reps)
             cold = _median_us(k.numpy, a, args.reps, evict)
+            slept = "".join(f" {_median_us(k.numpy, a, args.reps, idle_s=d / 1e3):>8.1f} us" for d in args.idle_ms)
             print(f"{name:<10} {m:>10} {warm:>9.1f} {nbytes / warm / 1e3:>6.1f} {cold:>9.1f} "
-                  f"{nbytes / cold / 1e3:>6.1f} {cold / warm:>9.2f}")
+                  f"{nbytes / cold / 1e3:>6.1f} {cold / warm:>9.2f}{slept}")
 
 
 if __name__ == "__main__":
