@@ -374,7 +374,7 @@ class CollectiveChain:
         approx = sorted([(e, v) for e, v in verdicts if v.kind == APPROXIMATE and allowed(self.mode, v, exact_s)],
                         key=lambda ev: ev[0].seconds(run.messages))
         if not rest:   # only the events are exact: every approximation allowed, fastest first
-            return first + approx if approx else []
+            return first + approx
         return first + approx[:1] + rest
 
     def time(self, host, kind, reqs, entry, order, device, now, pending):
