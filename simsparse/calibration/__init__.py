@@ -235,6 +235,7 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
 
     kernels, kfits = _kernels(raw["kernels"])
     _select_scales(kernels, kfits, raw["kernels"], raw.get("sparse_grid") or [])
+    _after_idle(kernels, kfits, raw.get("idle_grid") or [])
     noise, noise_fits = fit.fit_kernel_noise(steady_calls(raw["kernels"])[0])
     mem = _memory_roofline(raw["kernels"])
     # one eager op issued behind others (worker.op_launch): the per-op term of a model's roofline and of a kernel
@@ -366,6 +367,21 @@ def _select_scales(kernels: dict, fits: dict, calls: list, grid: list) -> None:
         if scale:
             kernels[name]["select_scale"] = scale
             fits[name]["select_scale_calls"] = sum(g[0] == name for g in grid)
+
+
+def _after_idle(kernels: dict, fits: dict, grid: list) -> None:
+    """Each streaming kernel's time right after its rank idled (``after_idle``)
+    from its calls on their own (:func:`.worker.idle_grid`): per idle and
+    size, the median over every rank's medians. ``grid``: ``(name, n,
+    idle_s, seconds, rank)``."""
+    for name in sorted({g[0] for g in grid} & set(kernels)):
+        rows = []
+        for d in sorted({g[2] for g in grid if g[0] == name}):
+            pts = [[float(n), float(np.median([g[3] for g in grid if g[0] == name and g[2] == d and g[1] == n]))]
+                   for n in sorted({g[1] for g in grid if g[0] == name and g[2] == d})]
+            rows.append([float(d), pts])
+        kernels[name]["after_idle"] = rows
+        fits[name]["after_idle_calls"] = sum(g[0] == name for g in grid)
 
 
 def program_cpu(steps: dict | None) -> float | None:

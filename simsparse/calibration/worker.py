@@ -17,7 +17,9 @@ describes what ``simsparse measure`` pays:
   wrapper around every kernel's torch implementation; each call is recorded
   with its work (elements, bytes); and the sparse kernels on their own
   over a grid of sizes and densities (:func:`sparse_grid`), since their
-  time at one size moves with the entries they select or scatter;
+  time at one size moves with the entries they select or scatter; and the
+  dense collectives' streaming kernels right after their rank slept
+  (:func:`idle_grid`), as a rank that waited on the network runs them;
 * **layers**: the torch models' forward pass and the time at which each
   parameter's gradient is ready in the backward pass, on every rank at once
   (as in a measured run).
@@ -304,6 +306,77 @@ def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
     return out
 
 
+#: the dense collectives' streaming kernels :func:`idle_grid` times after an idle, and the idles (seconds)
+IDLE_KERNELS = ("add_into", "copy_into", "copy")
+IDLES_S = (0.001, 0.003, 0.01, 0.03)
+#: the largest size timed after an idle (a call of 12M entries is milliseconds: its idle no longer shows)
+IDLE_MAX_N = 3_000_000
+#: the entries of the untimed call that takes a wake-up's own cost before the timed one (4 KB)
+WAKE_N = 1024
+#: the longest sleep of a waiting rank of the real backend on sockets (backends.real.wire.SocketSleep.MAX_S)
+IDLE_SLICE_S = 2e-3
+
+
+def idle(seconds: float, slice_s: float = IDLE_SLICE_S) -> None:
+    """Sleep ``seconds`` in slices of at most ``slice_s``, as a rank waiting on the testbed's sockets does."""
+    end = time.perf_counter() + seconds
+    while (left := end - time.perf_counter()) > 0:
+        time.sleep(min(left, slice_s))
+
+
+def idle_grid(comm, device, sizes, reps: int, now=time.perf_counter, idles=IDLES_S) -> list:
+    """Each of :data:`IDLE_KERNELS` (the real backend's torch implementation)
+    on float32 blocks of each of ``sizes``, one rank at a time while the
+    others sleep (a measured step's kernels rarely overlap: the ranks reach
+    them at different times; where they do, the shared cores' model shares
+    them), each call after its rank slept ``idle_s`` (:func:`idle`) and then ran the same
+    kernel on a small block of other data, untimed: ``(kernel, n, idle_s,
+    seconds)``, the median of ``reps`` calls. A rank that waits on the
+    network sleeps, and on a VM its core then finds the operands out of its
+    caches (benchmarks/bench_cache_residency.py), which the algorithm runs'
+    lines, mostly of calls back to back, miss. The small call takes the
+    wake-up's own cost (tens of microseconds whatever the size: in a
+    measured step MPI's progress and the receive's unpacking pay it before
+    the kernel runs), so what is timed is the operands' refill."""
+    import torch
+
+    from ..compute.kernels import get_kernel
+
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    gen = torch.Generator().manual_seed(8765 + comm.Get_rank())
+    out = []
+    for n in sizes:
+        vec, src = torch.randn(2 * n, generator=gen).to(device), torch.randn(n, generator=gen).to(device)
+        small = torch.randn(2 * WAKE_N, generator=gen).to(device)
+        for name in IDLE_KERNELS:
+            k = get_kernel(name)
+            args = (vec[:n],) if name == "copy" else (vec[n:], src)
+            wake = (small[:WAKE_N],) if name == "copy" else (small[WAKE_N:], small[:WAKE_N])
+            for d in idles:
+                for turn in range(comm.Get_size()):
+                    if turn == comm.Get_rank():
+                        ts = []
+                        for _ in range(reps):
+                            sync()
+                            idle(d)
+                            k.torch_fn(*wake)
+                            sync()
+                            t0 = now()
+                            k.torch_fn(*args)
+                            sync()
+                            ts.append(now() - t0)
+                        out.append((name, n, d, _median(ts)))
+                    _sleeping_barrier(comm)
+    return out
+
+
+def _sleeping_barrier(comm, poll_s: float = 1e-3) -> None:
+    """A barrier whose waiting ranks sleep (MPICH's own spins on the cores the timed rank needs)."""
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(poll_s)
+
+
 def every_rank(comm, calls: list) -> list:
     """Every rank's kernel calls on rank 0, each with its rank appended: a kernel's median and
     noise come from all the ranks that ran it at once (rank 0 alone gave a size 5 calls, too few for
@@ -446,6 +519,9 @@ def main(argv=None):
         raw["kernels"] = every_rank(comm, calls if kind == spec["device"] else [])
         grid = sparse_grid(comm, device, spec["kernel_sizes"], 3 if spec["quick"] else 5, now)
         raw["sparse_grid"] = every_rank(comm, grid if kind == spec["device"] else [])
+        woke = idle_grid(comm, device, [n for n in spec["kernel_sizes"] if n <= IDLE_MAX_N], 3 if spec["quick"] else 7,
+                         now)
+        raw["idle_grid"] = every_rank(comm, woke if kind == spec["device"] else [])
     if "layers" in parts:
         partner = kind != spec["device"]
         raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"], now, partner)

@@ -47,6 +47,26 @@ class KernelCost(BaseModel):
                           "moves with them (torch's CPU top-k keeps a heap of k below k = n/64 and selects in place "
                           "above; a scatter-add's random writes; simsparse calibrate times a grid)")
 
+    after_idle: list[tuple[float, list[tuple[float, float]]]] | None = Field(
+        None, description="[[idle_s, [[elements, seconds], ...]], ...]: the call's seconds when its rank has just "
+                          "woken from idling idle_s in a blocking wait (simsparse calibrate: every rank sleeps, then "
+                          "calls the kernel; on a VM a core that idled milliseconds finds the operands out of its "
+                          "caches, slower than from DRAM): such a call takes at least this, interpolated in log "
+                          "idle and log size, the per-element rate kept beyond the largest size, nothing below the "
+                          "shortest idle")
+
+    def idle_floor(self, elems: float, idle_s: float) -> float:
+        """Seconds a call on ``elems`` takes at least after its rank idled ``idle_s`` (0: no floor)."""
+        rows = self.after_idle
+        if not rows or idle_s < rows[0][0]:
+            return 0.0
+        times = [_loglog(pts, max(elems, 1.0)) for _, pts in rows]
+        if idle_s >= rows[-1][0] or len(rows) == 1:
+            return times[-1]
+        i = next(i for i in range(1, len(rows)) if idle_s < rows[i][0])
+        w = math.log(idle_s / rows[i - 1][0]) / math.log(rows[i][0] / rows[i - 1][0])
+        return times[i - 1] + w * (times[i] - times[i - 1])
+
     def scale(self, elems: float) -> float:
         sc = self.size_scale
         if not sc:
@@ -58,6 +78,17 @@ class KernelCost(BaseModel):
                 w = math.log(elems / x0) / math.log(x1 / x0)
                 return f0 + w * (f1 - f0)
         return sc[-1][1]
+
+
+def _loglog(pts, x: float) -> float:
+    """``pts`` ([[x, y], ...], x increasing) at ``x``: interpolated in log x and log y, y / x kept beyond the ends."""
+    if x <= pts[0][0]:
+        return pts[0][1] * x / pts[0][0]
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x <= x1:
+            w = math.log(x / x0) / math.log(x1 / x0)
+            return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
+    return pts[-1][1] * x / pts[-1][0]
 
 
 class ModelTimes(BaseModel):
@@ -164,7 +195,7 @@ class Device:
     name = "device"
     profile: DeviceProfile | None = None
 
-    def cost(self, kernel: str, work: Work) -> float:  # pragma: no cover - interface
+    def cost(self, kernel: str, work: Work, idle_s: float = 0.0) -> float:  # pragma: no cover - interface
         raise NotImplementedError
 
 
@@ -173,7 +204,7 @@ class IdealDevice(Device):
 
     name = "ideal"
 
-    def cost(self, kernel: str, work: Work) -> float:
+    def cost(self, kernel: str, work: Work, idle_s: float = 0.0) -> float:
         return 0.0
 
 
@@ -205,9 +236,10 @@ class ParametricDevice(Device):
             t = t * kc.select_scale.at(n, np.asarray(select, float) / n)
         return t * p.slowdown
 
-    def cost(self, kernel: str, work: Work) -> float:
+    def cost(self, kernel: str, work: Work, idle_s: float = 0.0) -> float:
         """Seconds of ``work`` by ``kernel``: its path's own fit where the
-        profile has one (``"kernel/path"``), else the kernel's."""
+        profile has one (``"kernel/path"``), else the kernel's; at least its
+        ``after_idle`` time where its rank just woke from idling ``idle_s``."""
         p = self.profile
         kc = (work.path and p.kernels.get(f"{kernel}/{work.path}")) or p.kernels.get(kernel)
         if kc is None:
@@ -219,6 +251,8 @@ class ParametricDevice(Device):
             t *= kc.scale(max(work.elems, 1.0))
         if kc.select_scale and work.select:
             t *= kc.select_scale.at(max(work.elems, 1.0), work.select / max(work.elems, 1.0))
+        if idle_s and kc.after_idle:
+            t = max(t, kc.idle_floor(work.elems, idle_s) * p.slowdown)
         return t
 
 

@@ -399,3 +399,58 @@ def test_the_network_stack_takes_cpu_from_the_senders_cores_as_the_bytes_move():
     assert cpu1 == cpu0                               # no rank's CPU clock counts the kernel's packet work
     k2, _ = run(cores=2, network_stack={"cpu_per_byte_s": c, "rate_Bps": r})
     assert k2 == pytest.approx(D, rel=1e-12)          # a second core takes it
+
+
+def test_a_kernel_right_after_a_long_wait_takes_at_least_its_after_idle_time():
+    """after_idle (calibrate's idle_grid): a streaming kernel run as its rank
+    wakes from idling takes at least what it took after that idle, interpolated
+    in log idle and log size; nothing below the shortest idle. In the
+    simulator the idle is the rank's last polled wait: rank 1 waits for rank
+    0's kernel of D seconds, then adds; on two cores its add pays the floor at
+    D, and without the wait (or the floor) it pays its line."""
+    import numpy as np
+
+    from simsparse.backends.events.sim import Simulator
+    from simsparse.compute.devices import DeviceProfile, KernelCost, ParametricDevice
+    from simsparse.compute.kernels import Work
+    from simsparse.network.spec import EthernetSpec
+    from simsparse.ops import Dense
+
+    rows = [[1e-3, [[1e4, 2e-6], [1e6, 4e-4]]], [1e-2, [[1e4, 8e-6], [1e6, 1e-3]]]]
+    kc = KernelCost(launch_s=1e-6, per_elem_s=1e-10, after_idle=rows)
+    assert kc.idle_floor(1e5, 5e-4) == 0.0
+    assert kc.idle_floor(1e4, 1e-3) == pytest.approx(2e-6) and kc.idle_floor(1e6, 0.5) == pytest.approx(1e-3)
+    assert kc.idle_floor(1e5, 1e-3) == pytest.approx(np.sqrt(2e-6 * 4e-4))   # log-log between the sizes
+    assert kc.idle_floor(2e6, 1e-2) == pytest.approx(2e-3)   # the per-element rate beyond the largest size
+    mid = kc.idle_floor(1e4, np.sqrt(1e-3 * 1e-2))
+    assert mid == pytest.approx((2e-6 + 8e-6) / 2)   # linear in log idle
+    prof = DeviceProfile(mem_bandwidth_Bps=1e12, kernels={"add_into": kc})
+    line = ParametricDevice(prof).cost("add_into", Work(1e4, 1.2e5))
+    assert line == pytest.approx(2e-6) and ParametricDevice(prof).cost("add_into", Work(1e4, 1.2e5), 1e-2) == \
+        pytest.approx(8e-6)
+
+    D, n = 0.02, 10_000
+    spec = EthernetSpec(topology="star", link_bw_Bps=1.25e9)
+    x, acc = np.zeros(4, np.float32), np.zeros(n, np.float32)
+
+    def rank0(ctx):
+        yield ctx.compute("add", x, x)
+        yield ctx.waitall([ctx.isend(1, Dense(x))])
+
+    def rank1(ctx):
+        yield ctx.waitall([ctx.irecv(0)])
+        yield ctx.compute("add_into", acc, acc)
+
+    def add_time(after_idle, **poll):
+        kernels = {"add": {"launch_s": D, "per_elem_s": 0.0},
+                   "add_into": {"launch_s": 1e-6, "per_elem_s": 1e-10, "after_idle": after_idle}}
+        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=2, wait_cpu_s=1e-6,
+                                             kernels=kernels, **poll))
+        st = Simulator(spec.build(), dev, trace=True).run([rank0, rank1])
+        rec = next(t for t in st.trace if t.rank == 1 and t.op == "compute:add_into")
+        return rec.end_s - rec.start_s
+
+    polled = {"wait_poll_s": 2e-3, "wait_poll_after_s": 3.45e-3}
+    assert add_time(rows, **polled) == pytest.approx(8e-6, rel=1e-6)      # idled about D: the 10 ms row
+    assert add_time(None, **polled) == pytest.approx(2e-6, rel=1e-6)      # no floor: the line
+    assert add_time(rows) == pytest.approx(2e-6, rel=1e-6)                # no polled wait: no idle known

@@ -81,6 +81,7 @@ class HostCPU:
         """A program of ``rank`` blocks in a wait: the rank's first poll, if it is not polling already."""
         self.blocked[rank] += 1
         if self.blocked[rank] == 1:
+            self.ranks[rank].blocked_at = self.env.now
             self.poll_gen[rank] += 1
             self.env.at(self.wait_poll_after, self._poll, (rank, self.poll_gen[rank], self.env.now))
 

@@ -104,7 +104,11 @@ class Messages:
         sleep returns and runs MPI's progress), once however many requests
         the wait completes (simsparse.calibration.network.request_cpu)."""
         if self.wait_poll:
-            self.blocked[w.prog.ctx.rank] -= 1
+            rank = w.prog.ctx.rank
+            self.blocked[rank] -= 1
+            if not self.blocked[rank]:   # it slept since its programs blocked or its device went idle, if later
+                rs = self.ranks[rank]
+                rs.idled = max(0.0, self.env.now - max(rs.blocked_at, rs.device_free))
         if self.wait_cpu:
             self.on_core(w.prog.ctx.rank, self.wait_cpu, self._woke, w)
         else:

@@ -76,7 +76,7 @@ class _Rank:
     """Per-rank state shared by the rank's programs: device, streams, counters."""
 
     __slots__ = ("rank", "device_free", "streams", "bytes_sent", "msgs_sent", "busy", "next_bwd", "ready_at",
-                 "core_q", "waking", "unseen", "bulk_until")
+                 "core_q", "waking", "unseen", "bulk_until", "blocked_at", "idled")
 
     def __init__(self, rank: int, n_tensors: int):
         self.rank = rank
@@ -91,6 +91,8 @@ class _Rank:
         self.waking = 0                         # with shared cores and a trace: its completed waits not yet woken
         self.unseen: list = []                  # likewise: (handle, bytes, when) completed, its driver not yet told
         self.bulk_until = -1.0                  # the last exit from a bulk collective that ran kernels here
+        self.blocked_at = 0.0                   # with a polled wait: when it last went from none blocked to one
+        self.idled = 0.0                        # how long it idled in its last wait, until its next kernel
 
 
 class _Gathering:
@@ -353,7 +355,9 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
                 return value   # no time, nothing queued before it, nothing to record
             dt = 0.0
         else:
-            dt = self.kernel_seconds(k, value, req.args, req.kwargs)
+            rs = prog.ctx.r
+            dt = self.kernel_seconds(k, value, req.args, req.kwargs, rs.idled)
+            rs.idled = 0.0
             if self.noise is not None:
                 dt *= self.noise.factor(prog.ctx.rank, dt)
             if self.program_cpu:   # the program's Python before the kernel: on the cores, outside its record
@@ -366,20 +370,21 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         value = memo_call(self.memo, self.digests, k, args, kwargs) if k.memo else k.numpy(*args, **kwargs)
         return value, self.kernel_seconds(k, value, args, kwargs)
 
-    def kernel_seconds(self, k, value, args, kwargs) -> float:
+    def kernel_seconds(self, k, value, args, kwargs, idle_s: float = 0.0) -> float:
         """Device seconds of kernel ``k`` called on ``args`` (returning
-        ``value``), its work scaled back to full size."""
+        ``value``), its work scaled back to full size; ``idle_s``: how long
+        its rank idled in a wait just before (``DeviceProfile`` ``after_idle``)."""
         if self.ideal:
             return 0.0
-        return self.work_seconds(k.name, k.work(value, *args, **kwargs))
+        return self.work_seconds(k.name, k.work(value, *args, **kwargs), idle_s)
 
-    def work_seconds(self, name: str, w: Work) -> float:
+    def work_seconds(self, name: str, w: Work, idle_s: float = 0.0) -> float:
         """Device seconds of kernel ``name`` doing work ``w``, scaled back to full size."""
         if self.ideal:
             return 0.0
         if self.byte_scale != 1.0:   # (the constructor: dataclasses.replace was a fifth of a small kernel's cost)
             w = Work(w.elems * self.byte_scale, w.bytes * self.byte_scale, w.parts, w.path, w.select * self.byte_scale)
-        return self.device.cost(name, w)
+        return self.device.cost(name, w, idle_s)
 
     def wire_bytes(self, payload: Payload) -> int:
         """Bytes on the wire: data scaled back to full size, host metadata as is."""
