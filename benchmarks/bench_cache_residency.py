@@ -16,7 +16,10 @@ more ranks than cores):
   milliseconds of other ranks' work and the TCP stack's copies);
 * ``idle D ms``: the process sleeps D ms before each call, in slices of
   at most 2 ms (``wire.SocketSleep.MAX_S``: how a rank of the real backend
-  waits on the testbed's sockets), the core idle meanwhile.
+  waits on the testbed's sockets), the core idle meanwhile;
+* ``woken``: as ``idle`` at the longest D, with the same kernel run on a
+  4 KB block first, untimed, as ``calibrate``'s ``idle_grid`` times it
+  (the wake-up's own cost left out: what the profile's ``after_idle`` holds).
 
 Each figure is the median over ``--reps`` calls, with the bandwidth the
 kernel's work declares (``Work.bytes``) over it, and cold over warm. Timed
@@ -31,6 +34,7 @@ import time
 
 import numpy as np
 
+from simsparse.calibration.worker import WAKE_N, idle
 from simsparse.compute.kernels import KERNELS
 
 
@@ -44,20 +48,15 @@ def _calls(name: str, m: int):
     return vec[m:2 * m], src
 
 
-def _idle(seconds: float, slice_s: float = 2e-3) -> None:
-    """Sleep ``seconds`` in slices of at most ``slice_s``, as a waiting rank does."""
-    end = time.perf_counter() + seconds
-    while (left := end - time.perf_counter()) > 0:
-        time.sleep(min(left, slice_s))
-
-
-def _median_us(fn, args, reps: int, evict: np.ndarray | None = None, idle_s: float = 0.0) -> float:
+def _median_us(fn, args, reps: int, evict: np.ndarray | None = None, idle_s: float = 0.0, wake=None) -> float:
     times = []
     for _ in range(reps):
         if evict is not None:
             evict += 1.0
         if idle_s:
-            _idle(idle_s)
+            idle(idle_s)
+        if wake is not None:
+            fn(*wake)
         t0 = time.process_time_ns()
         fn(*args)
         times.append(time.process_time_ns() - t0)
@@ -73,7 +72,8 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     evict = np.ones(args.evict_mb * (1 << 20) // 4, dtype=np.float32)
     idle = "".join(f" {f'idle {d:g} ms':>11}" for d in args.idle_ms)
-    print(f"{'kernel':<10} {'n':>10} {'warm us':>9} {'GB/s':>6} {'cold us':>9} {'GB/s':>6} {'cold/warm':>9}{idle}")
+    print(f"{'kernel':<10} {'n':>10} {'warm us':>9} {'GB/s':>6} {'cold us':>9} {'GB/s':>6} {'cold/warm':>9}{idle}"
+          f" {'woken':>11}")
     for name in ("add_into", "copy_into", "copy"):
         k = KERNELS[name]
         for m in args.sizes:
@@ -82,8 +82,10 @@ def main(argv=None) -> None:
             warm = _median_us(k.numpy, a, args.reps)
             cold = _median_us(k.numpy, a, args.reps, evict)
             slept = "".join(f" {_median_us(k.numpy, a, args.reps, idle_s=d / 1e3):>8.1f} us" for d in args.idle_ms)
+            woken = _median_us(k.numpy, a, args.reps, idle_s=max(args.idle_ms, default=10.0) / 1e3,
+                               wake=_calls(name, WAKE_N))
             print(f"{name:<10} {m:>10} {warm:>9.1f} {nbytes / warm / 1e3:>6.1f} {cold:>9.1f} "
-                  f"{nbytes / cold / 1e3:>6.1f} {cold / warm:>9.2f}{slept}")
+                  f"{nbytes / cold / 1e3:>6.1f} {cold / warm:>9.2f}{slept} {woken:>8.1f} us")
 
 
 if __name__ == "__main__":
