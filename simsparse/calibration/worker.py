@@ -37,6 +37,7 @@ import time
 
 import numpy as np
 
+from ..backends.real.wire import SocketSleep
 from ..compute import speed_probe
 from . import patterns, stack_probe
 from .patterns import EXCHANGE_STEPS, STEADY_MAX_B, STEADY_STEPS
@@ -313,8 +314,8 @@ IDLES_S = (0.001, 0.003, 0.01, 0.03)
 IDLE_MAX_N = 3_000_000
 #: the entries of the untimed call that takes a wake-up's own cost before the timed one (4 KB)
 WAKE_N = 1024
-#: the longest sleep of a waiting rank of the real backend on sockets (backends.real.wire.SocketSleep.MAX_S)
-IDLE_SLICE_S = 2e-3
+#: the longest sleep of a waiting rank of the real backend on sockets
+IDLE_SLICE_S = SocketSleep.MAX_S
 
 
 def idle(seconds: float, slice_s: float = IDLE_SLICE_S) -> None:

@@ -49,9 +49,10 @@ class KernelCost(BaseModel):
 
     after_idle: list[tuple[float, list[tuple[float, float]]]] | None = Field(
         None, description="[[idle_s, [[elements, seconds], ...]], ...]: the call's seconds when its rank has just "
-                          "woken from idling idle_s in a blocking wait (simsparse calibrate: every rank sleeps, then "
-                          "calls the kernel; on a VM a core that idled milliseconds finds the operands out of its "
-                          "caches, slower than from DRAM): such a call takes at least this, interpolated in log "
+                          "woken from idling idle_s in a blocking wait (simsparse calibrate: each rank in turn sleeps, "
+                          "makes a small call of the kernel, which takes the wake-up's own cost, and then the timed "
+                          "one; on a VM a core that idled milliseconds finds the operands out of its caches, as "
+                          "slow as from DRAM): such a call takes at least this, interpolated in log "
                           "idle and log size, the per-element rate kept beyond the largest size, nothing below the "
                           "shortest idle")
 
