@@ -430,14 +430,15 @@ def plan(mode: str, s: Situation, events_s=None) -> Plan:
         return Plan(mode, [TABLE["events"]], CollectiveChain(mode, s), reasons)
     if mode == "events":
         return Plan(mode, [TABLE["events"]], None, reasons)
-    point = [e for e in POINT if e.automatic and e.can_time(s)]
+    verdict = {e.name: v for e, v in reasons}
+    point = [e for e in POINT if e.automatic and verdict[e.name]]
     # a gathered collective cannot go back to its messages (its ranks posted in the past): gather only
     # where an exact evaluator that never declines (a replay) stands behind the others
-    fallback = any(e.can_time(s).kind == EXACT for e in COLLECTIVE if e.automatic and e.name != "arrays")
+    fallback = any(verdict[e.name].kind == EXACT for e in COLLECTIVE if e.automatic and e.name != "arrays")
     chain = CollectiveChain(mode, s) if fallback else None
     if chain is None and mode == "fast" and events_s is not None:
         # no exact evaluator but the events: approximate ones that never decline, if the events take too long
-        approx = [v for e in COLLECTIVE if e.automatic and (v := e.can_time(s)).kind == APPROXIMATE]
+        approx = [verdict[e.name] for e in COLLECTIVE if e.automatic and verdict[e.name].kind == APPROXIMATE]
         if approx and allowed(mode, max(approx, key=lambda v: v.bound), t := events_s()):
             chain = CollectiveChain(mode, s, t)
     return Plan(mode, point, chain, reasons)
