@@ -83,3 +83,16 @@ def test_a_point_that_carries_much_is_collected_after_it(monkeypatch):
     monkeypatch.setattr(sm, "GC_AFTER_B", -1)
     sm.simulate(p)
     assert collected == [()]
+
+
+def test_drawn_once_keeps_no_gradient_set(monkeypatch):
+    """A schedule's plan microbenchmarks draw each size once: inside
+    ``drawn_once`` the set is the same values but not kept for later points."""
+    monkeypatch.setattr(wlmod, "_CACHE", LRU(max_bytes=1 << 30))
+    w = Workload(n=3000, density=0.01, seed=5)
+    with wlmod.drawn_once():
+        once = w.grads(3, 2)
+    assert wlmod._CACHE.size == 0
+    kept = w.grads(3, 2)
+    assert kept is not once and all(np.array_equal(a, b) for a, b in zip(once, kept))
+    assert wlmod._CACHE.size == 3 * 3000 * 4 and w.grads(3, 2) is kept

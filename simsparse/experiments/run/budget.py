@@ -29,7 +29,9 @@ The estimates, measured on this project's simulator:
   points, at most 512 MiB) and SELECTED_PER_K x k entries for its selections and the
   messages made of them, and what its results hold (a union of
   the selections, or a dense sum of n elements: :func:`sampled_results_B`);
-  plus 300 bytes per trace record. Peak RSS measured
+  plus 300 bytes per trace record; a schedule's plan microbenchmarks,
+  which run first, ``2 w`` per element of their largest size (at most
+  ``resolve.PLAN_MAX_ELEMS`` over the ranks), where that is more. Peak RSS measured
   for float32 at P = 64..256 and n = 1M, over 9 algorithms: 4.2 to 8.1
   bytes per element for one unchecked iteration, up to 24.6 checked over
   three (28 estimated), plus the caches at small P.
@@ -55,7 +57,7 @@ from ...period import iterations_run
 from ...sampling import point_law
 from ...sampling.paths import SHARED_PATHS_MAX_B
 from ..config.point import Point
-from .resolve import messages, values_of
+from .resolve import PLAN_MAX_ELEMS, messages, values_of
 
 BASE_B = 200e6  # the interpreter, numpy, pandas and the network model
 _CACHE_B = float(1 << 30)  # the bound of each of the workload's caches (simsparse.lru.LRU)
@@ -198,6 +200,9 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False, caches: bo
             if drift < 1:
                 states = point.P * n * w
                 carried += max(_CACHE_B, min(states, _STATES_MAX_B)) if drift > 0 else min(_CACHE_B, states)
+    if point.schedule and values != "sizes":   # the plan's microbenchmarks, run first: their largest size's
+        # full gradients and results (drawn once: workload.drawn_once)
+        carried = max(carried, 2 * w * min(point.P * point.workload["n"], PLAN_MAX_ELEMS))
     records = 0.0
     if trace:   # a record per send and receive of every message, in every iteration run
         M, calls = messages(point)

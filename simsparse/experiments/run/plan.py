@@ -35,13 +35,10 @@ import numpy as np
 from scipy.optimize import nnls
 
 from ...schedules import PlanCosts
+from ...workload import drawn_once
 from ..config.point import Point
-from .resolve import collective_evaluator, messages, resolve
+from .resolve import PLAN_MAX_ELEMS, collective_evaluator, messages, resolve
 from .simulate import model_profile_of, simulate
-
-#: microbenchmark sizes: powers of two from 2^10 elements, while P * d stays
-#: under this many elements (the simulator carries real data)
-_MAX_ELEMS = 1 << 25
 
 
 def with_plan(point: Point) -> Point:
@@ -99,14 +96,15 @@ def _evaluation(point: Point) -> str:
 @lru_cache(maxsize=256)
 def _comm_fit(key: str) -> tuple[float, float]:
     k = json.loads(key)
-    top = max(1 << 10, min(k["total"], _MAX_ELEMS // k["P"]))
+    top = max(1 << 10, min(k["total"], PLAN_MAX_ELEMS // k["P"]))
     sizes = sorted({int(s) for s in np.geomspace(1 << 10, top, 5)} | {max(k["P"], 1 << 10)})
     times = []
     for n in sizes:
         pt = Point(algorithm=k["algorithm"], P=k["P"], params=k["params"], network=k["network"], compute=None,
                    workload={"n": n, "density": k["density"], "dtype": k["dtype"], "seed": k["seed"]},
                    iterations=1, warmup=0, check=False, evaluation=k["evaluation"])
-        times.append(simulate(pt).row["time_s"])
+        with drawn_once():
+            times.append(simulate(pt).row["time_s"])
     A = np.column_stack([np.ones(len(sizes)), np.asarray(sizes, float)])
     (alpha, beta), _ = nnls(A, np.asarray(times))
     return float(alpha), float(beta)

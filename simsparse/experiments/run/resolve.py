@@ -50,6 +50,9 @@ RANK_CALL_S = 25e-6
 #: wall seconds to draw one sampled entry (a value above the floor and its index; VALUE_S: a full one):
 #: Gaussiank of 1M at P = 1024 and 4096 on aries_alphabeta, where the draws are most of the run (bench_scale)
 SAMPLED_VALUE_S = 45e-9
+#: a schedule's plan microbenchmarks: sizes from 2^10 elements while P d stays under this many elements
+#: (the simulator carries their real data; :mod:`.plan`)
+PLAN_MAX_ELEMS = 1 << 25
 #: the event engine's wall seconds per message on a flow-level network against the alpha-beta model's (the
 #: max-min solves: Ok-Topk of BERT on Piz Daint at P = 64 and 256, 60 to 130 us a message, bench_scale)
 FLOW_EVENTS_FACTOR = 2.5
