@@ -376,6 +376,10 @@ def _abs_quantile(distribution: str, df: float):
 # -- caches --------------------------------------------------------------------------
 
 _CACHE = LRU(max_bytes=1 << 30)
+#: the last AR(1) noise state per (stream, rank): iteration t costs one draw after t-1; at least
+#: STATE_MIN_B, and as large as a simulated point's every rank up to STATE_MAX_B (Workload.hold_states)
+STATE_MIN_B, STATE_MAX_B = 1 << 30, 4 << 30
+_STATE = LRU(max_bytes=STATE_MIN_B, sweeps=True)
 #: whether gradient sets drawn now are kept for later points (:func:`drawn_once`)
 _KEEP = [True]
 
@@ -390,7 +394,3 @@ def drawn_once():
         yield
     finally:
         _KEEP.pop()
-#: the last AR(1) noise state per (stream, rank): iteration t costs one draw after t-1; at least
-#: STATE_MIN_B, and as large as a simulated point's every rank up to STATE_MAX_B (Workload.hold_states)
-STATE_MIN_B, STATE_MAX_B = 1 << 30, 4 << 30
-_STATE = LRU(max_bytes=STATE_MIN_B, sweeps=True)
