@@ -195,7 +195,8 @@ class Dragonfly(Fabric):
             rs = rs + rs2[1:] + self._intra(rs2[-1], rb)[1:]
         rv = self.router_v
         out = self.topo.path([self.hosts[a]] + [rv[r] for r in rs] + [self.hosts[b]])
-        self._cache[ck] = out
+        if self.adaptive:   # (its choices read routes again; a flow model keeps each route it asked for)
+            self._cache[ck] = out
         return out
 
     def select(self, a: int, b: int, load, rng):

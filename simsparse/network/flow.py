@@ -59,14 +59,14 @@ class _Routes:
         self.lat = np.zeros(64)
         self.bneck = np.zeros(64)   # the route's smallest link bandwidth
         self.n = 0
-        self.ids: dict = {}
-        self.links: list[list[int]] = []   # per route: its link ids
+        self.ids: dict = {}                # (es, ed, key) -> the id of an adaptive route
+        self.links: list[tuple] = []       # per route: its link ids
         self.ends: list[tuple[int, int]] = []   # per route: its endpoints
         self.rev: dict[int, int] = {}      # route id -> the default route back (its acknowledgements' path)
         self.tail: list[float] = []        # per route: latency, as a list for fast scalar access
         self.rate: list[float] = []        # per route: bottleneck bandwidth, likewise
-        self.pair: dict[int, int] = {}     # es * endpoints + ed -> default route id
-        self.watch: list[list[int]] = []   # per route: its links whose load adaptive routing reads
+        self.pair: dict[int, int] = {}     # es * endpoints + ed -> the default route's id
+        self.watch: list[tuple] = []       # per route: its links whose load adaptive routing reads
         self._lat_of, self._bw_of = machine.topo.lat_arr, machine.topo.bw_arr
         kind = machine.fabric.watch_kind if machine.adaptive else None
         kinds = (kind,) if isinstance(kind, str) else tuple(kind or ())   # one kind or several
@@ -84,8 +84,8 @@ class _Routes:
         self.R[i, :len(links)] = links
         self.lat[i] = float(self._lat_of[links].sum()) if links else 0.0
         self.bneck[i] = float(self._bw_of[links].min()) if links else np.inf
-        self.watch.append([x for x in links if self._watched[x]] if self._watched else [])
-        self.links.append(list(links))
+        self.watch.append(tuple(x for x in links if self._watched[x]) if self._watched else ())
+        self.links.append(tuple(links))
         self.ends.append(ends)
         self.tail.append(float(self.lat[i]))
         self.rate.append(float(self.bneck[i]))
@@ -205,18 +205,19 @@ class FlowNetwork(FlowBulk, FlowSolve):
         return np.minimum(self.burst, self._tb_v + np.nan_to_num(refill, nan=self.burst))
 
     def route_id(self, es: int, ed: int, key=None) -> int:
-        """Row of the route from endpoint es to endpoint ed (cached)."""
+        """Row of the route from endpoint es to endpoint ed (cached): the
+        default (non-adaptive) one by pair (``pair``), another by ``key``."""
         rt = self._routes
+        if key is None:
+            ck = es * self._n_ep + ed
+            rid = rt.pair.get(ck)
+            if rid is None:
+                rid = rt.pair[ck] = rt.add(self._m.route(es, ed), (es, ed))
+            return rid
         ck = (es, ed, key)
         rid = rt.ids.get(ck)
         if rid is None:
             rid = rt.ids[ck] = rt.add(self._m.route(es, ed, key), (es, ed))
-        return rid
-
-    def _default_route(self, es: int, ed: int) -> int:
-        """Row of the default (non-adaptive) route es -> ed, kept by pair
-        (``transfer`` and the bulk path)."""
-        rid = self._routes.pair[es * self._n_ep + ed] = self.route_id(es, ed)
         return rid
 
     # -- the interface the simulator calls --------------------------------------------
@@ -231,7 +232,7 @@ class FlowNetwork(FlowBulk, FlowSolve):
         else:
             rid = rt.pair.get(es * self._n_ep + ed)
             if rid is None:
-                rid = self._default_route(es, ed)
+                rid = self.route_id(es, ed)
         now = self.env.now
         t0 = now + self.o_s
         if self.gap > 0.0:

@@ -103,7 +103,7 @@ class FlowBulk:
         for s, d in zip(src.tolist(), dst.tolist()):
             es, ed = ep[s], ep[d]
             r = rt.pair.get(es * ne + ed)
-            rids.append(self._default_route(es, ed) if r is None else r)
+            rids.append(self.route_id(es, ed) if r is None else r)
         rid = np.array(rids, dtype=np.intp)
         R = rt.R[rid]
         real = R != rt.dummy

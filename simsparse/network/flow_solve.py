@@ -85,7 +85,7 @@ class FlowSolve:
                 es, ed = rt.ends[r]
                 b = rt.pair.get(ed * self._n_ep + es)
                 if b is None:
-                    b = self._default_route(ed, es)
+                    b = self.route_id(ed, es)
                 rt.rev[r] = b
             out[i] = b
         return out

@@ -63,7 +63,7 @@ def _links(net, order, src, dst) -> tuple[np.ndarray, np.ndarray]:
     else by the model's own ``select``, which the compiled pass matches."""
     rt, ep = net._routes, net._ep
     if not net._adaptive:
-        rid = np.array([net._default_route(ep[s], ep[d]) for s, d in zip(src.tolist(), dst.tolist())],
+        rid = np.array([net.route_id(ep[s], ep[d]) for s, d in zip(src.tolist(), dst.tolist())],
                        dtype=np.intp)
         return rt.R[rid], rt.lat[rid]
     u = np.random.default_rng(net._rng.getrandbits(64)).random(len(src))
