@@ -31,7 +31,8 @@ The estimates, measured on this project's simulator:
   the selections, or a dense sum of n elements: :func:`sampled_results_B`);
   plus 300 bytes per trace record; a schedule's plan microbenchmarks,
   which run first, ``2 w`` per element of their largest size (at most
-  ``resolve.PLAN_MAX_ELEMS`` over the ranks), where that is more. Peak RSS measured
+  ``resolve.PLAN_MAX_ELEMS`` over the ranks), where that is more, and
+  :data:`BUCKET_PAIR_B` per pair of ranks and bucket. Peak RSS measured
   for float32 at P = 64..256 and n = 1M, over 9 algorithms: 4.2 to 8.1
   bytes per element for one unchecked iteration, up to 24.6 checked over
   three (28 estimated), plus the caches at small P.
@@ -138,6 +139,11 @@ class Budget:
 
 #: a sampled rank's selections and the messages made of them, in entries per k (TopkA at P = 4096: about 2)
 SELECTED_PER_K = 4
+#: bytes a compressing schedule holds per pair of ranks and bucket beyond its values, calibrated on
+#: benchmarks/bench_scale.py's bert_omgs rows (OMGS-SGD over Ok-Topk of BERT, 207 buckets counted, 79 run:
+#: peak RSS 0.49 to 0.60 GB at P = 256, 2.40 GB at P = 1024, against 0.45 and 0.78 GB estimated without
+#: it). Not one structure: at P = 512 the Python objects were 0.1 GB of the 0.52 GB malloc had in use
+BUCKET_PAIR_B = 7.5
 
 
 @dataclass(frozen=True)
@@ -201,8 +207,9 @@ def memory_B(point: Point, backend: str = "sim", trace: bool = False, caches: bo
                 states = point.P * n * w
                 carried += max(_CACHE_B, min(states, _STATES_MAX_B)) if drift > 0 else min(_CACHE_B, states)
     if point.schedule and values != "sizes":   # the plan's microbenchmarks, run first: their largest size's
-        # full gradients and results (drawn once: workload.drawn_once)
-        carried = max(carried, 2 * w * min(point.P * point.workload["n"], PLAN_MAX_ELEMS))
+        # full gradients and results (drawn once: workload.drawn_once); then every bucket's collective
+        carried = max(carried, 2 * w * min(point.P * point.workload["n"], PLAN_MAX_ELEMS)) \
+            + point.P ** 2 * messages(point)[1] * BUCKET_PAIR_B
     records = 0.0
     if trace:   # a record per send and receive of every message, in every iteration run
         M, calls = messages(point)
