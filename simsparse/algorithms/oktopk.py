@@ -80,7 +80,6 @@ TAG_SPLIT, TAG_COUNTS, TAG_BOUNDS, TAG_SELECT, TAG_SIZES, TAG_BALANCE, TAG_GATHE
 
 
 @lru_cache(maxsize=8)
-@lru_cache(maxsize=256)
 def equal_regions(n: int, P: int) -> np.ndarray:
     """The P + 1 boundaries of equal regions, one read-only array that every
     rank shares (P lists of P + 1 ints would be 0.6 GB at P = 4096)."""
