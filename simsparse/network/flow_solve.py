@@ -83,10 +83,7 @@ class FlowSolve:
             b = rt.rev.get(r)
             if b is None:
                 es, ed = rt.ends[r]
-                b = rt.pair.get(ed * self._n_ep + es)
-                if b is None:
-                    b = self.route_id(ed, es)
-                rt.rev[r] = b
+                b = rt.rev[r] = self.route_id(ed, es)   # (by pair: found, or added)
             out[i] = b
         return out
 
