@@ -113,8 +113,8 @@ def main(argv=None) -> int:
     _add_testbed_parsers(sub)
     _add_papers_parser(sub)
     _add_model_parser(sub)
-    p = sub.add_parser("report", help="render the docs' measured figures (docs/papers.md's table, the README's "
-                                      "headline lines) from the results stored under docs/data/")
+    p = sub.add_parser("report", help="render the docs' measured figures (the tables of docs/reports/, the "
+                                      "README's headline lines) from the results stored under docs/data/")
     p.add_argument("--data", default="docs/data", help="where the stored results are (default docs/data)")
     p.add_argument("--store-validation", action="append", default=[], metavar="DIR",
                    help="first keep the validate run whose comparison folder is DIR (its compare.csv and "
@@ -311,7 +311,7 @@ def _add_papers_parser(sub) -> None:
     p.add_argument("--no-plot", action="store_true", help="skip papers.png")
     p.add_argument("--doc", metavar="MD", help="also write the claim-by-claim table into this markdown file, "
                                                "between its '<!-- papers: begin -->' and '<!-- papers: end -->' lines "
-                                               "(docs/papers.md)")
+                                               "(docs/reports/papers.md)")
 
 
 def _papers(args) -> int:

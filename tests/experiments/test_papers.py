@@ -211,21 +211,21 @@ def test_papers_unknown_name_is_refused(tmp_path, capsys):
 
 
 def test_report_renders_the_docs_figures_from_stored_results(tmp_path, capsys):
-    """simsparse report: docs/papers.md's table and the README's headline lines from a stored
+    """simsparse report: docs/reports/papers.md's table and the README's headline lines from a stored
     papers.csv; the table holds every row of the CSV it came from, value for value."""
     data, docs = tmp_path / "data", tmp_path / "docs"
-    data.mkdir(), docs.mkdir()
+    data.mkdir(), (docs / "reports").mkdir(parents=True)
     rows = pd.DataFrame([
         {"paper": "oktopk", "experiment": "oktopk_vgg16", "claim": "a", "what": "w1", "unit": "x", "source": "s",
          "paper_value": "2", "ours": "2.2", "ours_exact": "2.2", "ratio": "1.10", "meets_aim": True, "note": ""},
         {"paper": "deft", "experiment": "deft_lstm", "claim": "b", "what": "w2", "unit": "s", "source": "s",
          "paper_value": "1", "ours": "3", "ours_exact": "3", "ratio": "3.00", "meets_aim": False, "note": ""}])
     rows.to_csv(data / "papers.csv", index=False)
-    (docs / "papers.md").write_text(f"# papers\n{BEGIN}\n{END}\n")
+    (docs / "reports" / "papers.md").write_text(f"# papers\n{BEGIN}\n{END}\n")
     readme = tmp_path / "README.md"
     readme.write_text("# x\n<!-- headline: begin -->\nstale\n<!-- headline: end -->\nrest\n")
     assert main(["report", "--data", str(data), "--readme", str(readme), "--docs", str(docs)]) == 0
-    table = [line for line in (docs / "papers.md").read_text().splitlines() if line.startswith("| `")
+    table = [line for line in (docs / "reports" / "papers.md").read_text().splitlines() if line.startswith("| `")
              and line.count("|") == 8]
     assert [line.split(" | ")[3:6] for line in table] == [["2 x", "2.2 x", "1.10"], ["1 s", "3 s", "3.00"]]
     text = readme.read_text()
@@ -238,12 +238,12 @@ def test_report_renders_the_docs_figures_from_stored_results(tmp_path, capsys):
 
 def test_report_keeps_a_validate_run_and_renders_its_errors(tmp_path, capsys):
     """simsparse report --store-validation: a validate run's comparison kept under data/validation/,
-    docs/validation.md's row and the README's headline computed from the kept CSV (median and p90 of
+    docs/reports/validation.md's row and the README's headline computed from the kept CSV (median and p90 of
     |error| over points, communication and compute phases), the repeats' floor from its validate.json."""
     import json
 
     cmp_dir, data, docs = tmp_path / "compare", tmp_path / "data", tmp_path / "docs"
-    cmp_dir.mkdir(), docs.mkdir()
+    cmp_dir.mkdir(), (docs / "reports").mkdir(parents=True)
     rng = np.random.default_rng(3)
     err = rng.normal(0, 0.1, 30)
     rows = [{"level": "point", "phase": "", "kind": "", "algorithm": "topka", "P": 4, "n": 1000, "rel_err": e}
@@ -258,7 +258,7 @@ def test_report_keeps_a_validate_run_and_renders_its_errors(tmp_path, capsys):
     (cmp_dir / "validate.json").write_text(json.dumps({
         "config": "configs/validate_testbed_heldout.yaml", "machine": "testbed-tb-star",
         "repeat_spread": {"one_vs_rest_median": 0.038, "one_vs_rest_p90": 0.161}}))
-    (docs / "validation.md").write_text("# v\n<!-- validation: begin -->\nold\n<!-- validation: end -->\nafter\n")
+    (docs / "reports" / "validation.md").write_text("# v\n<!-- validation: begin -->\nold\n<!-- validation: end -->\nafter\n")
     readme = tmp_path / "README.md"
     readme.write_text("<!-- headline: begin -->\n<!-- headline: end -->\n")
     assert main(["report", "--store-validation", str(cmp_dir), "--data", str(data), "--readme", str(readme),
@@ -268,20 +268,20 @@ def test_report_keeps_a_validate_run_and_renders_its_errors(tmp_path, capsys):
     def pair(e):
         a = np.abs(e)
         return f"{100 * np.median(a):.1f} / {100 * np.percentile(a, 90):.1f} %"
-    row = [line for line in (docs / "validation.md").read_text().splitlines() if line.startswith("| `")]
+    row = [line for line in (docs / "reports" / "validation.md").read_text().splitlines() if line.startswith("| `")]
     assert row == [f"| `validate_testbed_heldout` | testbed-tb-star | 4 | 10 | **{pair(err[:10])}** | "
                    f"{100 * np.median(err[:10]):+.1f} % | {pair(err[20:])} | {pair(err[10:20])} | 3.8 / 16.1 % |"]
-    assert (docs / "validation.md").read_text().endswith("<!-- validation: end -->\nafter\n")
-    assert "](figures/validation.png)" in (docs / "validation.md").read_text()
+    assert (docs / "reports" / "validation.md").read_text().endswith("<!-- validation: end -->\nafter\n")
+    assert "](../figures/validation.png)" in (docs / "reports" / "validation.md").read_text()
     assert (docs / "figures" / "validation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"   # the points' figure
     assert f"`validate_testbed_heldout` on testbed-tb-star (P = 4, 10 points) {pair(err[:10])}" in readme.read_text()
     pd.DataFrame([{"case": "ab_topka", "P": P, "path": "fast", "wall_s": w, "rss_MB": m, "est_s": 3.0, "est_MB": 900,
                    "evaluator": "replay_arrays", "bound": 0.0, "values": "sampled", "msgs": 1.6e7, "sim_time_s": 0.1,
                    "load": 0.5} for P, w, m in ((1024, 1.25, 400.0), (4096, 3.14, 1424.0))]).to_csv(
         data / "scale.csv", index=False)
-    (docs / "performance.md").write_text("<!-- scale: begin -->\n<!-- scale: end -->\n")
+    (docs / "reports" / "performance.md").write_text("<!-- scale: begin -->\n<!-- scale: end -->\n")
     assert main(["report", "--data", str(data), "--readme", str(readme), "--docs", str(docs)]) == 0
-    perf = [line for line in (docs / "performance.md").read_text().splitlines() if line.startswith("| `")]
+    perf = [line for line in (docs / "reports" / "performance.md").read_text().splitlines() if line.startswith("| `")]
     assert [line.split(" | ")[1:4] for line in perf] == [["1024", "**1.2 s**", "**400 MB**"],
                                                          ["4096", "**3.1 s**", "**1424 MB**"]]
     assert "`ab_topka` at P = 4096 in 3.1 s and 1.39 GB" in readme.read_text()
@@ -296,7 +296,7 @@ def test_report_renders_the_flow_waves_grid_from_its_csv(tmp_path):
     evaluator's signed error, blank where the events timed the point (no
     collective gathered) and for the spread of one routing seed."""
     data, docs = tmp_path / "data", tmp_path / "docs"
-    data.mkdir(), docs.mkdir()
+    data.mkdir(), (docs / "reports").mkdir(parents=True)
     pd.DataFrame([
         {"network": "ib_fdr_fattree", "algorithm": "oktopk", "P": 16, "events_s": 3.7e-5, "events_spread": float("nan"),
          "events_wall_s": 1.2, "waves_flow_error": 0.0009, "waves_flow_wall_s": 0.4, "link_load_error": -0.0134,
@@ -304,11 +304,11 @@ def test_report_renders_the_flow_waves_grid_from_its_csv(tmp_path):
         {"network": "piz_daint_aries", "algorithm": "gtopk", "P": 64, "events_s": 2.7e-4, "events_spread": 0.2,
          "events_wall_s": 2.0, "waves_flow_error": float("nan"), "waves_flow_wall_s": 1.4,
          "link_load_error": float("nan"), "link_load_wall_s": 1.3}]).to_csv(data / "flow_waves.csv", index=False)
-    (docs / "performance.md").write_text("x\n<!-- flow waves: begin -->\n<!-- flow waves: end -->\ny\n")
+    (docs / "reports" / "performance.md").write_text("x\n<!-- flow waves: begin -->\n<!-- flow waves: end -->\ny\n")
     readme = tmp_path / "README.md"
     readme.write_text("<!-- headline: begin -->\n<!-- headline: end -->\n")
     assert main(["report", "--data", str(data), "--readme", str(readme), "--docs", str(docs)]) == 0
-    rows = [line for line in (docs / "performance.md").read_text().splitlines() if line.startswith("| ib_")
+    rows = [line for line in (docs / "reports" / "performance.md").read_text().splitlines() if line.startswith("| ib_")
             or line.startswith("| piz")]
     assert rows == ["| ib_fdr_fattree | oktopk | 16 | 0.037 ms |  | +0.09 % | -1.34 % | 1.2, 0.4, 0.4 s |",
                     "| piz_daint_aries | gtopk | 64 | 0.27 ms | 20.0 % |  |  | 2.0, 1.4, 1.3 s |"]

@@ -5,18 +5,21 @@ provenance (``simsparse papers`` writes ``papers.csv`` and
 ``papers.provenance.json``), the results the docs quote are kept under
 ``docs/data/``, and this renders them:
 
-* ``docs/papers.md``: the claim-by-claim table, between its
+The report pages live under ``docs/reports/`` (:data:`REPORTS`), beside
+the method pages that say how each figure is measured:
+
+* ``reports/papers.md``: the claim-by-claim table, between its
   ``<!-- papers: begin/end -->`` lines (:func:`.papers_run.markdown`);
-* ``docs/validation.md``: one row per stored ``validate`` run, between its
+* ``reports/validation.md``: one row per stored ``validate`` run, between its
   ``<!-- validation: begin/end -->`` lines, and ``docs/figures/validation.png``
   (:func:`validation_figure`: each run's points, predicted against
   measured). :func:`store_validation` keeps a
   run (``simsparse report --store-validation DIR``): its points' and phases'
   errors as ``validation/<suite>_<machine>.csv`` and its ``validate.json``
   (stages, loads, repeats' floor, commit and host) beside it;
-* ``docs/performance.md``: the rows of ``benchmarks/bench_scale.py --out
+* ``reports/performance.md``: the rows of ``benchmarks/bench_scale.py --out
   docs/data/scale.csv``, between its ``<!-- scale: begin/end -->`` lines;
-* ``docs/performance.md``: the rows of ``benchmarks/bench_flow_waves.py --out
+* ``reports/performance.md``: the rows of ``benchmarks/bench_flow_waves.py --out
   docs/data/flow_waves.csv`` (each wave evaluator's error against the
   events), between its ``<!-- flow waves: begin/end -->`` lines;
 * ``README.md``: the headline lines, between ``<!-- headline: begin/end -->``,
@@ -35,11 +38,13 @@ from .papers import PapersError
 from .papers_run import markdown, splice
 from .phases import error_stats
 
+#: the report pages' folder under the docs folder
+REPORTS = Path("reports")
 #: the lines the README's headline block sits between
 HEADLINE = ("<!-- headline: begin -->", "<!-- headline: end -->")
-#: and docs/validation.md's table of stored runs
+#: and reports/validation.md's table of stored runs
 VALIDATION = ("<!-- validation: begin -->", "<!-- validation: end -->")
-#: and docs/performance.md's table of the scale rows
+#: and reports/performance.md's table of the scale rows
 SCALE = ("<!-- scale: begin -->", "<!-- scale: end -->")
 #: and its table of the flow-level wave evaluators' errors
 FLOW_WAVES = ("<!-- flow waves: begin -->", "<!-- flow waves: end -->")
@@ -197,34 +202,34 @@ def headline(src: dict) -> list[str]:
         met, judged = int(t["meets_aim"].eq(True).sum()), int(t["meets_aim"].notna().sum())
         per = t.groupby("paper", sort=False)["meets_aim"].apply(lambda s: f"{int(s.eq(True).sum())}/{int(s.notna().sum())}")
         lines.append(f"* **Papers**: {met} of {judged} claims of the five seed papers met "
-                     f"({', '.join(f'{p} {v}' for p, v in per.items())}); every claim in `docs/papers.md`.")
+                     f"({', '.join(f'{p} {v}' for p, v in per.items())}); every claim in `docs/reports/papers.md`.")
     if src["runs"]:
         lines.append("* **Validation** on the emulated cluster, |error| median / p90 of the points: "
                      + "; ".join(f"`{r['suite']}` on {r['machine']} (P = {r['P']}, {r['points']} points) "
                                  f"{_pair(r['error'])}" for r in src["runs"]) + "; the method and every run in "
-                     "`docs/validation.md`.")
+                     "`docs/reports/validation.md`.")
     if src["scale"] is not None:
         top = src["scale"].sort_values("P").groupby("case", sort=False).tail(1)
         lines.append("* **Scale** (one iteration, the defaults, this 2-core machine): " + "; ".join(
             f"`{r.case}` at P = {r.P} in {r.wall_s:.1f} s and {r.rss_MB / 1024:.2f} GB" for r in top.itertuples())
-            + "; every row in `docs/performance.md`.")
+            + "; every row in `docs/reports/performance.md`.")
     return lines
 
 
 def render(data: Path, readme: Path, docs: Path) -> list[Path]:
     """Render every page whose data is stored; returns the files written."""
-    src, written = stored(data), []
+    src, written, reports = stored(data), [], docs / REPORTS
     if src["claims"] is not None:
-        written.append(splice(docs / "papers.md", markdown(src["claims"])))
+        written.append(splice(reports / "papers.md", markdown(src["claims"])))
     if src["runs"]:
-        written.append(splice(docs / "validation.md", validation_markdown(src["runs"]) +
-                              f"\n![each stored run's points, predicted against measured]({FIGURE.as_posix()})\n",
+        written.append(splice(reports / "validation.md", validation_markdown(src["runs"]) +
+                              f"\n![each stored run's points, predicted against measured](../{FIGURE.as_posix()})\n",
                               VALIDATION))
         written.append(validation_figure(src["runs"], docs / FIGURE))
     if src["scale"] is not None:
-        written.append(splice(docs / "performance.md", scale_markdown(src["scale"]), SCALE))
+        written.append(splice(reports / "performance.md", scale_markdown(src["scale"]), SCALE))
     if src["flow_waves"] is not None:
-        written.append(splice(docs / "performance.md", flow_waves_markdown(src["flow_waves"]), FLOW_WAVES))
+        written.append(splice(reports / "performance.md", flow_waves_markdown(src["flow_waves"]), FLOW_WAVES))
     written.append(splice(readme, "".join(f"{line}\n" for line in headline(src)), HEADLINE))
     return written
 
