@@ -6,17 +6,27 @@ Dragonfly's route choice) keeps its pure numpy/Python twin. The tests run
 both and require the same results: the replay's twins are evaluators of
 their own (``evaluation: replay`` and ``replay_py``), the kernels' twins run
 inside :func:`python`. No setting of a user's chooses between them.
+
+numba is imported on the first call of a compiled function, not before:
+importing it (and the scipy it loads) takes about 0.45 s, which every rank
+of the real backend, every CLI command and every worker of a sweep paid
+though none of them runs compiled code. A compiled function is a
+:class:`Lazy` until then; compiled code that calls another one by its
+global name sees its dispatcher (numba types a :class:`Lazy` as the
+dispatcher it stands for).
 """
 from __future__ import annotations
 
+import importlib.util
 from contextlib import contextmanager
 
-try:
-    import numba
-except ImportError:   # pragma: no cover - numba is a core dependency
-    numba = None
+#: numba is installed (found without importing it)
+AVAILABLE = importlib.util.find_spec("numba") is not None
 
-_on = [numba is not None]
+_on = [AVAILABLE]
+#: functions :func:`jitable` marked before numba was imported: registered when it is
+_pending: list = []
+_loaded: list = []
 
 
 def enabled() -> bool:
@@ -35,15 +45,58 @@ def python():
         _on[0] = was
 
 
+def numba():
+    """The numba module, imported on first use with the hooks :class:`Lazy` and :func:`jitable` need."""
+    if _loaded:
+        return _loaded[0]
+    import numba as nb
+    from numba.core.typing.typeof import typeof_impl
+    from numba.extending import register_jitable
+
+    @typeof_impl.register(Lazy)
+    def _typeof_lazy(val, c):   # compiled code calling a Lazy by name calls its dispatcher
+        return typeof_impl(val.dispatcher(), c)
+
+    for fn in _pending:
+        register_jitable(fn)
+    _pending.clear()
+    _loaded.append(nb)
+    return nb
+
+
+class Lazy:
+    """``numba.njit(cache=True, **options)(fn)``, built (imported, and compiled
+    or loaded from the disk cache) on its first call."""
+
+    __slots__ = ("fn", "options", "_dispatcher", "__weakref__")
+
+    def __init__(self, fn, options: dict):
+        self.fn, self.options, self._dispatcher = fn, options, None
+
+    def dispatcher(self):
+        if self._dispatcher is None:
+            self._dispatcher = numba().njit(cache=True, **self.options)(self.fn)
+        return self._dispatcher
+
+    def __call__(self, *args):
+        return (self._dispatcher or self.dispatcher())(*args)
+
+    def __repr__(self) -> str:
+        return f"<compiled {self.fn.__qualname__}>"
+
+
 def njit(fn, **options):
     """``fn`` compiled (cached on disk, compiled on its first call), or None without numba."""
-    return numba.njit(cache=True, **options)(fn) if numba is not None else None
+    return Lazy(fn, options) if AVAILABLE else None
 
 
 def jitable(fn):
     """``fn`` as it is for Python, and callable from compiled code (numba's
-    ``register_jitable``): one source for a rule both use."""
-    if numba is None:   # pragma: no cover - numba is a core dependency
-        return fn
-    from numba.extending import register_jitable
-    return register_jitable(fn)
+    ``register_jitable``, once numba is imported): one source for a rule both use."""
+    if AVAILABLE:
+        if _loaded:
+            from numba.extending import register_jitable
+            register_jitable(fn)
+        else:
+            _pending.append(fn)
+    return fn

@@ -66,7 +66,6 @@ from functools import lru_cache
 from importlib import resources
 
 import numpy as np
-from scipy import special
 
 from .gradient_files import FileSource
 from .lru import LRU
@@ -214,6 +213,8 @@ class Workload:
 
     def _shape(self, u: np.ndarray, rank: int) -> np.ndarray:
         """The copula: marginal distribution and planted hot set."""
+        from scipy import special   # (here: scipy takes 0.15 s to import, which a rank of measure need not pay)
+
         hot = self.hot_set(rank)
         if hot is None and self.distribution == "normal":
             return u
@@ -349,6 +350,8 @@ def _scratch(n: int, dt) -> np.ndarray:
 @lru_cache(maxsize=8)
 def _abs_quantile(distribution: str, df: float):
     """Q(log tau): the magnitude whose upper tail probability under |X| is tau."""
+    from scipy import special
+
     if distribution == "normal":
         return lambda logtau: -special.ndtri(0.5 * np.exp(logtau))
     if distribution == "laplace":  # scale b = 1/sqrt(2): unit variance

@@ -27,7 +27,6 @@ import numpy as np
 from .. import jit
 from ..compute.kernels import Work
 from ..compute.sparse_kernels import COOParts
-from ..jit import numba
 from .streams import DenseRange
 
 
@@ -138,7 +137,7 @@ def _same_types(arrays) -> bool:
 
 def _typed(arrays):
     """The arrays as a numba typed list (read in place, not copied)."""
-    out = numba.typed.List()
+    out = jit.numba().typed.List()
     for a in arrays:
         out.append(a)
     return out

@@ -286,7 +286,7 @@ class Replay(_Collective):
     per_call_s = 0.275
 
     def verdict(self, s, run):
-        if jit.numba is None:   # pragma: no cover - numba is a core dependency
+        if not jit.AVAILABLE:   # pragma: no cover - numba is a core dependency
             return no("numba is not installed")
         return exact("the Python replay's events, compiled: the same times, order and flags")
 

@@ -402,7 +402,7 @@ def _by_port(port, start, end, n):
     return st, en, off
 
 
-_by_port_compiled = jit.numba.njit(cache=True)(_by_port) if jit.numba is not None else None
+_by_port_compiled = jit.njit(_by_port)
 
 
 def _copy_port(p: _Port) -> _Port:

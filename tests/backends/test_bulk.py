@@ -14,6 +14,7 @@ from simsparse.compute.devices import load_profile
 from simsparse.compute.sparse_kernels import coo_split
 from simsparse.experiments.config.point import to_dense
 from simsparse.experiments.run.runner import simulate_point
+from simsparse import jit
 from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.ops import COO, Dense
 
@@ -190,7 +191,7 @@ def test_the_compiled_port_rows_fit_and_book_as_a_port():
     import simsparse.backends.fast.replay_ab as ra
     from simsparse.network.alphabeta import _Port
 
-    if ra.numba is None:
+    if not jit.AVAILABLE:
         pytest.skip("numba is not installed")
     rng = np.random.default_rng(3)
     port = _Port()
@@ -218,7 +219,6 @@ def test_a_commit_groups_bookings_by_port_alike_compiled_and_in_numpy(monkeypatc
     """``by_port``: each port's intervals sorted by start, ties in booking
     order; the compiled grouping (large commits) equals numpy's, and both
     equal a stable sort by (port, start)."""
-    from simsparse import jit
     from simsparse.network import alphabeta as ab
 
     rng = np.random.default_rng(5)

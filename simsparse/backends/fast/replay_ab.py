@@ -29,20 +29,16 @@ import heapq
 
 import numpy as np
 
-from ...jit import numba
+from ...jit import njit
 from ..protocol import fifo, gated, handshake, resumed
 
 GO, MOVE, DONE_S, RESUME, DONE_R = 0, 1, 2, 3, 4   # DONE_*: a step's last message arrived
-
-def _njit(fn):
-    return numba.njit(cache=True)(fn) if numba is not None else None
-
 
 def _helper(fn):
     """A helper of :func:`replay`, compiled on its own (LLVM still inlines it:
     ``inline="always"`` made numba type and lower ``transfer`` at each of its
     call sites, 19 s of compiling in a fresh clone for the same speed)."""
-    return numba.njit(cache=True)(fn) if numba is not None else None
+    return njit(fn)
 
 
 @_helper
@@ -180,7 +176,7 @@ def device_run(r, x, t, dev, busy):
     return was
 
 
-@_njit
+@njit
 def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
            soff, seqmap, items, dt, waits, rv_idx, dur_dt,
            port_off, port_st, port_en, port_last, mdur, eager, window, rtt):
