@@ -73,3 +73,12 @@ def test_cycle_finder_finds_a_cycle():
             return {"a": {"b"}, "b": {"a"}, "c": {"a"}}[m]
 
     assert _cycles(Graph()) == [["a", "b"]]
+
+
+def test_a_rank_of_measure_starts_without_numba_or_scipy():
+    """The real backend's worker (every rank of measure) imports neither numba nor scipy: numba is
+    imported on the first compiled call (simsparse.jit.Lazy), scipy where the simulator needs it."""
+    code = ("import sys, simsparse.experiments.run.worker; "
+            "print(sorted(m for m in ('numba', 'scipy') if m in sys.modules))")
+    got = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert got.returncode == 0 and got.stdout.strip() == "[]", got.stdout + got.stderr
