@@ -130,9 +130,11 @@ class Resolved:
         events = ev.TABLE[plan.point[-1].name].seconds(M) * (FLOW_EVENTS_FACTOR if flow else 1.0)
         if first.name == "rounds":
             per_call, how = first.seconds(M), "rounds"
-        elif plan.chain is not None:
-            chosen = collective_evaluator(plan.chain, M)
-            per_call, how = chosen.seconds(M) + point.P * RANK_CALL_S, f"events+{chosen.name}"
+        elif plan.chain is not None:   # the chain chooses per gathered collective, each of at most P (P - 1)
+            # messages (one per ordered pair of ranks): at least M / that many of them in a call
+            each = min(M, point.P * (point.P - 1)) or M
+            chosen = collective_evaluator(plan.chain, each)
+            per_call, how = chosen.seconds(each) * M / each + point.P * RANK_CALL_S, f"events+{chosen.name}"
         else:
             per_call, how = events, plan.point[-1].name
         work = self.simulated * calls
