@@ -222,8 +222,9 @@ class AlphaBetaNetwork:
         return ready + (end - ready), True
 
     def bulk_wave_possible(self, src, dst, pos) -> bool:
-        """A wave in which a port serves two messages is never timed as arrays."""
-        return not pos.any() and len(np.unique(dst)) == len(dst)
+        """A wave in which a port serves two messages is never timed as arrays
+        (a receiver counted twice; np.unique hashed every wave: 3 of the ring's 5 s at P = 4096)."""
+        return not pos.any() and (not len(dst) or np.bincount(dst).max() <= 1)
 
     def bulk_scratch(self, env, P: int) -> "AlphaBetaNetwork":
         """A copy of this model as it is now, on ``env``, for a replay (``bulk_transfer``)."""
