@@ -239,6 +239,7 @@ def test_model_profile_times_the_module_here_and_run_uses_those_times(user_model
 
 
 @requires_mpi
+@pytest.mark.mpi
 def test_model_profile_with_ranks_times_the_module_on_every_rank_at_once(user_models, tmp_path, capsys):
     """--ranks 2: the ranks that will share this host time the module together under mpiexec (each with
     its share of the cores, as measure's ranks run); the profile says so. Alone, ResNet-20's layers here
