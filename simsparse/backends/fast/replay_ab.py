@@ -34,14 +34,10 @@ from ..protocol import fifo, gated, handshake, resumed
 
 GO, MOVE, DONE_S, RESUME, DONE_R = 0, 1, 2, 3, 4   # DONE_*: a step's last message arrived
 
-def _helper(fn):
-    """A helper of :func:`replay`, compiled on its own (LLVM still inlines it:
-    ``inline="always"`` made numba type and lower ``transfer`` at each of its
-    call sites, 19 s of compiling in a fresh clone for the same speed)."""
-    return njit(fn)
-
-
-@_helper
+# The helpers of :func:`replay` are compiled on their own (LLVM still inlines them: ``inline="always"``
+# made numba type and lower ``transfer`` at each of its call sites, 19 s of compiling in a fresh clone
+# for the same speed).
+@njit
 def fit(PS, PE, p, lo, n, last, t, d):
     """Earliest t' >= t with [t', t' + d) free (``_Port.fit``) among port p's
     intervals lo..n-1 (row p of PS and PE: sorted, disjoint, so their ends
@@ -61,7 +57,7 @@ def fit(PS, PE, p, lo, n, last, t, d):
     return t
 
 
-@_helper
+@njit
 def room(PS, PE, plo, pn, ports, now):
     """Space for one more interval in the rows of ``ports``: the intervals
     over by ``now`` are dropped (every later fit asks from ``now`` on, so
@@ -86,7 +82,7 @@ def room(PS, PE, plo, pn, ports, now):
     return PS, PE
 
 
-@_helper
+@njit
 def book(PS, PE, plo, pn, plast, p, t, d, now):
     """``_Port.book`` on port p (row p of PS and PE holds its intervals
     plo[p]..pn[p]-1, with room for one more): those over by ``now`` are
@@ -106,7 +102,7 @@ def book(PS, PE, plo, pn, plast, p, t, d, now):
     plo[p], pn[p] = lo, n + 1
 
 
-@_helper
+@njit
 def transfer(m, firm, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
              chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d, border, nbook, heap, seq,
              unbooked, last_t, last_s):
@@ -162,7 +158,7 @@ def transfer(m, firm, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, p
     return seq, ok
 
 
-@_helper
+@njit
 def device_run(r, x, t, dev, busy):
     """``BulkRun._device`` for one kernel of x seconds; whether the device was busy."""
     nw = t[r]
