@@ -1,7 +1,26 @@
 """Settings for the whole suite. Shared helpers live in tests/helpers.py."""
 import os
+import sys
+import tempfile
 
 from hypothesis import settings
+
+
+def _bytecode_outside_the_tree():
+    """The suite starts a few hundred interpreters (mpiexec ranks, CLI runs, sweep workers), and
+    each compiled simsparse from source when PYTHONDONTWRITEBYTECODE is set: 0.2 s a rank, 3 s of
+    each worker's collection. Where it is set and no PYTHONPYCACHEPREFIX is, the suite keeps its
+    bytecode under the temp folder instead, so the checkout stays as clean as the setting asks."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    prefix = os.path.join(tempfile.gettempdir(), f"simsparse-pycache-{os.getuid()}")
+    os.environ.pop("PYTHONDONTWRITEBYTECODE")
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    sys.dont_write_bytecode = False
+    sys.pycache_prefix = prefix
+
+
+_bytecode_outside_the_tree()
 
 # Property tests draw the same examples on every run, so CI is deterministic;
 # HYPOTHESIS_EXPLORE=1 draws fresh random examples (and more of them) to hunt bugs.
