@@ -45,3 +45,11 @@ def test_the_memory_estimate_grows_with_what_a_point_keeps():
     assert memory_B(one) < memory_B(more) < memory_B(checked)
     sizes = make_point("ring", 64, n=1 << 20, evaluation="fast")
     assert memory_B(sizes) == 200e6
+
+
+@pytest.mark.parametrize("algorithm", ["cltk", "topka", "ring"])
+def test_one_rank_sends_nothing_and_is_estimated_at_its_calls_alone(algorithm):
+    from simsparse.experiments.run.budget import point_estimate
+
+    est = point_estimate(make_point(algorithm, 1, n=1, density=1.0, iterations=1))
+    assert 0.0 <= est.seconds < 1.0

@@ -134,7 +134,8 @@ class Resolved:
             # messages (one per ordered pair of ranks): at least M / that many of them in a call
             each = min(M, point.P * (point.P - 1)) or M
             chosen = collective_evaluator(plan.chain, each)
-            per_call, how = chosen.seconds(each) * M / each + point.P * RANK_CALL_S, f"events+{chosen.name}"
+            per_call = (chosen.seconds(each) * M / each if each else 0.0) + point.P * RANK_CALL_S   # (P = 1: none)
+            how = f"events+{chosen.name}"
         else:
             per_call, how = events, plan.point[-1].name
         work = self.simulated * calls
