@@ -63,6 +63,9 @@ def main(argv=None) -> int:
                        help="run even when the estimated work is past the budget (SIMSPARSE_BUDGET)")
         p.add_argument("--no-plot", action="store_true", help="skip the PNG plot")
         if name == "run":
+            p.add_argument("--jobs", "-j", type=_count("jobs"),
+                           help="points simulated at once (default: one per core where the grid is estimated at "
+                                "10 s or more and their memory fits; 1: one after another in this process)")
             p.add_argument("--explain", action="store_true",
                            help="say, for each point, what it carries, why each evaluator is taken or declined and "
                                 "what the budget estimates; run nothing")
@@ -287,7 +290,7 @@ def _execute(exp: Experiment, args) -> int:
                    force=args.force, device=getattr(args, "device", "cpu"), timeout=getattr(args, "timeout", None),
                    oversubscribe=getattr(args, "oversubscribe", False),
                    testbed=(args.testbed, lambda P: Testbed(spec, P)) if spec is not None else None,
-                   command=["simsparse", *sys.argv[1:]])
+                   command=["simsparse", *sys.argv[1:]], jobs=getattr(args, "jobs", None))
     return _report(exp, done.store, done.out_dir, args, written=tuple(done.written))
 
 

@@ -95,3 +95,29 @@ def test_quickstart_config_is_valid():
     assert len(exp.points) == len(grid) == 2 * 6 * 6
     assert {a for a, _, _ in grid} == {"ring", "rabenseifner", "topka", "topkdsa", "gtopk", "oktopk"}
     assert {P for _, P, _ in grid} == {2, 4, 8, 16, 32, 64}
+
+
+def test_points_simulated_at_once_give_the_rows_and_trace_of_one_after_another(cfg, tmp_path):
+    """``--jobs 2`` (the default on a grid estimated at 10 s or more, one per core): the same rows,
+    in the config's order, and the same trace; only the wall time differs."""
+    rows, traces = [], []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"j{jobs}"
+        assert main(["run", str(cfg), "--out", str(out), "--no-plot", "--trace", "--jobs", jobs]) == 0
+        rows.append(pd.read_csv(out / "results.csv").drop(columns=["wall_s"]))
+        traces.append(pd.read_csv(out / "trace.csv"))
+    assert len(rows[0]) == 9
+    pd.testing.assert_frame_equal(rows[0], rows[1])
+    pd.testing.assert_frame_equal(traces[0], traces[1])
+
+
+def test_a_point_a_worker_stops_says_why():
+    """A worker's point past its share of the memory limit ends in the watchdog's own words."""
+    from simsparse.experiments.run.execute import PointStopped, simulated
+    from simsparse.experiments.run.progress import Progress
+    from tests.helpers import make_point
+
+    points = [make_point("oktopk", 64, n=1 << 20, iterations=3) for _ in range(2)]
+    with pytest.raises(PointStopped, match="memory reached .* over the limit of"):
+        for _ in simulated(points, 2, False, 1.0, None, Progress(points, "test", tty=False)):
+            pass

@@ -1,5 +1,11 @@
-"""``simsparse run`` and ``simsparse measure``: the points of a config, one
-after another, on the simulator or under mpiexec, through a :class:`Session`."""
+"""``simsparse run`` and ``simsparse measure``: the points of a config on the
+simulator or under mpiexec, through a :class:`Session`.
+
+``run`` simulates several points at once, one per core (:func:`jobs_for`),
+where the grid is long enough to pay for the workers and their memory fits:
+each point is deterministic, so the rows are the same as one after another,
+and a grid of a few long points finishes with its longest. Every point runs
+under its own :class:`~.budget.Watchdog` (:func:`simulate_watched`)."""
 from __future__ import annotations
 
 import contextlib
@@ -27,14 +33,14 @@ class Executed:
 
 def execute(exp: Experiment, backend: str = "sim", out: str | None = None, *, fresh: bool = False,
             trace: bool = False, force: bool = False, device: str = "cpu", timeout: float | None = None,
-            oversubscribe: bool = False, testbed=None, command: list[str] | None = None, log=None) -> Executed:
+            oversubscribe: bool = False, testbed=None, command: list[str] | None = None, log=None,
+            jobs: int | None = None) -> Executed:
     """Run the points of ``exp`` not yet in its results folder. ``testbed``:
-    (name, ``P -> context manager``) to measure on an emulated cluster."""
+    (name, ``P -> context manager``) to measure on an emulated cluster;
+    ``jobs``: the most points simulated at once (None: the cores here)."""
     log = log or sys.stderr
     out_dir = results_dir(exp.name, out, "" if backend == "sim" else "_mpi")
     if backend == "sim":
-        from . import runner
-
         points, members = exp.points, None
 
         def ident(p):
@@ -78,16 +84,13 @@ def execute(exp: Experiment, backend: str = "sim", out: str | None = None, *, fr
             print(f"simsparse: {'simulating' if backend == 'sim' else 'measuring'} {len(s.pending)} points of "
                   f"{exp.name}", file=log, flush=True)
         progress = s.progress(backend, backend)
-        watchdog = budget.Watchdog(limits.max_memory_B, None if force else limits.max_seconds)
+        max_point_s = None if force else limits.max_seconds
         try:
             if backend == "sim":
-                with watchdog:
-                    for p in s.pending:
-                        progress.started(p)
-                        watchdog.point_started()
-                        got = runner.simulate_point(p, trace=trace, max_seconds=None if force else limits.max_seconds)
-                        s.save(got.row, got.trace)
-                        progress.finished(p, got.row)
+                at_once = jobs_for(s.pending, limits, trace, jobs)
+                for p, (row, rows) in simulated(s.pending, at_once, trace, limits.max_memory_B, max_point_s, progress):
+                    s.save(row, rows)
+                    progress.finished(p, row)
             else:
                 def done(p, outcome):
                     s.save(outcome.row, outcome.trace)
@@ -99,10 +102,8 @@ def execute(exp: Experiment, backend: str = "sim", out: str | None = None, *, fr
                     with (testbed[1](P) if testbed else contextlib.nullcontext()) as tb:
                         ms.measure_points(batch, device=device, trace=trace, timeout_s=timeout, members=members,
                                           on_point=done, testbed=tb)
-        except KeyboardInterrupt:
-            if watchdog.breach is None:
-                raise
-            raise budget.BudgetError(f"stopped a point of {exp.name}: {watchdog.breach}. The {progress.n_done} "
+        except PointStopped as e:
+            raise budget.BudgetError(f"stopped a point of {exp.name}: {e}. The {progress.n_done} "
                                      f"points finished before it are kept in {s.store.file}; lower the point's size, "
                                      f"or raise SIMSPARSE_BUDGET") from None
         finally:
@@ -110,6 +111,106 @@ def execute(exp: Experiment, backend: str = "sim", out: str | None = None, *, fr
         if s.pending:
             print(f"simsparse: {len(s.pending)} points in {fmt_duration(progress.elapsed_s())}", file=log)
         return Executed(s.store, out_dir, s.written)
+
+
+# -- simulating the points ------------------------------------------------------------------
+
+#: the estimated seconds of a grid below which its points run one after another in this process: a pool
+#: of workers costs about a second to start (a forkserver that imports simsparse)
+POOL_FROM_S = 10.0
+#: the budget's memory estimate is within this factor of a point's peak (benchmarks/bench_scale.py: at
+#: most 2.7x on its 32 rows), so points run at once only where that many times their estimates fit
+MEMORY_MARGIN = 3.0
+
+
+class PointStopped(Exception):
+    """A point stopped by its :class:`~.budget.Watchdog`: the breach, said once."""
+
+
+def jobs_for(points: list, limits: budget.Budget, trace: bool, jobs: int | None = None) -> int:
+    """How many of ``points`` to simulate at once: ``jobs``, or by default
+    one per core, but one where the grid is estimated under
+    :data:`POOL_FROM_S`; fewer where the largest points' estimates, times
+    :data:`MEMORY_MARGIN`, would not fit the memory limit side by side."""
+    from .sweep import default_jobs
+
+    n = min(default_jobs() if jobs is None else jobs, len(points))
+    if n < 2:
+        return 1
+    ests = [budget.point_estimate(p, trace) for p in points]
+    if jobs is None and sum(e.seconds for e in ests) < POOL_FROM_S:
+        return 1
+    mem = sorted((e.memory_B for e in ests), reverse=True)
+    while n > 1 and MEMORY_MARGIN * sum(mem[:n]) > limits.max_memory_B:
+        n -= 1
+    return n
+
+
+#: the watchdog of the point this process simulates (read by a worker's SIGINT handler)
+_WATCHING: list = []
+
+
+def simulate_watched(point, trace: bool, max_memory_B: float, max_point_s: float | None) -> tuple[dict, list]:
+    """One point's row and trace rows, under a :class:`~.budget.Watchdog` of
+    its own (in this process, or in a worker): past a limit it raises
+    :class:`PointStopped`."""
+    from . import runner
+
+    watchdog = budget.Watchdog(max_memory_B, max_point_s)
+    _WATCHING[:] = [watchdog]
+    try:
+        with watchdog:
+            got = runner.simulate_point(point, trace=trace, max_seconds=max_point_s)
+    except KeyboardInterrupt:
+        if watchdog.breach is None:
+            raise
+        raise PointStopped(watchdog.breach) from None
+    finally:
+        _WATCHING.clear()
+    return got.row, got.trace
+
+
+def _indexed(task) -> tuple:
+    i, *args = task
+    return i, simulate_watched(*args)
+
+
+def _worker_signals() -> None:
+    """A worker's SIGINT interrupts its point only when its watchdog sent it:
+    Ctrl-C reaches the whole process group, and the run stops its workers
+    itself (SIGTERM), with no traceback from each."""
+    import signal
+
+    def on_sigint(signum, frame):
+        if _WATCHING and _WATCHING[0].breach is not None:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+
+
+def simulated(points: list, jobs: int, trace: bool, max_memory_B: float, max_point_s: float | None, progress):
+    """(point, (row, trace rows)) of every one of ``points``: one after
+    another here, or ``jobs`` at a time in a pool of worker processes, the
+    longest estimated first (each worker's memory limit its share). An
+    error stops the pool's workers and is raised here."""
+    if jobs < 2:
+        for p in points:
+            progress.started(p)
+            yield p, simulate_watched(p, trace, max_memory_B, max_point_s)
+        return
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__, "simsparse.experiments.run.runner"])
+    order = sorted(range(len(points)), key=lambda i: budget.point_estimate(points[i], trace).seconds, reverse=True)
+    pool = ctx.Pool(jobs, initializer=_worker_signals)
+    try:
+        tasks = [(i, points[i], trace, max_memory_B / jobs, max_point_s) for i in order]
+        for i, got in pool.imap_unordered(_indexed, tasks):
+            yield points[i], got
+    finally:
+        pool.terminate()
+        pool.join()
 
 
 def check_cores(points, oversubscribe: bool, cores: int, log=None) -> None:
