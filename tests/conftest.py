@@ -10,7 +10,9 @@ def _bytecode_outside_the_tree():
     """The suite starts a few hundred interpreters (mpiexec ranks, CLI runs, sweep workers), and
     each compiled simsparse from source when PYTHONDONTWRITEBYTECODE is set: 0.2 s a rank, 3 s of
     each worker's collection. Where it is set and no PYTHONPYCACHEPREFIX is, the suite keeps its
-    bytecode under the temp folder instead, so the checkout stays as clean as the setting asks."""
+    bytecode under the temp folder instead, so the checkout stays as clean as the setting asks.
+    The prefix holds everything the suite imports, the installed packages' too (about 140 MB), so
+    the first run after a fresh install compiles those once."""
     if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
         return
     prefix = os.path.join(tempfile.gettempdir(), f"simsparse-pycache-{os.getuid()}")

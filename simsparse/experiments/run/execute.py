@@ -87,8 +87,8 @@ def execute(exp: Experiment, backend: str = "sim", out: str | None = None, *, fr
         max_point_s = None if force else limits.max_seconds
         try:
             if backend == "sim":
-                at_once = jobs_for(s.pending, limits, trace, jobs)
-                for p, (row, rows) in simulated(s.pending, at_once, trace, limits.max_memory_B, max_point_s, progress):
+                at_once, order = jobs_for(s.pending, limits, trace, jobs)
+                for p, (row, rows) in simulated(order, at_once, trace, limits.max_memory_B, max_point_s, progress):
                     s.save(row, rows)
                     progress.finished(p, row)
             else:
@@ -118,8 +118,9 @@ def execute(exp: Experiment, backend: str = "sim", out: str | None = None, *, fr
 #: the estimated seconds of a grid below which its points run one after another in this process: a pool
 #: of workers costs about a second to start (a forkserver that imports simsparse)
 POOL_FROM_S = 10.0
-#: the budget's memory estimate is within this factor of a point's peak (benchmarks/bench_scale.py: at
-#: most 2.7x on its 32 rows), so points run at once only where that many times their estimates fit
+#: the budget's memory estimate is held within this factor of a point's peak (benchmarks/bench_scale.py:
+#: the peak is at most 1.6x the estimate on its 32 rows), so points run at once only where that many
+#: times their estimates fit side by side
 MEMORY_MARGIN = 3.0
 
 
@@ -127,23 +128,24 @@ class PointStopped(Exception):
     """A point stopped by its :class:`~.budget.Watchdog`: the breach, said once."""
 
 
-def jobs_for(points: list, limits: budget.Budget, trace: bool, jobs: int | None = None) -> int:
-    """How many of ``points`` to simulate at once: ``jobs``, or by default
-    one per core, but one where the grid is estimated under
-    :data:`POOL_FROM_S`; fewer where the largest points' estimates, times
+def jobs_for(points: list, limits: budget.Budget, trace: bool, jobs: int | None = None) -> tuple[int, list]:
+    """How many of ``points`` to simulate at once, and the order to start
+    them in: ``jobs``, or by default one per core, the longest estimated
+    first; but one where the grid is estimated under :data:`POOL_FROM_S`,
+    and fewer where the largest points' estimates, times
     :data:`MEMORY_MARGIN`, would not fit the memory limit side by side."""
     from .sweep import default_jobs
 
     n = min(default_jobs() if jobs is None else jobs, len(points))
     if n < 2:
-        return 1
+        return 1, points
     ests = [budget.point_estimate(p, trace) for p in points]
     if jobs is None and sum(e.seconds for e in ests) < POOL_FROM_S:
-        return 1
+        return 1, points
     mem = sorted((e.memory_B for e in ests), reverse=True)
     while n > 1 and MEMORY_MARGIN * sum(mem[:n]) > limits.max_memory_B:
         n -= 1
-    return n
+    return n, [p for _, p in sorted(zip(ests, points), key=lambda ep: ep[0].seconds, reverse=True)]
 
 
 #: the watchdog of the point this process simulates (read by a worker's SIGINT handler)
@@ -189,10 +191,10 @@ def _worker_signals() -> None:
 
 
 def simulated(points: list, jobs: int, trace: bool, max_memory_B: float, max_point_s: float | None, progress):
-    """(point, (row, trace rows)) of every one of ``points``: one after
-    another here, or ``jobs`` at a time in a pool of worker processes, the
-    longest estimated first (each worker's memory limit its share). An
-    error stops the pool's workers and is raised here."""
+    """(point, (row, trace rows)) of every one of ``points``, started in
+    their order: one after another here, or ``jobs`` at a time in a pool of
+    worker processes (each worker's memory limit its share). An error stops
+    the pool's workers and is raised here."""
     if jobs < 2:
         for p in points:
             progress.started(p)
@@ -202,10 +204,9 @@ def simulated(points: list, jobs: int, trace: bool, max_memory_B: float, max_poi
 
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload([__name__, "simsparse.experiments.run.runner"])
-    order = sorted(range(len(points)), key=lambda i: budget.point_estimate(points[i], trace).seconds, reverse=True)
     pool = ctx.Pool(jobs, initializer=_worker_signals)
     try:
-        tasks = [(i, points[i], trace, max_memory_B / jobs, max_point_s) for i in order]
+        tasks = [(i, p, trace, max_memory_B / jobs, max_point_s) for i, p in enumerate(points)]
         for i, got in pool.imap_unordered(_indexed, tasks):
             yield points[i], got
     finally:
