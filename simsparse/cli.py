@@ -282,7 +282,7 @@ def _execute(exp: Experiment, args) -> int:
     if getattr(args, "explain", False):
         from .experiments.run.explain import explain_points
 
-        explain_points(exp, trace=args.trace)
+        explain_points(exp, trace=args.trace, jobs=args.jobs)
         return 0
 
     spec = _testbed_spec(args) if args.cmd != "run" else None

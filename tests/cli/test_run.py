@@ -121,3 +121,14 @@ def test_a_point_a_worker_stops_says_why():
     with pytest.raises(PointStopped, match="memory reached .* over the limit of"):
         for _ in simulated(points, 2, False, 1.0, None, Progress(points, "test", tty=False)):
             pass
+
+
+def test_explain_says_why_each_evaluator_and_how_many_points_run_at_once(cfg, tmp_path, capsys):
+    out = tmp_path / "res"
+    assert main(["run", str(cfg), "--out", str(out), "--explain"]) == 0
+    said = capsys.readouterr().out
+    assert "point events" in said and "estimate:" in said and not out.exists()
+    assert said.rstrip().splitlines()[-1].startswith("points: one after another in this process (a grid estimated "
+                                                      "under 10 s")
+    assert main(["run", str(cfg), "--out", str(out), "--explain", "--jobs", "2"]) == 0
+    assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("points: 2 at once")

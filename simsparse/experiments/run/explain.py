@@ -10,9 +10,12 @@ from . import budget
 from .resolve import explain
 
 
-def explain_points(exp: Experiment, trace: bool = False, out=None) -> None:
+def explain_points(exp: Experiment, trace: bool = False, out=None, jobs: int | None = None) -> None:
     """Print the explanation of every point of ``exp``; points that follow
-    with the same explanation are folded into one line."""
+    with the same explanation are folded into one line; then how many of the
+    points would run at once (:func:`.execute.jobs_for`, ``--jobs``)."""
+    from .execute import POOL_FROM_S, jobs_for
+
     out = out or sys.stdout
     last, same = None, 0
     for i, p in enumerate(exp.points, 1):
@@ -33,3 +36,8 @@ def explain_points(exp: Experiment, trace: bool = False, out=None) -> None:
         last = lines
     if same:
         print(f"  (the same for the next {same} points)", file=out)
+    at_once, _ = jobs_for(exp.points, budget.Budget.from_env(), trace, jobs)
+    why = (f"{at_once} at once (one per core, the longest estimated first; --jobs 1: one after another)"
+           if at_once > 1 else "one after another in this process (" +
+           ("--jobs 1)" if jobs == 1 else f"a grid estimated under {POOL_FROM_S:g} s, or a single core or point)"))
+    print(f"points: {why}", file=out)
