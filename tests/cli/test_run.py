@@ -132,3 +132,20 @@ def test_explain_says_why_each_evaluator_and_how_many_points_run_at_once(cfg, tm
                                                       "under 10 s")
     assert main(["run", str(cfg), "--out", str(out), "--explain", "--jobs", "2"]) == 0
     assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("points: 2 at once")
+
+
+def _jobs_asked_for_two(_):
+    from simsparse.experiments.run import budget
+    from simsparse.experiments.run.execute import jobs_for
+    from tests.helpers import make_point
+
+    return jobs_for([make_point("ring", 4, n=1024) for _ in range(3)], budget.Budget(), False, 2)[0]
+
+
+def test_a_daemon_process_runs_its_points_one_after_another():
+    """A pool's worker (a daemon) may not start processes: run there takes one point at a time."""
+    import multiprocessing
+
+    assert _jobs_asked_for_two(0) == 2
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        assert pool.map(_jobs_asked_for_two, [0]) == [1]

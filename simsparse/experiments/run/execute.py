@@ -133,11 +133,15 @@ def jobs_for(points: list, limits: budget.Budget, trace: bool, jobs: int | None 
     them in: ``jobs``, or by default one per core, the longest estimated
     first; but one where the grid is estimated under :data:`POOL_FROM_S`,
     and fewer where the largest points' estimates, times
-    :data:`MEMORY_MARGIN`, would not fit the memory limit side by side."""
+    :data:`MEMORY_MARGIN`, would not fit the memory limit side by side (and
+    one in a daemon process, such as a pool's worker, which may not start
+    processes of its own)."""
+    import multiprocessing
+
     from .sweep import default_jobs
 
     n = min(default_jobs() if jobs is None else jobs, len(points))
-    if n < 2:
+    if n < 2 or multiprocessing.current_process().daemon:
         return 1, points
     ests = [budget.point_estimate(p, trace) for p in points]
     if jobs is None and sum(e.seconds for e in ests) < POOL_FROM_S:
