@@ -87,7 +87,7 @@ def execute(exp: Experiment, backend: str = "sim", out: str | None = None, *, fr
         max_point_s = None if force else limits.max_seconds
         try:
             if backend == "sim":
-                at_once, order = jobs_for(s.pending, limits, trace, jobs)
+                at_once, order, _ = jobs_for(s.pending, limits, trace, jobs)
                 for p, (row, rows) in simulated(order, at_once, trace, limits.max_memory_B, max_point_s, progress):
                     s.save(row, rows)
                     progress.finished(p, row)
@@ -128,28 +128,32 @@ class PointStopped(Exception):
     """A point stopped by its :class:`~.budget.Watchdog`: the breach, said once."""
 
 
-def jobs_for(points: list, limits: budget.Budget, trace: bool, jobs: int | None = None) -> tuple[int, list]:
-    """How many of ``points`` to simulate at once, and the order to start
-    them in: ``jobs``, or by default one per core, the longest estimated
-    first; but one where the grid is estimated under :data:`POOL_FROM_S`,
-    and fewer where the largest points' estimates, times
-    :data:`MEMORY_MARGIN`, would not fit the memory limit side by side (and
-    one in a daemon process, such as a pool's worker, which may not start
-    processes of its own)."""
+def jobs_for(points: list, limits: budget.Budget, trace: bool, jobs: int | None = None) -> tuple[int, list, str]:
+    """How many of ``points`` to simulate at once, the order to start them
+    in, and why: ``jobs``, or by default one per core, the longest estimated
+    first; but one where the grid is estimated under :data:`POOL_FROM_S` or
+    in a daemon process (a pool's worker may not start processes of its
+    own), and fewer where the largest points' estimates, times
+    :data:`MEMORY_MARGIN`, would not fit the memory limit side by side."""
     import multiprocessing
 
     from .sweep import default_jobs
 
     n = min(default_jobs() if jobs is None else jobs, len(points))
-    if n < 2 or multiprocessing.current_process().daemon:
-        return 1, points
+    if n < 2:
+        return 1, points, "--jobs 1" if jobs == 1 else "one core or one point"
+    if multiprocessing.current_process().daemon:
+        return 1, points, "a daemon process may not start workers"
     ests = [budget.point_estimate(p, trace) for p in points]
     if jobs is None and sum(e.seconds for e in ests) < POOL_FROM_S:
-        return 1, points
+        return 1, points, f"the grid is estimated under {POOL_FROM_S:g} s"
     mem = sorted((e.memory_B for e in ests), reverse=True)
     while n > 1 and MEMORY_MARGIN * sum(mem[:n]) > limits.max_memory_B:
         n -= 1
-    return n, [p for _, p in sorted(zip(ests, points), key=lambda ep: ep[0].seconds, reverse=True)]
+    if n < 2:
+        return 1, points, f"{MEMORY_MARGIN:g}x two points' memory estimates would not fit side by side"
+    return n, [p for _, p in sorted(zip(ests, points), key=lambda ep: ep[0].seconds, reverse=True)], \
+        "one per core, the longest estimated first"
 
 
 #: the watchdog of the point this process simulates (read by a worker's SIGINT handler)

@@ -14,7 +14,7 @@ def explain_points(exp: Experiment, trace: bool = False, out=None, jobs: int | N
     """Print the explanation of every point of ``exp``; points that follow
     with the same explanation are folded into one line; then how many of the
     points would run at once (:func:`.execute.jobs_for`, ``--jobs``)."""
-    from .execute import POOL_FROM_S, jobs_for
+    from .execute import jobs_for
 
     out = out or sys.stdout
     last, same = None, 0
@@ -36,8 +36,5 @@ def explain_points(exp: Experiment, trace: bool = False, out=None, jobs: int | N
         last = lines
     if same:
         print(f"  (the same for the next {same} points)", file=out)
-    at_once, _ = jobs_for(exp.points, budget.Budget.from_env(), trace, jobs)
-    why = (f"{at_once} at once (one per core, the longest estimated first; --jobs 1: one after another)"
-           if at_once > 1 else "one after another in this process (" +
-           ("--jobs 1)" if jobs == 1 else f"a grid estimated under {POOL_FROM_S:g} s, or a single core or point)"))
-    print(f"points: {why}", file=out)
+    at_once, _, why = jobs_for(exp.points, budget.Budget.from_env(), trace, jobs)
+    print(f"points: {f'{at_once} at once' if at_once > 1 else 'one after another in this process'} ({why})", file=out)
