@@ -235,7 +235,7 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
 
     kernels, kfits = _kernels(raw["kernels"])
     _select_scales(kernels, kfits, raw["kernels"], raw.get("sparse_grid") or [])
-    _after_idle(kernels, kfits, raw.get("idle_grid") or [])
+    _idle_excess(kernels, kfits, raw.get("idle_grid") or [])
     noise, noise_fits = fit.fit_kernel_noise(steady_calls(raw["kernels"])[0])
     mem = _memory_roofline(raw["kernels"])
     # one eager op issued behind others (worker.op_launch): the per-op term of a model's roofline and of a kernel
@@ -255,10 +255,12 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
         if wake:
             compute["wait_cpu_s"] = wake
             if testbed is not None:   # its ranks wait in poll mode (testbed.MPI_ENV): a long wait wakes periodically
+                from ..backends.real.start import MIN_MARGIN_S
                 from ..backends.real.wire import SocketSleep
 
                 compute["wait_poll_s"] = SocketSleep.MAX_S
                 compute["wait_poll_after_s"] = SocketSleep.polling_after()
+                compute["start_idle_s"] = MIN_MARGIN_S   # (testbed.MPI_ENV's common start)
         if start:
             compute["start_cpu_s"] = start
         if p2p.get("stack"):
@@ -369,19 +371,19 @@ def _select_scales(kernels: dict, fits: dict, calls: list, grid: list) -> None:
             fits[name]["select_scale_calls"] = sum(g[0] == name for g in grid)
 
 
-def _after_idle(kernels: dict, fits: dict, grid: list) -> None:
-    """Each streaming kernel's time right after its rank idled (``after_idle``)
-    from its calls on their own (:func:`.worker.idle_grid`): per idle and
-    size, the median over every rank's medians. ``grid``: ``(name, n,
-    idle_s, seconds, rank)``."""
+def _idle_excess(kernels: dict, fits: dict, grid: list) -> None:
+    """What an idle adds to each kernel's call (``idle_excess``) from its
+    calls on their own (:func:`.worker.idle_grid`): per idle and size, the
+    median over every rank's medians less that of the same calls back to
+    back (idle 0), at least 0. ``grid``: ``(name, n, idle_s, seconds, rank)``."""
     for name in sorted({g[0] for g in grid} & set(kernels)):
-        rows = []
-        for d in sorted({g[2] for g in grid if g[0] == name}):
-            pts = [[float(n), float(np.median([g[3] for g in grid if g[0] == name and g[2] == d and g[1] == n]))]
-                   for n in sorted({g[1] for g in grid if g[0] == name and g[2] == d})]
-            rows.append([float(d), pts])
-        kernels[name]["after_idle"] = rows
-        fits[name]["after_idle_calls"] = sum(g[0] == name for g in grid)
+        def at(d, n):
+            return float(np.median([g[3] for g in grid if g[0] == name and g[2] == d and g[1] == n]))
+
+        sizes = sorted({g[1] for g in grid if g[0] == name and g[2] == 0})
+        kernels[name]["idle_excess"] = [[float(d), [[float(n), max(0.0, at(d, n) - at(0, n))] for n in sizes]]
+                                        for d in sorted({g[2] for g in grid if g[0] == name and g[2] > 0})]
+        fits[name]["idle_calls"] = sum(g[0] == name for g in grid)
 
 
 def program_cpu(steps: dict | None) -> float | None:

@@ -307,8 +307,9 @@ def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
     return out
 
 
-#: the dense collectives' streaming kernels :func:`idle_grid` times after an idle, and the idles (seconds)
-IDLE_KERNELS = ("add_into", "copy_into", "copy")
+#: the kernels :func:`idle_grid` times after an idle: the dense collectives' streaming kernels and the
+#: sparse ones (what a rank runs first as it wakes from a wait or from the run's start), and the idles (seconds)
+IDLE_KERNELS = ("add_into", "copy_into", "copy") + SPARSE_KERNELS
 IDLES_S = (0.001, 0.003, 0.01, 0.03)
 #: the largest size timed after an idle (a call of 12M entries is milliseconds: its idle no longer shows)
 IDLE_MAX_N = 3_000_000
@@ -325,41 +326,55 @@ def idle(seconds: float, slice_s: float = IDLE_SLICE_S) -> None:
         time.sleep(min(left, slice_s))
 
 
+def _idle_inputs(name: str, x, P: int) -> tuple:
+    """A call's inputs on block ``x``: a streaming kernel's on its halves, a
+    sparse kernel's at the algorithm runs' density (:func:`_sparse_inputs`)."""
+    n = len(x) // 2
+    if name == "copy":
+        return (x[:n],)
+    if name in ("add_into", "copy_into"):
+        return (x[n:], x[:n])
+    return _sparse_inputs(name, x[:n], RUN_DENSITY, P)
+
+
 def idle_grid(comm, device, sizes, reps: int, now=time.perf_counter, idles=IDLES_S) -> list:
     """Each of :data:`IDLE_KERNELS` (the real backend's torch implementation)
     on float32 blocks of each of ``sizes``, one rank at a time while the
     others sleep (a measured step's kernels rarely overlap: the ranks reach
     them at different times; where they do, the shared cores' model shares
-    them), each call after its rank slept ``idle_s`` (:func:`idle`) and then ran the same
-    kernel on a small block of other data, untimed: ``(kernel, n, idle_s,
-    seconds)``, the median of ``reps`` calls. A rank that waits on the
-    network sleeps, and on a VM its core then finds the operands out of its
-    caches (benchmarks/bench_cache_residency.py), which the algorithm runs'
-    lines, mostly of calls back to back, miss. The small call takes the
-    wake-up's own cost (tens of microseconds whatever the size: in a
-    measured step MPI's progress and the receive's unpacking pay it before
-    the kernel runs), so what is timed is the operands' refill."""
+    them), each call after its rank slept ``idle_s`` (:func:`idle`; 0: back
+    to back, the reference) and then ran the same kernel on a small block
+    of other data, untimed: ``(kernel, n, idle_s, seconds)``, the median of
+    ``reps`` calls. A rank that waits on the network, or for the run's
+    start, sleeps, and on a VM its core then finds the operands out of its
+    caches (benchmarks/bench_cache_residency.py): a top-k of 393,216 entries
+    took 11 to 24 % longer after 3 to 10 ms asleep, a copy of them 1.8 to
+    3.4x. The small call takes the wake-up's own cost (tens of microseconds
+    whatever the size: in a measured step MPI's progress and the receive's
+    unpacking pay it before the kernel runs), so what the idle adds over the
+    reference is the operands' refill."""
     import torch
 
     from ..compute.kernels import get_kernel
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     gen = torch.Generator().manual_seed(8765 + comm.Get_rank())
+    P = comm.Get_size()
     out = []
+    wx = torch.randn(2 * WAKE_N, generator=gen).to(device)
     for n in sizes:
-        vec, src = torch.randn(2 * n, generator=gen).to(device), torch.randn(n, generator=gen).to(device)
-        small = torch.randn(2 * WAKE_N, generator=gen).to(device)
+        x = torch.randn(2 * n, generator=gen).to(device)
         for name in IDLE_KERNELS:
             k = get_kernel(name)
-            args = (vec[:n],) if name == "copy" else (vec[n:], src)
-            wake = (small[:WAKE_N],) if name == "copy" else (small[WAKE_N:], small[:WAKE_N])
-            for d in idles:
-                for turn in range(comm.Get_size()):
+            args, wake = _idle_inputs(name, x, P), _idle_inputs(name, wx, P)
+            for d in (0.0,) + tuple(idles):
+                for turn in range(P):
                     if turn == comm.Get_rank():
                         ts = []
                         for _ in range(reps):
                             sync()
-                            idle(d)
+                            if d:
+                                idle(d)
                             k.torch_fn(*wake)
                             sync()
                             t0 = now()

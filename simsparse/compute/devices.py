@@ -47,26 +47,26 @@ class KernelCost(BaseModel):
                           "moves with them (torch's CPU top-k keeps a heap of k below k = n/64 and selects in place "
                           "above; a scatter-add's random writes; simsparse calibrate times a grid)")
 
-    after_idle: list[tuple[float, list[tuple[float, float]]]] | None = Field(
-        None, description="[[idle_s, [[elements, seconds], ...]], ...]: the call's seconds when its rank has just "
-                          "woken from idling idle_s in a blocking wait (simsparse calibrate: each rank in turn sleeps, "
-                          "makes a small call of the kernel, which takes the wake-up's own cost, and then the timed "
-                          "one; on a VM a core that idled milliseconds finds the operands out of its caches, as "
-                          "slow as from DRAM): such a call takes at least this, interpolated in log "
-                          "idle and log size, the per-element rate kept beyond the largest size, nothing below the "
-                          "shortest idle")
+    idle_excess: list[tuple[float, list[tuple[float, float]]]] | None = Field(
+        None, description="[[idle_s, [[elements, seconds], ...]], ...]: what a call takes beyond its line when its "
+                          "rank has just woken from idling idle_s, in a blocking wait or before the run's start "
+                          "(simsparse calibrate: each rank in turn sleeps, makes a small call of the kernel, which "
+                          "takes the wake-up's own cost, and then the timed one, against the same calls back to "
+                          "back; on a VM a core that idled milliseconds finds the operands out of its caches): "
+                          "interpolated linearly in log idle and log size, in proportion below the smallest size, "
+                          "the largest size's beyond it, nothing below the shortest idle")
 
-    def idle_floor(self, elems: float, idle_s: float) -> float:
-        """Seconds a call on ``elems`` takes at least after its rank idled ``idle_s`` (0: no floor)."""
-        rows = self.after_idle
+    def idle_extra(self, elems: float, idle_s: float) -> float:
+        """Seconds a call on ``elems`` takes beyond its line after its rank idled ``idle_s`` (0: none)."""
+        rows = self.idle_excess
         if not rows or idle_s < rows[0][0]:
             return 0.0
-        times = [_loglog(pts, max(elems, 1.0)) for _, pts in rows]
+        extra = [_loglin(pts, max(elems, 1.0)) for _, pts in rows]
         if idle_s >= rows[-1][0] or len(rows) == 1:
-            return times[-1]
+            return extra[-1]
         i = next(i for i in range(1, len(rows)) if idle_s < rows[i][0])
         w = math.log(idle_s / rows[i - 1][0]) / math.log(rows[i][0] / rows[i - 1][0])
-        return times[i - 1] + w * (times[i] - times[i - 1])
+        return extra[i - 1] + w * (extra[i] - extra[i - 1])
 
     def scale(self, elems: float) -> float:
         sc = self.size_scale
@@ -81,15 +81,14 @@ class KernelCost(BaseModel):
         return sc[-1][1]
 
 
-def _loglog(pts, x: float) -> float:
-    """``pts`` ([[x, y], ...], x increasing) at ``x``: interpolated in log x and log y, y / x kept beyond the ends."""
+def _loglin(pts, x: float) -> float:
+    """``pts`` ([[x, y], ...], x increasing) at ``x``: linear in log x, y / x kept below the first, the last y beyond."""
     if x <= pts[0][0]:
         return pts[0][1] * x / pts[0][0]
     for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
         if x <= x1:
-            w = math.log(x / x0) / math.log(x1 / x0)
-            return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
-    return pts[-1][1] * x / pts[-1][0]
+            return y0 + math.log(x / x0) / math.log(x1 / x0) * (y1 - y0)
+    return pts[-1][1]
 
 
 class ModelTimes(BaseModel):
@@ -154,6 +153,10 @@ class DeviceProfile(BaseModel):
     wait_poll_after_s: float | None = Field(None, ge=0, description="with wait_poll_s: the first such wake-up comes "
                                             "this long after the rank blocks (SocketSleep's yielding and its timeouts "
                                             "doubling up to wait_poll_s; shorter waits are in wait_cpu_s itself)")
+    start_idle_s: float | None = Field(None, ge=0, description="with shared_cores: how long each rank has idled, asleep, when a run "
+                                       "starts: its first kernel pays idle_excess for it (the real backend's common "
+                                       "start on a testbed sleeps its ranks until at least backends.real.start's "
+                                       "MIN_MARGIN_S after the last one arrived; simsparse calibrate --testbed)")
     start_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds each rank spends on "
                                       "a run's first steps beyond message_cpu_s, charged as the run starts "
                                       "(simsparse calibrate: a short exchange against a long one)")
@@ -240,7 +243,7 @@ class ParametricDevice(Device):
     def cost(self, kernel: str, work: Work, idle_s: float = 0.0) -> float:
         """Seconds of ``work`` by ``kernel``: its path's own fit where the
         profile has one (``"kernel/path"``), else the kernel's; at least its
-        ``after_idle`` time where its rank just woke from idling ``idle_s``."""
+        ``idle_excess`` more where its rank just woke from idling ``idle_s``."""
         p = self.profile
         kc = (work.path and p.kernels.get(f"{kernel}/{work.path}")) or p.kernels.get(kernel)
         if kc is None:
@@ -252,8 +255,8 @@ class ParametricDevice(Device):
             t *= kc.scale(max(work.elems, 1.0))
         if kc.select_scale and work.select:
             t *= kc.select_scale.at(max(work.elems, 1.0), work.select / max(work.elems, 1.0))
-        if idle_s and kc.after_idle:
-            t = max(t, kc.idle_floor(work.elems, idle_s) * p.slowdown)
+        if idle_s and kc.idle_excess:
+            t += kc.idle_extra(work.elems, idle_s) * p.slowdown
         return t
 
 

@@ -401,13 +401,14 @@ def test_the_network_stack_takes_cpu_from_the_senders_cores_as_the_bytes_move():
     assert k2 == pytest.approx(D, rel=1e-12)          # a second core takes it
 
 
-def test_a_kernel_right_after_a_long_wait_takes_at_least_its_after_idle_time():
-    """after_idle (calibrate's idle_grid): a streaming kernel run as its rank
-    wakes from idling takes at least what it took after that idle, interpolated
-    in log idle and log size; nothing below the shortest idle. In the
-    simulator the idle is the rank's last polled wait: rank 1 waits for rank
-    0's kernel of D seconds, then adds; on two cores its add pays the floor at
-    D, and without the wait (or the floor) it pays its line."""
+def test_a_kernel_right_after_a_long_wait_or_the_start_pays_its_idle_excess():
+    """idle_excess (calibrate's idle_grid): a kernel run as its rank wakes
+    from idling takes its line plus what the idle added there, linear in log
+    idle and log size; nothing below the shortest idle. In the simulator the
+    idle is the rank's last polled wait (rank 1 waits for rank 0's kernel of
+    D seconds, then adds: on two cores its add pays the excess at D), or the
+    run's start (``start_idle_s``, with shared cores: the first kernel of
+    each rank); without either it pays its line."""
     import numpy as np
 
     from simsparse.backends.events.sim import Simulator
@@ -417,17 +418,18 @@ def test_a_kernel_right_after_a_long_wait_takes_at_least_its_after_idle_time():
     from simsparse.ops import Dense
 
     rows = [[1e-3, [[1e4, 2e-6], [1e6, 4e-4]]], [1e-2, [[1e4, 8e-6], [1e6, 1e-3]]]]
-    kc = KernelCost(launch_s=1e-6, per_elem_s=1e-10, after_idle=rows)
-    assert kc.idle_floor(1e5, 5e-4) == 0.0
-    assert kc.idle_floor(1e4, 1e-3) == pytest.approx(2e-6) and kc.idle_floor(1e6, 0.5) == pytest.approx(1e-3)
-    assert kc.idle_floor(1e5, 1e-3) == pytest.approx(np.sqrt(2e-6 * 4e-4))   # log-log between the sizes
-    assert kc.idle_floor(2e6, 1e-2) == pytest.approx(2e-3)   # the per-element rate beyond the largest size
-    mid = kc.idle_floor(1e4, np.sqrt(1e-3 * 1e-2))
+    kc = KernelCost(launch_s=1e-6, per_elem_s=1e-10, idle_excess=rows)
+    assert kc.idle_extra(1e5, 5e-4) == 0.0
+    assert kc.idle_extra(1e4, 1e-3) == pytest.approx(2e-6) and kc.idle_extra(1e6, 0.5) == pytest.approx(1e-3)
+    assert kc.idle_extra(1e5, 1e-3) == pytest.approx((2e-6 + 4e-4) / 2)   # linear in log size
+    assert kc.idle_extra(2e6, 1e-2) == pytest.approx(1e-3)   # the largest size's beyond it
+    assert kc.idle_extra(1e3, 1e-3) == pytest.approx(2e-7)   # in proportion below the smallest
+    mid = kc.idle_extra(1e4, np.sqrt(1e-3 * 1e-2))
     assert mid == pytest.approx((2e-6 + 8e-6) / 2)   # linear in log idle
     prof = DeviceProfile(mem_bandwidth_Bps=1e12, kernels={"add_into": kc})
     line = ParametricDevice(prof).cost("add_into", Work(1e4, 1.2e5))
     assert line == pytest.approx(2e-6) and ParametricDevice(prof).cost("add_into", Work(1e4, 1.2e5), 1e-2) == \
-        pytest.approx(8e-6)
+        pytest.approx(2e-6 + 8e-6)
 
     D, n = 0.02, 10_000
     spec = EthernetSpec(topology="star", link_bw_Bps=1.25e9)
@@ -441,16 +443,22 @@ def test_a_kernel_right_after_a_long_wait_takes_at_least_its_after_idle_time():
         yield ctx.waitall([ctx.irecv(0)])
         yield ctx.compute("add_into", acc, acc)
 
-    def add_time(after_idle, **poll):
-        kernels = {"add": {"launch_s": D, "per_elem_s": 0.0},
-                   "add_into": {"launch_s": 1e-6, "per_elem_s": 1e-10, "after_idle": after_idle}}
-        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=2, wait_cpu_s=1e-6,
-                                             kernels=kernels, **poll))
-        st = Simulator(spec.build(), dev, trace=True).run([rank0, rank1])
-        rec = next(t for t in st.trace if t.rank == 1 and t.op == "compute:add_into")
-        return rec.end_s - rec.start_s
+    def first(ctx):
+        yield ctx.compute("add_into", acc, acc)
+        yield ctx.compute("add_into", acc, acc)
 
-    polled = {"wait_poll_s": 2e-3, "wait_poll_after_s": 3.45e-3}
-    assert add_time(rows, **polled) == pytest.approx(8e-6, rel=1e-6)      # idled about D: the 10 ms row
-    assert add_time(None, **polled) == pytest.approx(2e-6, rel=1e-6)      # no floor: the line
-    assert add_time(rows) == pytest.approx(2e-6, rel=1e-6)                # no polled wait: no idle known
+    def add_times(programs, excess, **prof):
+        kernels = {"add": {"launch_s": D, "per_elem_s": 0.0},
+                   "add_into": {"launch_s": 1e-6, "per_elem_s": 1e-10, "idle_excess": excess}}
+        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, kernels=kernels, **prof))
+        st = Simulator(spec.build(), dev, trace=True).run(programs)
+        return [t.end_s - t.start_s for t in st.trace if t.rank == 1 and t.op == "compute:add_into"]
+
+    cores = {"shared_cores": 2, "wait_cpu_s": 1e-6}
+    polled = {**cores, "wait_poll_s": 2e-3, "wait_poll_after_s": 3.45e-3}
+    assert add_times([rank0, rank1], rows, **polled) == pytest.approx([2e-6 + 8e-6], rel=1e-6)   # idled about D
+    assert add_times([rank0, rank1], None, **polled) == pytest.approx([2e-6], rel=1e-6)      # no excess: the line
+    assert add_times([rank0, rank1], rows, **cores) == pytest.approx([2e-6], rel=1e-6)       # no polled wait
+    # the run's start: the first kernel of each rank pays the excess at start_idle_s, the next its line
+    assert add_times([first, first], rows, start_idle_s=1e-2, **cores) == pytest.approx([1e-5, 2e-6], rel=1e-6)
+    assert add_times([first, first], rows, start_idle_s=1e-2) == pytest.approx([2e-6, 2e-6], rel=1e-6)   # own cores

@@ -208,6 +208,8 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         self.wait_poll_after = getattr(prof, "wait_poll_after_s", None) or 0.0
         #: with shared cores, core-seconds every rank spends as a run starts (see _begin)
         self.start_cpu = charged("start_cpu_s")
+        #: with shared cores, how long every rank idled before the run starts: its first kernel pays idle_excess for it
+        self.start_idle = (getattr(prof, "start_idle_s", None) or 0.0) if self.shared_cores else 0.0
         #: with shared cores and a measured send/receive path, its CPU per message (compute.message_path)
         costs = getattr(prof, "message_path", None) if self.shared_cores else None
         self.path = MessagePath(costs, scale=k) if costs else None
@@ -247,6 +249,9 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
             self._views = [(offs[i], offs[i] + model.sizes[i]) for i in range(L)]
         self.stack_backlog: dict[int, float] = {}   # sender -> stack work issued while its piece runs (_stack_piece)
         self.ranks = [_Rank(r, len(model.sizes) if model else 0) for r in range(P)]
+        if model is None:   # (a training step starts with its forward, timed by the layers' own calibration)
+            for rs in self.ranks:
+                rs.idled = self.start_idle
         self.pending: dict = {}   # (src, dst, tag) -> unmatched sends or receives (see _post_send)
         # a trace holds every message, as the real backend's does: then collectives run as messages
         self.cores = (core_pools(env, self.shared_cores, P, self.core_binding, self.core_slice) if self.shared_cores
@@ -373,7 +378,7 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
     def kernel_seconds(self, k, value, args, kwargs, idle_s: float = 0.0) -> float:
         """Device seconds of kernel ``k`` called on ``args`` (returning
         ``value``), its work scaled back to full size; ``idle_s``: how long
-        its rank idled in a wait just before (``DeviceProfile`` ``after_idle``)."""
+        its rank idled in a wait, or before the run, just before (``DeviceProfile`` ``idle_excess``)."""
         if self.ideal:
             return 0.0
         return self.work_seconds(k.name, k.work(value, *args, **kwargs), idle_s)
