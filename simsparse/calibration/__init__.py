@@ -377,7 +377,7 @@ def _idle_excess(kernels: dict, fits: dict, grid: list) -> None:
     median over every rank's medians less that of the same calls back to
     back (idle 0), at least 0. ``grid``: ``(name, n, idle_s, seconds, rank)``."""
     for name in sorted({g[0] for g in grid} & set(kernels)):
-        def at(d, n):
+        def at(d, n, name=name):
             return float(np.median([g[3] for g in grid if g[0] == name and g[2] == d and g[1] == n]))
 
         sizes = sorted({g[1] for g in grid if g[0] == name and g[2] == 0})
