@@ -153,10 +153,11 @@ class DeviceProfile(BaseModel):
     wait_poll_after_s: float | None = Field(None, ge=0, description="with wait_poll_s: the first such wake-up comes "
                                             "this long after the rank blocks (SocketSleep's yielding and its timeouts "
                                             "doubling up to wait_poll_s; shorter waits are in wait_cpu_s itself)")
-    start_idle_s: float | None = Field(None, ge=0, description="with shared_cores: how long each rank has idled, "
-                                       "asleep, when a run starts: its first kernel pays idle_excess for it (the real backend's common "
-                                       "start on a testbed sleeps its ranks until at least backends.real.start's "
-                                       "MIN_MARGIN_S after the last one arrived; simsparse calibrate --testbed)")
+    start_idle_s: float | None = Field(None, ge=0, description="with shared_cores: how long each rank has "
+                                       "idled, asleep, when a run starts: its first kernel pays idle_excess for it "
+                                       "(the real backend's common start on a testbed sleeps its ranks until at "
+                                       "least backends.real.start's MIN_MARGIN_S after the last one arrived; "
+                                       "simsparse calibrate --testbed)")
     start_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds each rank spends on "
                                       "a run's first steps beyond message_cpu_s, charged as the run starts "
                                       "(simsparse calibrate: a short exchange against a long one)")
