@@ -408,6 +408,13 @@ class ContextBase:
     def irecv(self, src: int, tag: int = 0) -> Handle:  # pragma: no cover
         raise NotImplementedError
 
+    def sent_often(self, payload: Payload) -> Payload:
+        """``payload`` as a collective that sends it in several messages
+        holds it (MPI: a send buffer is not modified until the collective
+        returns): here as it is; the simulator, which copies what a writable
+        payload's sends carry, copies it once."""
+        return payload
+
     def spawn(self, program: Callable[["ContextBase"], Any], stream: str | None = None,
               lane: str | None = None) -> Task:  # pragma: no cover
         """Start ``program(child_ctx)`` concurrently; returns its :class:`Task`."""

@@ -99,8 +99,8 @@ class Allgather(Collective):
         return RD_ALLGATHER if self.algorithm == "rd" else RING_ALLGATHER
 
     def expand(self, ctx):
-        have = yield from expand(ctx, self.schedule().steps(ctx.size, ctx.rank), Blocks(ctx.size, ctx.rank, self.block),
-                                 self.tag)
+        have = yield from expand(ctx, self.schedule().steps(ctx.size, ctx.rank),
+                                 Blocks(ctx.size, ctx.rank, ctx.sent_often(self.block)), self.tag)
         return tuple(have)
 
     @staticmethod

@@ -63,7 +63,7 @@ from ...compute.noise import KernelNoise
 from ...engine import make_engine
 from ...network.model import NetworkModel
 from ...ops import ContextBase, Dense, Handle, Payload, Scalars, TraceRecord
-from ..protocol import _freeze
+from ..protocol import _freeze, freeze
 from ..driver import BLOCKED, Driver, IterationStats, post
 from ..protocol import Protocol, device_start
 from .memo import memo_call
@@ -165,6 +165,9 @@ class SimContext(ContextBase):
 
     def spawn(self, program, stream=None, lane=None):
         return self.sim.spawn(self, program, stream, lane)
+
+    def sent_often(self, payload):
+        return freeze(payload)   # (read-only: every send shares it, where each one copied a writable payload)
 
     def _grads_at_once(self) -> bool:
         """The rank's main program with no task alive, on a device of its own:
