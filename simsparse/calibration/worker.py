@@ -317,6 +317,8 @@ def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
 #: sparse ones (what a rank runs first as it wakes from a wait or from the run's start), and the idles (seconds)
 IDLE_KERNELS = ("add_into", "copy_into", "copy") + SPARSE_KERNELS
 IDLES_S = (0.001, 0.003, 0.01, 0.03)
+#: the idles of a quick calibration (its sleeps are most of its idle grid)
+QUICK_IDLES_S = (0.001, 0.01)
 #: the largest size timed after an idle (a call of 12M entries is milliseconds: its idle no longer shows)
 IDLE_MAX_N = 3_000_000
 #: the entries of the untimed call that takes a wake-up's own cost before the timed one (4 KB)
@@ -551,7 +553,7 @@ def main(argv=None):
         grid = sparse_grid(comm, device, spec["kernel_sizes"], 3 if spec["quick"] else 5, now)
         raw["sparse_grid"] = every_rank(comm, grid if kind == spec["device"] else [])
         woke = idle_grid(comm, device, [n for n in spec["kernel_sizes"] if n <= IDLE_MAX_N], 3 if spec["quick"] else 7,
-                         now)
+                         now, QUICK_IDLES_S if spec["quick"] else IDLES_S)
         raw["idle_grid"] = every_rank(comm, woke if kind == spec["device"] else [])
     if "layers" in parts:
         partner = kind != spec["device"]

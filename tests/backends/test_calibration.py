@@ -331,10 +331,10 @@ def test_quick_calibration_end_to_end(tmp_path):
     assert prof["compute"]["kernels"]["topk"]["select_scale"]["reference_density"] == pytest.approx(RUN_DENSITY,
                                                                                                    rel=0.05)
     assert prof["compute"]["models"]["resnet20_cifar10"]["batch_size"] == 8
-    from simsparse.calibration.worker import IDLE_KERNELS, IDLES_S
+    from simsparse.calibration.worker import IDLE_KERNELS, QUICK_IDLES_S
     for name in IDLE_KERNELS:   # timed right after each rank slept, at each idle and size, against back to back
         rows = prof["compute"]["kernels"][name]["idle_excess"]
-        assert [r[0] for r in rows] == list(IDLES_S) and all([p[0] for p in r[1]] == [3000, 30000, 300000]
+        assert [r[0] for r in rows] == list(QUICK_IDLES_S) and all([p[0] for p in r[1]] == [3000, 30000, 300000]
                                                              and all(p[1] >= 0 for p in r[1]) for r in rows)
     assert "start_idle_s" not in prof["compute"]   # this host's ranks start from a barrier, not asleep
     assert all("residuals" in f for f in prof["fits"]["kernels"].values())
