@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -46,6 +46,10 @@ class KernelCost(BaseModel):
                           "its elements, Work.select), 1 at the density the line was fitted at: at one size its time "
                           "moves with them (torch's CPU top-k keeps a heap of k below k = n/64 and selects in place "
                           "above; a scatter-add's random writes; simsparse calibrate times a grid)")
+
+    #: keys of older profiles, and what to do about them (the config loader's message)
+    RENAMED: ClassVar[dict] = {"after_idle": "an older profile's: it became idle_excess, what an idle adds to the "
+                                             "call; calibrate again (simsparse calibrate, or validate --recalibrate)"}
 
     idle_excess: list[tuple[float, list[tuple[float, float]]]] | None = Field(
         None, description="[[idle_s, [[elements, seconds], ...]], ...]: what a call takes beyond its line when its "

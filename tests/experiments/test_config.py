@@ -73,6 +73,11 @@ BAD = {
     "preset_missing": (GOOD.replace("network: {model: alphabeta, alpha_s: 1.0e-6, bandwidth_Bps: 1.0e9}",
                                     "network: nowhere.yaml"), "preset 'nowhere.yaml' not found"),
     "device_missing": (GOOD + "compute: gtx9000\n", "compute: device profile 'gtx9000' not found"),
+    # a key deep in a section is named against its own model's keys; an older profile's renamed key says what to do
+    "kernel_typo": (GOOD + "compute: {mem_bandwidth_Bps: 1.0e10, kernels: {copy: {launch_s: 1.0e-6, per_elem_ss: 1}}}\n",
+                    "compute.kernels.copy.per_elem_ss: unknown key (did you mean 'per_elem_s'?); allowed keys: launch_s"),
+    "old_profile_key": (GOOD + "compute: {mem_bandwidth_Bps: 1.0e10, kernels: {copy: {after_idle: []}}}\n",
+                        "compute.kernels.copy.after_idle: unknown key (an older profile's: it became idle_excess"),
     "n_below_P": (GOOD.replace("n: 256", "n: 3"), "workload.n = 3 is smaller than P = 4"),
     "iterations_zero": (GOOD.replace("iterations: 1", "iterations: 0"), "iterations = 0 is not allowed"),
     "bad_name": (GOOD.replace("name: t", "name: ../evil"), "name: '../evil' is not allowed"),

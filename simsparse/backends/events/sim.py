@@ -63,9 +63,8 @@ from ...compute.noise import KernelNoise
 from ...engine import make_engine
 from ...network.model import NetworkModel
 from ...ops import ContextBase, Dense, Handle, Payload, Scalars, TraceRecord
-from ..protocol import _freeze, freeze
 from ..driver import BLOCKED, Driver, IterationStats, post
-from ..protocol import Protocol, device_start
+from ..protocol import Protocol, _freeze, device_start, freeze
 from .memo import memo_call
 from .cpu import HostCPU
 from .model import ModelHandlers, TrainingModel  # noqa: F401 (TrainingModel: the model's costs, imported from here)

@@ -88,6 +88,28 @@ def validate_variants(raw, schema: type[BaseModel], where: str) -> list:
     return out
 
 
+def _models_in(annotation) -> list:
+    """The pydantic models an annotation holds (``Model``, ``dict[str, Model]``, ``list[Model] | None``...)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for a in typing.get_args(annotation) for m in _models_in(a)]
+
+
+def _schema_at(schema: type[BaseModel], loc: tuple) -> type[BaseModel]:
+    """The model whose field ``loc``'s last key is (its dict keys and list
+    indices passed over), so an unknown key deep in a section is named
+    against its own model's keys."""
+    for key in loc:
+        f = schema.model_fields.get(str(key))
+        if f is None:
+            continue   # a dict key or a list index inside the field before
+        inner = _models_in(f.annotation)
+        if not inner:
+            break
+        schema = inner[0]
+    return schema
+
+
 def pyd_errors(e: ValidationError, schema: type[BaseModel], where: str) -> list[str]:
     msgs = []
     for err in e.errors():
@@ -95,8 +117,10 @@ def pyd_errors(e: ValidationError, schema: type[BaseModel], where: str) -> list[
         typ = err["type"]
         if typ == "extra_forbidden":
             key = str(err["loc"][-1]) if err["loc"] else ""
-            msgs.append(f"{loc}: unknown key{did_you_mean(key, schema.model_fields)}; allowed keys: "
-                        f"{', '.join(schema.model_fields)}")
+            own = _schema_at(schema, tuple(err["loc"][:-1]))
+            renamed = getattr(own, "RENAMED", {}).get(key)
+            hint = f" ({renamed})" if renamed else did_you_mean(key, own.model_fields)
+            msgs.append(f"{loc}: unknown key{hint}; allowed keys: {', '.join(own.model_fields)}")
         elif typ == "missing":
             msgs.append(f"{loc}: missing required key")
         elif not err["loc"]:  # a check across keys (model_validator)
