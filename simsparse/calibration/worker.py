@@ -254,8 +254,10 @@ def _sparse_inputs(name: str, x, d: float, parts: int):
     if name == "threshold_select":
         return (x, float(torch.topk(x.abs(), k, sorted=False).values.min()))
     gen = torch.Generator().manual_seed(k)
-    if name in ("sparsify", "scatter_values"):   # k entries at random places of n
+    if name in ("sparsify", "scatter_values", "gather_at"):   # k entries at random places of n
         idx = torch.sort(torch.randperm(n, generator=gen)[:k].to(x.device)).values
+        if name == "gather_at":
+            return (x, idx.to(torch.int32))
         if name == "scatter_values":
             return (idx.to(torch.int32), x[:k].clone(), n, x)
         dense = torch.zeros_like(x)
@@ -267,8 +269,8 @@ def _sparse_inputs(name: str, x, d: float, parts: int):
 
 
 #: the sparse kernels :func:`sparse_grid` times on their own: those whose time at one size moves with the
-#: entries they keep, find or scatter (``Work.select``)
-SPARSE_KERNELS = ("topk", "threshold_select", "scatter_add", "kth_abs", "sparsify", "scatter_values")
+#: entries they keep, find, scatter or gather (``Work.select``)
+SPARSE_KERNELS = ("topk", "threshold_select", "scatter_add", "kth_abs", "sparsify", "scatter_values", "gather_at")
 
 
 def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:

@@ -37,7 +37,7 @@ class Work:
     concatenates or densifies two sparse ones). A profile may cost each path
     on its own (``"name/path"``, :meth:`~.devices.ParametricDevice.cost`);
     ``select``: the sparse entries a kernel selects (top-k's k, a
-    threshold's survivors) or scatters (a scatter-add's nnz); 0 for a dense
+    threshold's survivors), scatters (a scatter-add's nnz) or gathers; 0 for a dense
     kernel. At one size, such a kernel's time moves with them
     (``select_scale``)."""
 

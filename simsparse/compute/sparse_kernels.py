@@ -320,9 +320,13 @@ def _sparsify_torch(x, offset=0, n=None):
     return COO((nz + offset).to(_tidx(n)), x[nz], n)
 
 
-@kernel("gather_at", work=lambda out, x, idx: Work(len(idx), 2 * len(idx) * _isz(x) + len(idx) * 4))
+@kernel("gather_at", work=lambda out, x, idx: Work(len(x), 2 * len(idx) * _isz(x) + len(idx) * 4, select=len(idx)))
 def gather_at(x, idx):
-    """x[idx]: the values of a dense vector at given indices."""
+    """x[idx]: the values of a dense vector at given indices. Its work is the
+    vector's length and the entries gathered (``Work.select``), as top-k's:
+    at one length the time moves with their spacing (sorted indices a few
+    entries apart stream through the cache lines; thousands apart, each one
+    misses)."""
     return x[idx]
 
 
