@@ -19,7 +19,8 @@ more ranks than cores):
   waits on the testbed's sockets), the core idle meanwhile;
 * ``woken``: as ``idle`` at the longest D, with the same kernel run on a
   4 KB block first, untimed, as ``calibrate``'s ``idle_grid`` times it
-  (the wake-up's own cost left out: what the profile's ``after_idle`` holds).
+  (the wake-up's own cost left out: woken less warm is what the profile's
+  ``idle_excess`` holds).
 
 Each figure is the median over ``--reps`` calls, with the bandwidth the
 kernel's work declares (``Work.bytes``) over it, and cold over warm. Timed
