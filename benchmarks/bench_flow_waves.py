@@ -1,4 +1,4 @@
-"""The flow-level wave evaluators (``waves_flow``, ``link_load``) against the
+"""The flow-level wave evaluator (``link_load``) against the
 event path, on a grid of networks, all-to-all algorithms and P (issue 67).
 
     python benchmarks/bench_flow_waves.py
@@ -67,7 +67,7 @@ def main():
     ap.add_argument("--networks", nargs="+", default=["ib_fdr_fattree", "piz_daint_aries", "piz_daint_aries:minimal",
                                                       "ethernet_100g_leafspine"])
     ap.add_argument("--algorithms", nargs="+", default=["oktopk", "topkdsa", "gtopk", "oktopk:rotation=false"])
-    ap.add_argument("--evaluators", nargs="+", default=["waves_flow", "link_load"])
+    ap.add_argument("--evaluators", nargs="+", default=["link_load"])
     ap.add_argument("--P", type=int, nargs="+", default=[16, 64, 256])
     ap.add_argument("--n", type=int, default=1 << 20)
     ap.add_argument("--seeds", type=int, default=1)

@@ -52,6 +52,8 @@ FEW_SECONDS = 1.0
 LONG_S = 60.0
 #: the modes of the knob ``evaluation`` (or an evaluator's name: :data:`TABLE`)
 MODES = ("fast", "exact", "events")
+#: evaluators taken out of the table, and the one that times the same thing
+RETIRED = {"waves_flow": "link_load (the same waves; each flow timed from its links' loads, not a max-min solve)"}
 
 
 @dataclass(frozen=True)
@@ -240,41 +242,34 @@ class WavesAB(_Collective):
         return approximate(self.BOUND_SMALL, f"below {self.LARGE:,} messages ranks may run waves apart")
 
 
-class WavesFlow(_Collective):
-    name = "waves_flow"
+class LinkLoad(_Collective):
+    """Wave after wave on the flow-level model, each flow timed from its links'
+    loads. The grid of benchmarks/bench_flow_waves.py (four networks, Ok-Topk,
+    TopkDSA and an unrotated alltoallv, P = 16 to 256) gives median 0.20 %,
+    at most 10.5 % (an unrotated alltoallv at P = 16 under UGAL). A max-min
+    solve per batch of a wave's starts and ends (the evaluator it replaced)
+    gave 0.24 and 8.6 % there and the same largest errors on the harness's
+    grid, in 1.18x the wall time at P = 256."""
+
+    name = "link_load"
     needs = "flow_waves"
-    summary = "wave after wave on the flow-level model, routes in booking order, max-min solved per wave (fast/waves_flow.py)"
-    runs = "fast.waves_flow:flow_waves_run"
-    per_message_s = 2.0e-6
+    summary = ("wave after wave on the flow-level model, each flow timed by its busiest link's load, no solve "
+               "(fast/waves_flow.py)")
+    runs = "fast.waves_flow:load_waves_run"
+    per_message_s = 1.8e-6
     per_call_s = 1e-3
     #: the differential harness's grid (scripts/evaluator_table.py): on a fat tree up to 13.4 % (a dense
     #: allgather at P = 5: the waves see only their own flows, where folded ranks overlap them); under
     #: Piz Daint's adaptive routing up to 33 % (routes chosen on a wave's load, not at each start; the
     #: events' own time moves by as much with the routing seed: benchmarks/bench_flow_waves.py)
     BOUND_STATIC, BOUND_ADAPTIVE = 0.15, 0.35
-    #: how a wave's flows share their links (the verdicts' reasons)
-    sharing = "shares solved per batch of starts and ends, not per flow departure"
+    sharing = "each flow ends when its busiest link, shared fairly on its own, lets it: one pass a wave"
 
     def verdict(self, s, run):
         if "arrays" in s.network:
             return approximate(self.BOUND_STATIC, f"static routes; {self.sharing}")
         return approximate(self.BOUND_ADAPTIVE, f"adaptive routes chosen on the wave's load, not at each start; "
                                                 f"{self.sharing}")
-
-
-class LinkLoad(WavesFlow):
-    """The same waves, routes and bounds as :class:`WavesFlow`: the harness's grid
-    (scripts/evaluator_table.py) gives both the same largest errors, and the grid of
-    benchmarks/bench_flow_waves.py (four networks, Ok-Topk, TopkDSA and an unrotated
-    alltoallv, P = 16 to 256) median 0.20 %, at most 10.5 % (an unrotated alltoallv at
-    P = 16 under UGAL), where waves_flow gives 0.24 and 8.6 %."""
-
-    name = "link_load"
-    summary = ("wave after wave on the flow-level model, each flow timed by its busiest link's load, no solve "
-               "(fast/waves_flow.py)")
-    runs = "fast.waves_flow:load_waves_run"
-    per_message_s = 1.8e-6
-    sharing = "each flow ends when its busiest link, shared fairly on its own, lets it: one pass a wave"
 
 
 class Replay(_Collective):
@@ -303,8 +298,8 @@ class ReplayPy(_Collective):
 
 
 #: every evaluator, fastest first within its level
-TABLE: dict[str, Evaluator] = {e.name: e for e in (Rounds(), Events(), EventsSimPy(), Arrays(), WavesAB(), WavesFlow(),
-                                                   LinkLoad(), Replay(), ReplayPy())}
+TABLE: dict[str, Evaluator] = {e.name: e for e in (Rounds(), Events(), EventsSimPy(), Arrays(), WavesAB(), LinkLoad(),
+                                                   Replay(), ReplayPy())}
 POINT = [e for e in TABLE.values() if e.level == "point"]
 COLLECTIVE = [e for e in TABLE.values() if e.level == "collective"]
 

@@ -92,7 +92,7 @@ def test_fast_takes_a_wide_bound_only_where_the_events_alone_are_exact_and_would
     class Run:
         messages = 10
 
-    assert [e.name for e, _ in chain.choose(Run())] == ["link_load", "waves_flow"]   # fastest first, any size
+    assert [e.name for e, _ in chain.choose(Run())] == ["link_load"]   # any size
     lines = dict((line.split()[1], line) for line in ev.explain(ev.plan("fast", s, long)))
     assert "only the events are exact here" in lines["link_load"] and "within 0.35" in lines["link_load"]
     assert "events would take under 60 s" in dict((line.split()[1], line)
@@ -110,7 +110,7 @@ def test_a_row_timed_past_the_events_patience_says_its_evaluator_and_bound(monke
     events = reference("topka", "adaptive", 8).row
     monkeypatch.setattr(ev, "LONG_S", 0.0)
     row = simulate_point(point_of("topka", "adaptive", 8, "fast")).row
-    assert row["evaluator"] == "events+link_load" and row["error_bound"] == ev.WavesFlow.BOUND_ADAPTIVE
+    assert row["evaluator"] == "events+link_load" and row["error_bound"] == ev.LinkLoad.BOUND_ADAPTIVE
     assert abs(row["time_s"] - events["time_s"]) <= row["error_bound"] * events["time_s"]
 
 

@@ -1,4 +1,4 @@
-"""``evaluation: waves_flow``: the flow-level network's collectives timed wave
+"""``evaluation: link_load``: the flow-level network's collectives timed wave
 after wave (simsparse.backends.fast.waves_flow) against the event path; its
 twins. (The differential harness holds its declared bound.)"""
 import dataclasses
@@ -7,23 +7,49 @@ import numpy as np
 import pytest
 
 from simsparse import jit
-from simsparse.backends.fast.waves_flow import _ends
+from simsparse.backends.fast.waves_flow import _ends_by_load
+from simsparse.network.maxmin import maxmin_rates
 from simsparse.experiments.run.runner import simulate_point
 from tests.helpers import make_point, net
 
 INF = np.inf
 
 
-def test_a_sweep_of_two_flows_is_the_fluid_model():
+def fluid_ends(L, cap, start, size):
+    """The flow model's ends, solved at every start and end (max-min): the reference."""
+    n = len(start)
+    end, rem, live = np.empty(n), np.asarray(size, dtype=float).copy(), []
+    T, i, by = float(np.min(start)), 0, np.argsort(start, kind="stable")
+    while i < n or live:
+        if not live:
+            T = max(T, start[by[i]])
+        while i < n and start[by[i]] <= T:
+            live.append(int(by[i]))
+            i += 1
+        rate = maxmin_rates(L[live], cap)
+        e = T + rem[live] / rate
+        T2 = min(e.min(), start[by[i]] if i < n else np.inf)
+        keep = []
+        for f, ef, r in zip(live, e, rate):
+            if ef <= T2:
+                end[f] = ef
+            else:
+                rem[f] -= (T2 - T) * r
+                keep.append(f)
+        live, T = keep, T2
+    return end
+
+
+def test_the_fluid_reference_shares_a_link_and_lets_a_late_flow_join():
     """Two flows on one link: they share it while both run and the one left
     takes all of it; a flow that starts later joins at its start."""
     L = np.array([[0], [0]])
     cap = np.array([1.0, INF])
-    assert _ends(L, cap, np.array([0.0, 0.0]), np.array([1.0, 3.0])).tolist() == [2.0, 4.0]
-    assert _ends(L, cap, np.array([0.0, 1.0]), np.array([2.0, 1.0])).tolist() == [3.0, 3.0]
+    assert fluid_ends(L, cap, np.array([0.0, 0.0]), np.array([1.0, 3.0])).tolist() == [2.0, 4.0]
+    assert fluid_ends(L, cap, np.array([0.0, 1.0]), np.array([2.0, 1.0])).tolist() == [3.0, 3.0]
     # on links of their own they do not meet
-    assert _ends(np.array([[0], [1]]), np.array([1.0, 2.0, INF]), np.array([0.0, 5.0]),
-                 np.array([1.0, 1.0])).tolist() == [1.0, 5.5]
+    assert fluid_ends(np.array([[0], [1]]), np.array([1.0, 2.0, INF]), np.array([0.0, 5.0]),
+                      np.array([1.0, 1.0])).tolist() == [1.0, 5.5]
 
 
 def _row(algorithm, P, preset, evaluation, seed=0):
@@ -40,9 +66,9 @@ def test_on_a_fat_tree_the_waves_give_the_event_paths_bytes_and_nearly_its_times
     TopkA at P = 24 folds 8 ranks in while the other 16 start the recursive
     doubling, and the waves, which see only their own flows, come out 10 %
     fast (the error the module docstring names)."""
-    ev, wv = _row(algorithm, P, "ib_fdr_fattree", "events"), _row(algorithm, P, "ib_fdr_fattree", "waves_flow")
+    ev, wv = _row(algorithm, P, "ib_fdr_fattree", "events"), _row(algorithm, P, "ib_fdr_fattree", "link_load")
     assert (wv["bytes_total"], wv["msgs_total"]) == (ev["bytes_total"], ev["msgs_total"])
-    assert "waves_flow" in wv["evaluator"] and ev["evaluator"] == "events"
+    assert "link_load" in wv["evaluator"] and ev["evaluator"] == "events"
     assert wv["time_s"] == pytest.approx(ev["time_s"], rel=rel)
 
 
@@ -53,8 +79,8 @@ def test_with_adaptive_routing_the_waves_stay_inside_the_event_paths_spread_over
     here); the waves (approximate, bulk~) stay within that range, widened by
     a tenth, with the same bytes and messages."""
     ev = [_row(algorithm, P, "piz_daint_aries", "events", s) for s in range(3)]
-    wv = _row(algorithm, P, "piz_daint_aries", "waves_flow")
-    assert "waves_flow" in wv["evaluator"] and wv["error_bound"] > 0
+    wv = _row(algorithm, P, "piz_daint_aries", "link_load")
+    assert "link_load" in wv["evaluator"] and wv["error_bound"] > 0
     assert (wv["bytes_total"], wv["msgs_total"]) == (ev[0]["bytes_total"], ev[0]["msgs_total"])
     times = [r["time_s"] for r in ev]
     assert 0.9 * min(times) <= wv["time_s"] <= 1.1 * max(times)
@@ -64,50 +90,9 @@ def test_the_compiled_route_choice_gives_the_times_of_the_models_own(monkeypatch
     """On Piz Daint the waves route through :mod:`simsparse.network.dragonfly_wave`;
     the model's own ``select`` with the same draws gives the same time, to the bit."""
 
-    fast = _row("oktopk", 16, "piz_daint_aries", "waves_flow")
+    fast = _row("oktopk", 16, "piz_daint_aries", "link_load")
     with jit.python():
-        assert _row("oktopk", 16, "piz_daint_aries", "waves_flow")["time_s"] == fast["time_s"]
-
-
-def test_the_compiled_sweep_gives_the_numpy_sweeps_ends_to_the_bit():
-    """Random waves (flows on a few shared links, starts spread and tied):
-    the compiled sweep and its numpy twin end every flow at the same time."""
-    from simsparse.backends.fast import waves_flow
-
-    if waves_flow._SWEEP is None:
-        pytest.skip("numba disabled")
-    rng = np.random.default_rng(4)
-    for n, links, hops in [(1, 3, 2), (40, 6, 3), (500, 40, 4), (300, 5, 1)]:
-        L = rng.integers(0, links, (n, hops))
-        L[rng.random((n, hops)) < 0.2] = links   # the padding link (capacity inf)
-        cap = np.append(rng.uniform(1.0, 5.0, links), np.inf)
-        start = np.round(rng.uniform(0, 2, n), 1)   # ties among the starts
-        size = rng.uniform(0.1, 3.0, n)
-        want = waves_flow._ends_numpy(L, cap, start, size)
-        assert np.array_equal(waves_flow._ends(L, cap, start, size), want)
-
-
-def test_links_numbered_as_they_first_appear_give_the_sorted_numberings_ends_to_the_bit():
-    """The compiled waves number a wave's links by first appearance, the
-    numpy twin in link order: the same capacities per flow, and the same
-    ends of every flow to the bit (a link's arithmetic does not depend on
-    its number); the scratch is left all -1."""
-    from simsparse.backends.fast import waves_flow
-
-    if waves_flow._FIRST_SEEN is None:
-        pytest.skip("numba disabled")
-    rng = np.random.default_rng(7)
-    for n, links, hops in [(1, 3, 2), (60, 8, 3), (700, 50, 5)]:
-        L = rng.integers(0, links, (n, hops)).astype(np.int32)
-        L[rng.random((n, hops)) < 0.2] = links   # the padding link (capacity inf)
-        cap = np.append(rng.uniform(1.0, 5.0, links), np.inf)
-        seen = np.full(len(cap), -1, dtype=np.int64)
-        first, first_cap = waves_flow._FIRST_SEEN(L, cap, seen)
-        ordered, ordered_cap = waves_flow._local_numpy(L, cap)
-        assert np.array_equal(first_cap[first], ordered_cap[ordered]) and (seen == -1).all()
-        start, size = np.round(rng.uniform(0, 2, n), 1), rng.uniform(0.1, 3.0, n)
-        assert np.array_equal(waves_flow._ends(first, first_cap, start, size),
-                              waves_flow._ends(ordered, ordered_cap, start, size))
+        assert _row("oktopk", 16, "piz_daint_aries", "link_load")["time_s"] == fast["time_s"]
 
 
 def test_the_count_of_adaptive_flows_in_flight_says_when_every_load_is_zero(monkeypatch):
@@ -128,26 +113,22 @@ def test_the_count_of_adaptive_flows_in_flight_says_when_every_load_is_zero(monk
     links, transfer = wf._links, FlowNetwork.transfer
     monkeypatch.setattr(wf, "_links", lambda net, *a: same(net) or links(net, *a))
     monkeypatch.setattr(FlowNetwork, "transfer", lambda net, *a: same(net) or transfer(net, *a))
-    for evaluation in ("waves_flow", "events"):
+    for evaluation in ("link_load", "events"):
         _row("topka", 8, "piz_daint_aries", evaluation)
     assert 0 in seen and max(seen) > 0
 
 
 def test_on_one_link_the_link_loads_are_the_fluid_model_to_rounding():
     """``link_load`` times each link on its own (processor sharing from each
-    flow's start): on one link that is the flow model itself, which the sweep
-    solving at every start and end gives."""
-    from simsparse.backends.fast import waves_flow
+    flow's start): on one link that is the flow model itself, solved at
+    every start and end."""
 
     rng = np.random.default_rng(5)
     for n in (1, 2, 7, 60):
         L = np.zeros((n, 1), dtype=np.int64)
         cap = np.array([1.7, INF])
         start, size = np.round(rng.uniform(0, 2, n), 1), rng.uniform(0.1, 3.0, n)
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(waves_flow, "BATCH", 1e-9)   # one flow a solve: the exact fluid model
-            want = waves_flow._ends_numpy(L, cap, start, size)
-        assert waves_flow._ends_by_load(L, cap, start, size) == pytest.approx(want, rel=1e-12)
+        assert _ends_by_load(L, cap, start, size) == pytest.approx(fluid_ends(L, cap, start, size), rel=1e-12)
 
 
 def test_a_flow_takes_its_busiest_links_time_and_the_compiled_pass_is_its_twin():

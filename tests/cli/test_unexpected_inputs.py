@@ -1,5 +1,6 @@
-"""Three more inputs that end in the one-paragraph error (exit status 2),
-quickly: a YAML value that contains itself through its own anchor, a
+"""More inputs that end in the one-paragraph error (exit status 2),
+quickly: a key the knob ``evaluation`` replaced, or an evaluator since
+retired; a YAML value that contains itself through its own anchor, a
 MemoryError while points run, and a point too large for the process's
 address-space limit (``ulimit -v``)."""
 from __future__ import annotations
@@ -28,6 +29,24 @@ REST = f"network: {NET}\nworkload: {{n: 64}}\nalgorithms: [ring]\nP: 2\n"
 
 
 _run, _cfg = cli_run, write_config
+
+
+# -- what the knob replaced --------------------------------------------------------------------
+
+OLD = {"engine: simpy\n": ("'engine' was replaced by 'evaluation'", "events_simpy"),
+       "values: sampled\n": ("'values' was replaced by 'evaluation'", "evaluation: sampled"),
+       "collectives: waves\n": ("'collectives' was replaced by 'evaluation'", "link_load"),
+       "evaluation: waves_flow\n": ("'waves_flow' is no longer an evaluator", "use link_load")}
+
+
+@pytest.mark.parametrize("line", OLD)
+def test_an_old_key_or_a_retired_evaluator_names_what_to_write_instead(tmp_path, capsys, line):
+    cfg = _cfg(tmp_path, line + REST)
+    code, err, took = _run(["run", str(cfg), "--out", str(tmp_path / "o"), "--no-plot"], capsys)
+    said, instead = OLD[line]
+    assert code == 2 and said in err and instead in err and str(cfg) in err, err
+    assert "Traceback" not in err and err.count("\n") == 1 and took < 5
+    assert not (tmp_path / "o").exists()
 
 
 # -- a value that contains itself --------------------------------------------------------------

@@ -127,7 +127,7 @@ def test_plans_of_resnet50_table_v_mgs():
     assert len(p.plan) == 53   # the OMGS paper's Table V
 
 
-@pytest.mark.parametrize("evaluation", ["events", "waves_flow"])
+@pytest.mark.parametrize("evaluation", ["events", "link_load"])
 def test_the_plans_microbenchmarks_run_the_points_own_evaluation(monkeypatch, evaluation):
     """tc(d) is fitted from microbenchmarks on the point's network at its P,
     under the point's own evaluation (the flow waves where it asks for them)."""

@@ -1,12 +1,12 @@
 """Approximate bulk timing on the flow-level network, wave after wave
-(``evaluation: waves_flow`` and ``link_load``).
+(``evaluation: link_load``).
 
 The event path solves max-min fairness at every start and end of a shared
 flow: Ok-Topk of BERT on Piz Daint's adaptive Dragonfly at P = 256 is 243 k
 messages and 222 k solves an iteration, and adaptive routing (a route chosen
-by the load when a message starts) has no exact bulk path. These two
-evaluations time the recorded schedule in the order it was recorded
-instead, as :mod:`.waves_ab` does on the alpha-beta network:
+by the load when a message starts) has no exact bulk path. This evaluation
+times the recorded schedule in the order it was recorded instead, as
+:mod:`.waves_ab` does on the alpha-beta network:
 
 * kernel steps run on each rank's FIFO device (:func:`.waves_ab._device_all`);
 * a wave's messages are ready by the eager, window and rendezvous rules
@@ -14,26 +14,21 @@ instead, as :mod:`.waves_ab` does on the alpha-beta network:
   (ready, the rank's place among the resumptions, place in its sender's
   wave): adaptive routing chooses each route by the model's own rule, seeing
   the load of the wave's messages routed before it;
-* the wave's flows share bandwidth in one of two ways. ``waves_flow``
-  (:func:`_ends`): as the flow model shares it, in a sweep over time that
-  solves max-min fairness again only when a quarter of the flows running
-  have ended or as many more have started (:data:`BATCH`), not at every
-  start and end. ``link_load`` (:func:`_ends_by_load`): each link on its
-  own, its flows sharing it fairly from their starts, and a flow ending
-  when its busiest link lets it: one pass a wave, no solve. A flow's
-  arrival is its end plus its route's latency and ``o_r``, as ``transfer``
-  gives it.
+* the wave's flows share each link on its own, fairly from their starts,
+  and a flow ends when its busiest link lets it (:func:`_ends_by_load`):
+  one pass a wave, no max-min solve. A flow's arrival is its end plus its
+  route's latency and ``o_r``, as ``transfer`` gives it.
 
 Cost model: the flow model's (bottleneck bandwidth, max-min sharing, LogGP
 overheads), approximated, which is why the row declares a bound: flows of
 other waves of the collective, and traffic from outside it, are not seen;
 adaptive routing sees only the wave's own load, so it may choose other
 routes than the event path, whose choices depend on every message in
-flight; and the sharing is batched (``waves_flow``) or link by link
-(``link_load``). Adaptive routing is the largest error, and the event path
-itself is as sensitive to it: its time moves by up to 31 % with the
-routing seed on small bare collectives (``benchmarks/bench_flow_waves.py``
-measures both evaluations against the events).
+flight; and the sharing is link by link. Adaptive routing is the largest
+error, and the event path itself is as sensitive to it: its time moves by
+up to 31 % with the routing seed on small bare collectives
+(``benchmarks/bench_flow_waves.py`` measures the evaluation against the
+events).
 """
 from __future__ import annotations
 
@@ -45,12 +40,7 @@ from ... import jit
 from ...jit import njit
 from ...network.dragonfly import Dragonfly
 from ...network.dragonfly_wave import Drawn, wave_routes
-from ...network.maxmin import _SOLVE, REL_TOL, maxmin_rates
 from .waves_ab import drive
-
-#: flows that end (or start) between two solves: this share of those running (at least one)
-BATCH = 0.25
-
 
 def _links(net, order, src, dst) -> tuple[np.ndarray, np.ndarray]:
     """Every message's links (rows padded with the padding link) and route
@@ -94,150 +84,6 @@ def _compiled_routes(m) -> bool:
     return jit.enabled() and isinstance(m.fabric, Dragonfly) and m.G == 1 and m.nics == 1
 
 
-def _ends(L, cap, start, size) -> np.ndarray:
-    """When each flow's last byte leaves (flows on link rows ``L`` from
-    ``start`` with ``size`` bytes): a sweep in time that solves the flows
-    running together again whenever a quarter of them have ended or as
-    many more have started (module docstring): compiled (:func:`_sweep`)
-    where numba runs, else :func:`_ends_numpy`."""
-    if _SWEEP is None:
-        return _ends_numpy(L, cap, start, size)
-    return _SWEEP(np.ascontiguousarray(L, dtype=np.int64), np.asarray(cap, np.float64),
-                  np.asarray(start, np.float64), np.asarray(size, np.float64), BATCH, REL_TOL)
-
-
-def _ends_numpy(L, cap, start, size) -> np.ndarray:
-    """:func:`_ends` in numpy (the twin of :func:`_sweep`)."""
-    n = len(start)
-    end = np.empty(n)
-    by = np.argsort(start, kind="stable")
-    st = start[by]
-    rem = size.astype(np.float64).copy()
-    live = np.zeros(0, dtype=np.int64)
-    i = 0
-    T = st[0]
-    while i < n or len(live):
-        if not len(live):
-            T = max(T, st[i])
-        j = i
-        while j < n and st[j] <= T:
-            j += 1
-        if j > i:
-            live = np.concatenate((live, by[i:j]))
-            i = j
-        rate = maxmin_rates(L[live], cap)
-        e = T + rem[live] / rate
-        cut = max(1, int(len(live) * BATCH))
-        o = np.argsort(e, kind="stable")
-        t_end = e[o[min(cut, len(live)) - 1]]
-        t_start = st[min(i + cut, n) - 1] if i < n else np.inf
-        T2 = min(t_end, t_start)
-        fin = e <= T2
-        end[live[fin]] = e[fin]
-        keep = ~fin
-        rem[live[keep]] -= (T2 - T) * rate[keep]
-        live = live[keep]
-        T = T2
-    return end
-
-
-def _sweep(L, cap, start, size, batch, tol):
-    """:func:`_ends` as one compiled loop: the same flows in the same order
-    through the same compiled max-min solve (:func:`.maxmin._solve`), the
-    same arithmetic, so the same ends to the last bit, without a dozen
-    numpy calls per solve (about 200 k solves at P = 1024)."""
-    n, H = L.shape
-    end = np.empty(n)
-    by = np.argsort(start, kind="mergesort")
-    st = start[by]
-    rem = size.copy()
-    live = np.empty(n, dtype=np.int64)
-    nl = 0
-    i = 0
-    T = st[0]
-    while i < n or nl > 0:
-        if nl == 0 and st[i] > T:
-            T = st[i]
-        while i < n and st[i] <= T:
-            live[nl] = by[i]
-            nl += 1
-            i += 1
-        R = np.empty((nl, H), dtype=np.int64)
-        for a in range(nl):
-            for h in range(H):   # (not a row assignment: its shape check compiled for 1.5 s)
-                R[a, h] = L[live[a], h]
-        rate = _SOLVE(R, cap, tol)
-        e = np.empty(nl)
-        for a in range(nl):
-            e[a] = T + rem[live[a]] / rate[a]
-        cut = max(1, int(nl * batch))
-        t_end = np.sort(e)[min(cut, nl) - 1]
-        t_start = st[min(i + cut, n) - 1] if i < n else np.inf
-        T2 = min(t_end, t_start)
-        k = 0
-        for a in range(nl):
-            f = live[a]
-            if e[a] <= T2:
-                end[f] = e[a]
-            else:
-                rem[f] -= (T2 - T) * rate[a]
-                live[k] = f
-                k += 1
-        nl = k
-        T = T2
-    return end
-
-
-_SWEEP = njit(_sweep) if _SOLVE is not None else None
-
-
-def _local(net, links: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The wave's link rows numbered locally (0 .. its distinct links - 1) and
-    those links' capacities: the solves see only the wave's links. Max-min
-    rates do not depend on how links are numbered (a link's arithmetic runs
-    in the flows' order whatever its number), so the compiled pass numbers
-    them as they first appear (:func:`_first_seen`, O(links of the wave)),
-    its numpy twin sorted (:func:`_local_numpy`, a sort: 0.4 ms at 3,000
-    messages, every wave)."""
-    if _FIRST_SEEN is None:
-        return _local_numpy(links, net._cap)
-    seen = getattr(net, "_wave_seen", None)
-    if seen is None or len(seen) != len(net._cap):
-        seen = net._wave_seen = np.full(len(net._cap), -1, dtype=np.int64)
-    return _FIRST_SEEN(np.ascontiguousarray(links), net._cap, seen)
-
-
-def _local_numpy(links: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_local` numbered in link order, by numpy."""
-    ids, inv = np.unique(links, return_inverse=True)
-    return inv.reshape(links.shape), cap[ids]
-
-
-def _first_seen(links, cap, seen):
-    """:func:`_local` numbered by first appearance, row after row; ``seen``:
-    scratch of -1 per link of the network, and so again on return."""
-    n, H = links.shape
-    out = np.empty((n, H), dtype=np.int64)
-    ids = np.empty(n * H, dtype=np.int64)
-    k = 0
-    for i in range(n):
-        for h in range(H):
-            x = links[i, h]
-            if seen[x] < 0:
-                seen[x] = k
-                ids[k] = x
-                k += 1
-            out[i, h] = seen[x]
-    local_cap = np.empty(k)
-    for j in range(k):
-        local_cap[j] = cap[ids[j]]
-        seen[ids[j]] = -1
-    return out, local_cap
-
-
-_FIRST_SEEN = njit(_first_seen)
-
-
 def _ends_by_load(L, cap, start, size) -> np.ndarray:
     """When each flow's last byte leaves, from each of its links on its own
     (``link_load``, after Parsimon, NSDI '23: the network decomposed into
@@ -250,7 +96,7 @@ def _ends_by_load(L, cap, start, size) -> np.ndarray:
     share to the others (max-min gives it to them), fast where a flow meets
     its links' congestion at different times (each link alone lets it
     catch up). The second wins: on the grid of benchmarks/bench_flow_waves.py
-    it is below the events on 31 of 36 points (``waves_flow``: 4)."""
+    it is below the events on 31 of 36 points (a max-min sweep of the wave: 4)."""
     n, H = L.shape
     link = np.asarray(L, dtype=np.int64).ravel()
     real = np.isfinite(cap[link])                    # (the padding link: infinite, no time)
@@ -306,14 +152,13 @@ def _link_shares(lk, st, sz, c):
 _SHARES = njit(_link_shares)
 
 
-def _wave(net, order, src, dst, ready, nb, P: int, ends=_ends) -> np.ndarray:
-    """Per rank: the last arrival among its messages of the wave (-inf: none);
-    ``ends``: how the flows share their links (:func:`_ends` or :func:`_ends_by_load`)."""
+def _wave(net, order, src, dst, ready, nb, P: int) -> np.ndarray:
+    """Per rank: the last arrival among its messages of the wave (-inf: none)."""
     links, tail = _links(net, order, src, dst)
     end = ready + net.o_s
     f = np.flatnonzero(nb > 0)
     if len(f):
-        end[f] = ends(*_local(net, links[f]), end[f], nb[f])
+        end[f] = _ends_by_load(links[f], net._cap, end[f], nb[f])
     arrival = end + tail + net.o_r
     last = np.full(P, -np.inf)
     np.maximum.at(last, src, arrival)
@@ -321,18 +166,13 @@ def _wave(net, order, src, dst, ready, nb, P: int, ends=_ends) -> np.ndarray:
     return last
 
 
-def flow_waves_run(run, ends=_ends) -> bool:
+def load_waves_run(run) -> bool:
     """Time ``run`` (a :class:`~simsparse.backends.fast.bulk.BulkRun` on a
-    flow-level network) wave after wave (:func:`.waves_ab.drive`), the flows
-    of a wave sharing their links by ``ends``. The network keeps no trace of
-    its flows (later messages find the links free)."""
+    flow-level network) wave after wave (:func:`.waves_ab.drive`), each wave's
+    flows timed from its links' loads. The network keeps no trace of its
+    flows (later messages find the links free)."""
     run._reset()
     net, P = run.host.network, run.P
     drive(run, lambda src, dst, nb, ready, order, floor: _wave(net, order, src, dst, ready,
-                                                               nb.astype(np.float64), P, ends))
+                                                               nb.astype(np.float64), P))
     return True
-
-
-def load_waves_run(run) -> bool:
-    """:func:`flow_waves_run` with each wave timed from its links' loads (:func:`_ends_by_load`)."""
-    return flow_waves_run(run, _ends_by_load)

@@ -62,7 +62,7 @@ REPLACED = {
     "engine": "evaluation: events_simpy for SimPy's engine (lean, the default, needs no key)",
     "values": "evaluation: sampled for sampled values, exact for full values of sparse algorithms, events for "
               "full values of every algorithm (auto, the default, needs no key)",
-    "collectives": "evaluation: events for every collective as its messages, waves_flow for the flow-level waves "
+    "collectives": "evaluation: events for every collective as its messages, link_load for the flow-level waves "
                    "(auto, the default, needs no key)",
 }
 #: workload keys the top-level ``model`` decides in a training config

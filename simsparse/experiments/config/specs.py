@@ -129,9 +129,11 @@ class RunSpec(BaseModel):
     @field_validator("evaluation")
     @classmethod
     def _evaluation(cls, v):
-        from ...backends.evaluators import MODES, TABLE
+        from ...backends.evaluators import MODES, RETIRED, TABLE
 
         allowed = (*MODES, "sampled", *TABLE)
+        if v in RETIRED:
+            raise ValueError(f"{v!r} is no longer an evaluator; use {RETIRED[v]}")
         if v not in allowed:
             raise ValueError(f"{v!r} is not allowed{did_you_mean(v, allowed)}; allowed: fast (the default), exact, "
                              f"events, sampled, or an evaluator: {', '.join(TABLE)}")
