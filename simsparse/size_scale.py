@@ -44,13 +44,25 @@ class DensityScale(BaseModel):
     size moves with how many entries it keeps (top-k's k): ``factors[i][j]``
     at ``sizes[i]`` and ``densities[j]`` (k / size), interpolated bilinearly
     in log size and log density, constant beyond the ends. 1 at the density
-    the kernel's line was fitted at (``reference_density``)."""
+    the kernel's line was fitted at (``reference_density``).
+
+    The line comes from the algorithm runs, whose calls pay what the grid's
+    calls on their own do not (a vector cold in the caches, a rank's
+    co-runner): ``own_share[i]`` is the grid's time at the reference density
+    over the line's at ``sizes[i]`` (at most 1). Only that share moves with
+    the density: the factor applied is ``1 + own_share (f - 1)``, so what
+    the runs add stays the same seconds at every density (gather_at at 3.1M
+    entries: the line gives 0.36 ms at density 0.004, the grid 0.08 ms; the
+    plain factor put density 0.05 at 4.3 ms where the held-out runs took
+    1.4). Without it (older profiles) the whole line moves."""
 
     model_config = ConfigDict(extra="forbid")
     reference_density: float = Field(gt=0, le=1, description="the density of the calls the line was fitted from")
     sizes: list[int] = Field(min_length=1, description="elements (a calibration's kernel sizes, up to 1.2e7)")
     densities: list[float] = Field(min_length=1)
     factors: list[list[float]]
+    own_share: list[float] | None = Field(None, description="per size, the grid's time at the reference density "
+                                                            "over the line's (at most 1): the share that moves")
 
     @model_validator(mode="after")
     def _shape(self):
@@ -62,6 +74,9 @@ class DensityScale(BaseModel):
                              f"density ({len(self.densities)})")
         if any(not f > 0 for row in self.factors for f in row):
             raise ValueError("select_scale factors: must be > 0")
+        if self.own_share is not None and (len(self.own_share) != len(self.sizes)
+                                           or any(not 0 < x <= 1 for x in self.own_share)):
+            raise ValueError(f"select_scale own_share: one per size ({len(self.sizes)}), each in (0, 1]")
         return self
 
     def at(self, size, density):
@@ -78,4 +93,7 @@ class DensityScale(BaseModel):
             lo = np.take_along_axis(by_size, i[None], 0)[0] if by_size.ndim > 1 else by_size[i]
             hi = np.take_along_axis(by_size, (i + 1)[None], 0)[0] if by_size.ndim > 1 else by_size[i + 1]
             f = lo + w * (hi - lo)
+        if self.own_share is not None:
+            own = np.interp(x, ls, self.own_share) if len(ls) > 1 else self.own_share[0]
+            f = 1.0 + own * (f - 1.0)
         return f if np.ndim(f) else float(f)

@@ -353,7 +353,9 @@ def _select_scales(kernels: dict, fits: dict, calls: list, grid: list) -> None:
     The factor is what the line misses: each grid call's time over the line's
     at that call's elements (a scatter-add's line counts its n + nnz), where
     the grid kept them: ``(name, n, density, seconds, elements, rank)``
-    (kept before: without ``elements``)."""
+    (kept before: without ``elements``). Where it kept them, the time over
+    the line at the reference density is also the share of the line that
+    moves with the density (``own_share``)."""
     from ..compute.devices import DeviceProfile, ParametricDevice
     from ..compute.kernels import Work
 
@@ -364,8 +366,10 @@ def _select_scales(kernels: dict, fits: dict, calls: list, grid: list) -> None:
             continue
         ref = float(np.median(dens))
         line = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1.0, kernels={name: kernels[name]}))
+        mine = [g for g in grid if g[0] == name]
+        over_line = all(len(g) > 5 for g in mine)
         scale = fit.fit_select_scale([(n, d, dt / line.cost(name, Work(rest[0], 0.0)) if len(rest) > 1 else dt)
-                                      for _, n, d, dt, *rest in (g for g in grid if g[0] == name)], ref)
+                                      for _, n, d, dt, *rest in mine], ref, over_line)
         if scale:
             kernels[name]["select_scale"] = scale
             fits[name]["select_scale_calls"] = sum(g[0] == name for g in grid)

@@ -111,13 +111,16 @@ def fit_kernel(elems, times, parts=None) -> dict:
     return out
 
 
-def fit_select_scale(calls, reference_density: float) -> dict | None:
+def fit_select_scale(calls, reference_density: float, over_line: bool = False) -> dict | None:
     """A sparse kernel's factor over (size, density) from its calls on its
     own (:func:`simsparse.calibration.worker.sparse_grid`: ``(n, density,
     seconds[, rank])``): per size, the median time at each density over the
     time at ``reference_density`` (interpolated in log time and log density
     between the two nearest), the density of the calls its line was fitted
-    from. None without two densities at every size."""
+    from. None without two densities at every size. ``over_line``: the
+    calls' times are over the line's at their elements, so the time at the
+    reference density is the line's share the grid's calls on their own
+    take (``own_share``, :class:`~simsparse.size_scale.DensityScale`)."""
     by = defaultdict(list)
     for n, d, dt, *_ in calls:
         by[(float(n), float(d))].append(dt)
@@ -125,15 +128,19 @@ def fit_select_scale(calls, reference_density: float) -> dict | None:
     dens = sorted({d for _, d in by})
     if len(dens) < 2 or not sizes:
         return None
-    rows = []
+    rows, own = [], []
     for n in sizes:
         g = np.array([float(np.median(by[(n, d)])) if (n, d) in by else np.nan for d in dens])
         if np.isnan(g).any() or (g <= 0).any():
             return None
         ref = np.exp(np.interp(np.log(reference_density), np.log(dens), np.log(g)))
         rows.append([round(float(v), 4) for v in g / ref])
-    return {"reference_density": reference_density, "sizes": [int(n) for n in sizes], "densities": dens,
-            "factors": rows}
+        own.append(round(float(min(ref, 1.0)), 4))
+    out = {"reference_density": reference_density, "sizes": [int(n) for n in sizes], "densities": dens,
+           "factors": rows}
+    if over_line:
+        out["own_share"] = own
+    return out
 
 
 #: the line misses a size band by more than this before the band gets its own factor

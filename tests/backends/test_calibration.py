@@ -124,6 +124,43 @@ def test_the_grids_factor_is_what_the_line_misses():
         grid[-1][3] / grid[1][3], rel=1e-3)
 
 
+def test_what_the_runs_add_to_the_grids_calls_stays_the_same_seconds_at_every_density():
+    """The line comes from the algorithm runs (a vector cold in the caches):
+    where the grid's calls on their own take a quarter of it at the line's
+    density, only that quarter moves with the density (own_share), so the
+    time is the line plus what the grid's calls gain or lose over the
+    reference: gather_at at 3.1M, line 0.36 ms, grid 0.08 ms at density
+    0.004, took 1.4 ms at 0.05 in the held-out runs, not 0.36 ms x the grid's
+    ratio."""
+    from simsparse.calibration import _select_scales
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.compute.kernels import Work
+    from simsparse.size_scale import DensityScale
+
+    n, miss = 100_000, {0.001: 0.2, 0.01: 0.25, 0.1: 1.0, 0.3: 2.0}   # the grid's calls over the line's
+    line = {"launch_s": 1e-6, "per_elem_s": 1e-9, "complexity": "n"}
+    cost = lambda e: 1e-6 + 1e-9 * e   # noqa: E731
+    grid = [("gather_at", n, d, cost(n) * f, n, r) for d, f in miss.items() for r in (0, 1)]
+    calls = [("gather_at", 1e5, 0.0, 1e-4, 0, 1.0, 1000.0, 0)]   # (..., select, rank): density 0.01
+    kernels = {"gather_at": dict(line)}
+    _select_scales(kernels, {"gather_at": {}}, calls, grid)
+    assert kernels["gather_at"]["select_scale"]["own_share"] == [0.25]
+    dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e10, kernels={"gather_at": kernels["gather_at"]}))
+    for d, f in miss.items():
+        want = cost(n) * (1 + f - miss[0.01])   # the line, plus the grid's own change in seconds
+        assert dev.cost("gather_at", Work(n, 0, select=d * n)) == pytest.approx(want, rel=1e-3)
+        assert dev.cost_array("gather_at", np.array([n]), np.array([0.0]), select=np.array([d * n]))[0] == \
+            pytest.approx(want, rel=1e-3)
+    # a grid slower than the line at its density moves the whole line (a share of at most 1), as a grid kept
+    # before without the calls' elements does
+    _select_scales(kernels, {"gather_at": {}}, calls, [(*g[:3], g[3] * 8, *g[4:]) for g in grid])
+    assert kernels["gather_at"]["select_scale"]["own_share"] == [1.0]
+    _select_scales(kernels, {"gather_at": {}}, calls, [(*g[:4], g[5]) for g in grid])
+    assert "own_share" not in kernels["gather_at"]["select_scale"]
+    with pytest.raises(ValueError, match="own_share"):
+        DensityScale(reference_density=0.01, sizes=[n], densities=[0.01, 0.1], factors=[[1.0, 4.0]], own_share=[1.5])
+
+
 def test_a_profile_with_the_full_calibrations_grid_passes_a_configs_limits():
     """The full calibration's kernel sizes reach 1.2e7 elements: as counts they pass the bounds
     every config's numbers meet (as floats they were read as dimensionless factors, at most 1e6,
