@@ -20,7 +20,8 @@ rules from here:
   backward run one after another in issue order; one issued at ``now``
   starts when everything issued before it has ended (``free``) and takes
   ``dt``; the program waiting for it resumes at ``now + (end - now)``, the
-  clock of an engine that adds a delay (:func:`resumed`).
+  clock of an engine that adds a delay (:func:`resumed`); a program's
+  kernel step on it (:func:`run_kernel`, :func:`run_kernels`).
 * **delivery** (:func:`freeze`): a receiver gets a read-only copy of what
   was sent, shared by every receiver of the same block.
 
@@ -76,6 +77,36 @@ def fifo_all(free: np.ndarray, now: np.ndarray, dt: np.ndarray) -> np.ndarray:
     """:func:`fifo` for arrays of ranks, elementwise."""
     return np.where(free > now, free, now) + dt
 
+
+@jit.jitable
+def run_kernel(t, dev, busy, r, dt):
+    """Rank r's program, at ``t[r]``, runs a kernel of ``dt`` seconds on its
+    FIFO device (free from ``dev[r]``) and waits for it; ``busy[r]`` counts
+    the device's seconds. Whether the device was busy with work issued
+    before (where an evaluation that queues kernels at once may differ from
+    the events)."""
+    now = t[r]
+    was = dev[r] > now
+    end = fifo(dev[r], now, dt)
+    if dt > 0:
+        busy[r] += dt
+    if end > now:
+        dev[r] = end
+        t[r] = resumed(now, end)
+    return was
+
+
+def run_kernels(t, dev, busy, ranks, dts) -> int:
+    """:func:`run_kernel` for arrays of ranks (no rank twice) and seconds; how
+    many of them waited (an event each)."""
+    now = t[ranks]
+    end = fifo_all(dev[ranks], now, dts)
+    busy[ranks] += np.where(dts > 0, dts, 0.0)
+    adv = end > now
+    r = ranks[adv]
+    dev[r] = end[adv]
+    t[r] = resumed(now[adv], end[adv])
+    return len(r)
 
 
 

@@ -30,7 +30,7 @@ import heapq
 import numpy as np
 
 from ...jit import njit
-from ..protocol import fifo, gated, handshake, resumed
+from ..protocol import gated, handshake, run_kernel
 
 GO, MOVE, DONE_S, RESUME, DONE_R = 0, 1, 2, 3, 4   # DONE_*: a step's last message arrived
 
@@ -159,20 +159,6 @@ def transfer(m, firm, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, p
 
 
 @njit
-def device_run(r, x, t, dev, busy):
-    """``BulkRun._device`` for one kernel of x seconds; whether the device was busy."""
-    nw = t[r]
-    was = dev[r] > nw
-    end = fifo(dev[r], nw, x)
-    if x > 0:
-        busy[r] += x
-    if end > nw:
-        dev[r] = end
-        t[r] = resumed(nw, end)
-    return was
-
-
-@njit
 def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
            soff, seqmap, items, dt, waits, rv_idx, dur_dt,
            port_off, port_st, port_en, port_last, mdur, eager, window, rtt):
@@ -258,7 +244,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
                 while di < dur_hi[it] - dur_lo[it]:
                     x = dur_dt[dur_lo[it] + di]
                     di += 1
-                    if device_run(r, x, t, dev, busy):
+                    if run_kernel(t, dev, busy, r, x):
                         exact_dev = False
                     if t[r] > now:
                         seq += 1
@@ -279,7 +265,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
             j = seqmap[cursor[r]]   # (rank r's steps in order: soff[r] .. soff[r + 1] - 1)
             cursor[r] += 1
             if kind[j] == 1:   # a kernel
-                if device_run(r, dt[j], t, dev, busy):
+                if run_kernel(t, dev, busy, r, dt[j]):
                     exact_dev = False
                 if t[r] > now:
                     seq += 1

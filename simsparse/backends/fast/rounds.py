@@ -54,7 +54,7 @@ import numpy as np
 
 from ...compute.kernels import get_kernel, phantom
 from ..driver import IterationStats
-from ..protocol import fifo_all, resumed
+from ..protocol import run_kernels
 
 
 def run_rounds(sim, P: int, rounds, dtype) -> IterationStats | None:
@@ -70,7 +70,7 @@ def run_rounds(sim, P: int, rounds, dtype) -> IterationStats | None:
     itemsize = np.dtype(dtype).itemsize
     pr = sim.protocol
     seconds = _KernelTimes(sim, dtype)
-    t = np.zeros(P)
+    t = np.zeros(P)   # each rank's time, and when its device is free: its program waits for every kernel
     busy = np.zeros(P)
     sent = np.zeros(P, dtype=np.int64)
     msgs = np.zeros(P, dtype=np.int64)
@@ -78,7 +78,7 @@ def run_rounds(sim, P: int, rounds, dtype) -> IterationStats | None:
     active = np.zeros(P, dtype=bool)
     for dst, count, kernel in rounds:
         if dst is None:   # a local step: every rank runs the kernel on count elements
-            events += _compute(t, busy, np.arange(P), seconds(kernel, np.broadcast_to(count, P), 1))
+            events += run_kernels(t, t, busy, np.arange(P), seconds(kernel, np.broadcast_to(count, P), 1))
             continue
         src = np.flatnonzero(dst >= 0)
         if not len(src):
@@ -103,21 +103,9 @@ def run_rounds(sim, P: int, rounds, dtype) -> IterationStats | None:
         active[to] = True
         events += len(src) + int(active.sum())
         if kernel is not None:   # the receivers reduce or copy what they got
-            events += _compute(t, busy, to, seconds(kernel, count[src], 2))
+            events += run_kernels(t, t, busy, to, seconds(kernel, count[src], 2))
     busy_of = [{"forward": 0.0, "backward": 0.0, "compute": b} for b in busy.tolist()]
     return IterationStats(t.tolist(), [None] * P, sent.tolist(), msgs.tolist(), events, [], busy_of, "bulk")
-
-
-def _compute(t, busy, ranks, dt) -> int:
-    """Ranks ``ranks`` run a kernel of ``dt`` seconds at their time on
-    their FIFO device (idle when its program asks: the program waits for
-    every kernel). Returns the events it costs."""
-    now = t[ranks]
-    end = fifo_all(now, now, dt)
-    busy[ranks] += np.where(dt > 0, dt, 0.0)
-    later = end > now
-    t[ranks] = np.where(later, resumed(now, end), now)
-    return int(later.sum())
 
 
 class _KernelTimes:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...engine import HeapEngine
-from ..protocol import fifo, resumed
+from ..protocol import run_kernel
 
 
 class BulkTiming:
@@ -52,17 +52,8 @@ class BulkTiming:
     def _device(self, r: int, dts) -> None:
         """Rank r runs kernels of ``dts`` seconds one after another from its
         time on its FIFO device; the program waits for each."""
-        t, dev = self.t, self.device
-        for dt in dts:
-            now = t[r]
-            if dev[r] > now:
-                self.inexact["device"] += 1   # its device is busy with work issued elsewhere
-            end = fifo(dev[r], now, dt)
-            if dt > 0:
-                self.busy[r] += dt
-            if end > now:
-                dev[r] = end
-                t[r] = resumed(now, end)
+        for dt in dts:   # (a device busy with work issued elsewhere: see the module docstring of .bulk)
+            self.inexact["device"] += run_kernel(self.t, self.device, self.busy, r, dt)
 
     def arrays(self) -> bool:
         """Time the waves as arrays; whether every wave was exact (it stops at

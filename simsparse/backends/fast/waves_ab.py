@@ -6,8 +6,8 @@ layout, so Ok-Topk's split and reduce at P = 4096 (16.8 M messages, three
 times a run) took most of two minutes. This evaluation times the recorded
 schedule in the order it was recorded instead:
 
-* a kernel step runs on its rank's FIFO device as :meth:`BulkTiming._device`
-  runs it, for all the step's ranks at once;
+* a kernel step runs on its rank's FIFO device (:func:`~simsparse.backends.protocol.run_kernels`),
+  for all the step's ranks at once;
 * a wave books each of its messages on its sender's and its receiver's
   port when it is ready (eager, rendezvous and window rules of
   :meth:`~simsparse.backends.protocol.Protocol.ready`), in the order (ready, the rank's place among
@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import jit
-from ..protocol import fifo_all, resumed
+from ..protocol import run_kernels
 
 def _book_wave(order, src, dst, ready, dur, P, PX, plo, pn, plast, floor, arrmax, held, touch):
     """Book the wave's messages in ``order`` on ports src (send) and P + dst
@@ -283,7 +283,7 @@ def drive(run, wave) -> None:
     for ranks, kind, values in chunks:
         if kind == 1:
             for rs, dts in _grouped(ranks, values, P):
-                _device_all(t, dev, busy, rs, dts)
+                run_kernels(t, dev, busy, rs, dts)
             left -= np.bincount(ranks, minlength=P)
             continue
         k = int(values[0])
@@ -297,7 +297,7 @@ def drive(run, wave) -> None:
         lo, hi = dcut[k], dcut[k + 1]
         if hi > lo:   # the kernels between posting and waiting
             for rs, dts in _grouped(dr[lo:hi], dd[lo:hi], P):
-                _device_all(t, dev, busy, rs, dts)
+                run_kernels(t, dev, busy, rs, dts)
         t[ranks] = np.maximum(t[ranks], last[ranks])
         rkey[ranks[_by_time(t[ranks], rkey[ranks])]] = clock + np.arange(len(ranks))
         clock += len(ranks)
@@ -330,13 +330,3 @@ def waves_run(run) -> bool:
     net.bulk_rows(*ports.rows(min(float(run.t.min()), run.now, run.pending)), ports.held)
     return True
 
-
-def _device_all(t, dev, busy, ranks, dts) -> None:
-    """:meth:`BulkTiming._device` for one kernel on each of ``ranks`` (no rank twice)."""
-    now = t[ranks]
-    end = fifo_all(dev[ranks], now, dts)
-    busy[ranks] += np.where(dts > 0, dts, 0.0)
-    adv = end > now
-    r = ranks[adv]
-    dev[r] = end[adv]
-    t[r] = resumed(now[adv], end[adv])

@@ -8,7 +8,7 @@ by the load when a message starts) has no exact bulk path. This evaluation
 times the recorded schedule in the order it was recorded instead, as
 :mod:`.waves_ab` does on the alpha-beta network:
 
-* kernel steps run on each rank's FIFO device (:func:`.waves_ab._device_all`);
+* kernel steps run on each rank's FIFO device (:func:`~simsparse.backends.protocol.run_kernels`);
 * a wave's messages are ready by the eager, window and rendezvous rules
   (:meth:`~simsparse.backends.protocol.Protocol.ready`) and routed in booking order
   (ready, the rank's place among the resumptions, place in its sender's
