@@ -9,6 +9,7 @@ import pytest
 
 from simsparse.algorithms.collectives import Allgather, AllreduceHost, Alltoall, Reduce
 from simsparse.backends.evaluators import chain_for
+from simsparse.backends.fast import ports
 from simsparse.backends.events.sim import Simulator
 from simsparse.compute.devices import load_profile
 from simsparse.compute.sparse_kernels import coo_split
@@ -183,35 +184,49 @@ def test_the_network_models_and_backends_are_the_protocols():
     assert all(hasattr(be, a) for a in ExperimentBackend.__annotations__)
 
 
-def test_the_compiled_port_rows_fit_and_book_as_a_port():
-    """The compiled replay keeps a port's intervals in a row that forgets
+def _fit(PX, plo, pn, plast, p, t, d):
+    return ports.fit(PX, plo, pn, plast, p, t, d)
+
+
+def _book(PX, plo, pn, plast, p, t, d, floor, touch):
+    return ports.book(PX, plo, pn, plast, p, t, d, floor, touch)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("touch", [False, True])
+def test_the_port_rows_fit_and_book_as_a_port(compiled, touch):
+    """The compiled evaluations keep a port's intervals in a row that forgets
     those over by now, is compacted when full and doubled when nothing can
-    go (``room``, ``book``); every fit gives ``_Port.fit``'s answer, on
-    random bookings ahead of now that backfill each other."""
-    import simsparse.backends.fast.replay_ab as ra
+    go (:mod:`~simsparse.backends.fast.ports`); every fit gives
+    ``_Port.fit``'s answer, on random bookings ahead of now that backfill
+    each other, compiled and in Python, with touching intervals joined
+    (the waves) or not (the replay)."""
     from simsparse.network.alphabeta import _Port
 
-    if not jit.AVAILABLE:
+    if compiled and not jit.AVAILABLE:
         pytest.skip("numba is not installed")
+    fit, book = (jit.njit(_fit), jit.njit(_book)) if compiled else (ports.fit, ports.book)
     rng = np.random.default_rng(3)
     port = _Port()
-    PS, PE = np.empty((1, 2)), np.empty((1, 2))   # two slots: compacted and grown again and again
+    PX = np.empty((1, 2, 2))   # two slots: compacted and grown again and again
     plo, pn, plast = np.zeros(1, np.int64), np.zeros(1, np.int64), np.zeros(1)
     now, grown = 0.0, 0
     for _ in range(3000):
         now += rng.exponential(1.0)
-        t, d = now + rng.uniform(0.0, 6.0), rng.uniform(0.1, 2.0)
+        t, d = now + rng.uniform(0.0, 6.0), rng.choice([0.5, 1.0, rng.uniform(0.1, 2.0)])   # (some touch)
         t1 = port.fit(t, d)
-        assert ra.fit(PS, PE, 0, plo[0], pn[0], plast[0], t, d) == t1
-        if pn[0] == PS.shape[1]:
-            cap = PS.shape[1]
-            PS, PE = ra.room(PS, PE, plo, pn, (0,), now)
-            grown += PS.shape[1] > cap
-        ra.book(PS, PE, plo, pn, plast, 0, t1, d, now)
+        assert fit(PX, plo, pn, plast, 0, t, d) == t1
+        cap = PX.shape[1]
+        PX = book(PX, plo, pn, plast, 0, t1, d, now, touch)
+        grown += PX.shape[1] > cap
         port.book(t1, d, now)
         assert plast[0] == port.last
     live = [(a, b) for a, b in zip(port.starts, port.ends) if b > now]
-    assert [tuple(x) for x in zip(PS[0, plo[0]:pn[0]], PE[0, plo[0]:pn[0]])][-len(live):] == live
+    row = [tuple(x) for x in PX[0, plo[0]:pn[0]]]
+    if touch:
+        assert len(row) < len(live) and all(any(x <= a and b <= y for x, y in row) for a, b in live)
+    else:
+        assert row[-len(live):] == live
     assert grown >= 2
 
 

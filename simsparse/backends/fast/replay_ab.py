@@ -14,7 +14,7 @@ statement, on arrays:
   of the arrival events only the one that ends a step's wait is pushed, at
   its own (time, sequence) (:func:`transfer`);
 * the ports: each port's busy intervals sorted, booked by the earliest fit
-  (backfilling), forgotten as ``_Port.book`` forgets them;
+  (backfilling) as ``_Port`` books them (:mod:`.ports`);
 * the ranks: each one's steps (a wave, or a kernel of known seconds), its
   kernels between posting a wave and waiting for it, the eager, window and
   rendezvous rules, and the exactness tests of ``bulk_transfer``.
@@ -31,6 +31,7 @@ import numpy as np
 
 from ...jit import njit
 from ..protocol import gated, handshake, run_kernel
+from .ports import book, fit
 
 GO, MOVE, DONE_S, RESUME, DONE_R = 0, 1, 2, 3, 4   # DONE_*: a step's last message arrived
 
@@ -38,88 +39,23 @@ GO, MOVE, DONE_S, RESUME, DONE_R = 0, 1, 2, 3, 4   # DONE_*: a step's last messa
 # made numba type and lower ``transfer`` at each of its call sites, 19 s of compiling in a fresh clone
 # for the same speed).
 @njit
-def fit(PS, PE, p, lo, n, last, t, d):
-    """Earliest t' >= t with [t', t' + d) free (``_Port.fit``) among port p's
-    intervals lo..n-1 (row p of PS and PE: sorted, disjoint, so their ends
-    ascend too; indexed in place, as a row view costs reference counting)."""
-    if t >= last:
-        return t
-    i = lo
-    while i < n and PE[p, i] <= t:   # those over by t
-        i += 1
-    if i < n and PS[p, i] <= t:      # the one under way at t
-        t = PE[p, i]
-        i += 1
-    while i < n and PS[p, i] < t + d:
-        if PE[p, i] > t:
-            t = PE[p, i]
-        i += 1
-    return t
-
-
-@njit
-def room(PS, PE, plo, pn, ports, now):
-    """Space for one more interval in the rows of ``ports``: the intervals
-    over by ``now`` are dropped (every later fit asks from ``now`` on, so
-    none can meet them) and the row compacted; every row doubled when
-    nothing can go. Returns the storage (a new one only when it grew)."""
-    for p in ports:
-        lo, n = plo[p], pn[p]
-        if n < PS.shape[1]:
-            continue
-        while lo < n and PE[p, lo] <= now:
-            lo += 1
-        if lo > 0:
-            for j in range(n - lo):
-                PS[p, j], PE[p, j] = PS[p, lo + j], PE[p, lo + j]
-            plo[p], pn[p] = 0, n - lo
-        else:
-            PS2, PE2 = np.empty((PS.shape[0], 2 * n)), np.empty((PS.shape[0], 2 * n))
-            for q in range(PS.shape[0]):   # (loops: numba took seconds to compile each slice assignment)
-                for j in range(n):
-                    PS2[q, j], PE2[q, j] = PS[q, j], PE[q, j]
-            PS, PE = PS2, PE2
-    return PS, PE
-
-
-@njit
-def book(PS, PE, plo, pn, plast, p, t, d, now):
-    """``_Port.book`` on port p (row p of PS and PE holds its intervals
-    plo[p]..pn[p]-1, with room for one more): those over by ``now`` are
-    forgotten, [t, t + d) goes in after those starting at or before t."""
-    lo, n = plo[p], pn[p]
-    while lo < n and PE[p, lo] <= now:
-        lo += 1
-    if t >= plast[p]:
-        PS[p, n], PE[p, n] = t, t + d
-        plast[p] = t + d
-    else:
-        i = n
-        while i > lo and PS[p, i - 1] > t:
-            PS[p, i], PE[p, i] = PS[p, i - 1], PE[p, i - 1]
-            i -= 1
-        PS[p, i], PE[p, i] = t, t + d
-    plo[p], pn[p] = lo, n + 1
-
-
-@njit
-def transfer(m, firm, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
+def transfer(m, firm, now, P, msrc, mdst, mdur, sitem, ritem, PX, plo, pn, plast,
              chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d, border, nbook, heap, seq,
              unbooked, last_t, last_s):
-    """``bulk_transfer``: book message m's ports and note its arrival at its
-    two steps; returns (sequence, whether the booking order is the event
-    path's). Its ports have room (:func:`room`)."""
+    """``bulk_transfer``: book message m's ports (:mod:`.ports`) and note its
+    arrival at its two steps; returns (the port storage, sequence, whether
+    the booking order is the event path's)."""
     s, q = np.int64(msrc[m]), P + np.int64(mdst[m])   # (int64: one compiled fit and book)
     d = mdur[m]
     ok = True
     if plast[s] <= now and plast[q] <= now:
         t1 = now
     else:
-        own = fit(PS, PE, s, plo[s], pn[s], plast[s], now, d)
+        own = fit(PX, plo, pn, plast, s, now, d)
         tt = now
         while True:   # alternate until both ports agree on a start
-            t1 = fit(PS, PE, s, plo[s], pn[s], plast[s], tt, d)
-            t2 = fit(PS, PE, q, plo[q], pn[q], plast[q], t1, d)
+            t1 = fit(PX, plo, pn, plast, s, tt, d)
+            t2 = fit(PX, plo, pn, plast, q, t1, d)
             if t2 == t1:
                 break
             tt = t2
@@ -128,8 +64,8 @@ def transfer(m, firm, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, p
         elif own != now:
             ok = chain_set[s] and (chain_t[s] < now or (chain_t[s] == now and chain_firm[s] and firm))
     if d > 0:
-        book(PS, PE, plo, pn, plast, s, t1, d, now)
-        book(PS, PE, plo, pn, plast, q, t1, d, now)
+        PX = book(PX, plo, pn, plast, s, t1, d, now, False)
+        PX = book(PX, plo, pn, plast, q, t1, d, now, False)
         b = nbook[0]
         log_t1[b], log_d[b] = t1, d
         border[b] = m
@@ -155,7 +91,7 @@ def transfer(m, firm, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, p
         unbooked[it] -= 1
         if unbooked[it] == 0:
             heapq.heappush(heap, (last_t[it], last_s[it] >> 1, DONE_S + 2 * (last_s[it] & 1), it, 0, 0))
-    return seq, ok
+    return PX, seq, ok
 
 
 @njit
@@ -176,12 +112,12 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
     for p in range(2 * P):   # (a loop: numba's array max compiles for 0.3 s)
         cap = max(cap, pn[p])
     cap *= 2
-    PS, PE = np.empty((2 * P, cap)), np.empty((2 * P, cap))
+    PX = np.empty((2 * P, cap, 2))
     plast = port_last.copy()
     for p in range(2 * P):
         a, b = port_off[p], port_off[p + 1]
         for j in range(b - a):
-            PS[p, j], PE[p, j] = port_st[a + j], port_en[a + j]
+            PX[p, j, 0], PX[p, j, 1] = port_st[a + j], port_en[a + j]
     chain_t = np.full(P, -np.inf)
     chain_firm = np.zeros(P, dtype=np.bool_)
     chain_set = np.zeros(P, dtype=np.bool_)
@@ -219,8 +155,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
         now = ev[0]
         typ, a, b, c = ev[2], ev[3], ev[4], ev[5]
         if typ == MOVE:
-            PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[a]), P + np.int64(mdst[a])), now)
-            seq, ok = transfer(a, b == 1, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast, chain_t,
+            PX, seq, ok = transfer(a, b == 1, now, P, msrc, mdst, mdur, sitem, ritem, PX, plo, pn, plast, chain_t,
                                chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d, border, nbook, heap, seq,
                                unbooked, last_t, last_s)
             exact_net = ok and exact_net
@@ -281,8 +216,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
                         seq += 1
                         heapq.heappush(heap, (now + wait, seq, MOVE, m, 0, 0))
                     else:
-                        PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[m]), P + np.int64(mdst[m])), now)
-                        seq, ok = transfer(m, no, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
+                        PX, seq, ok = transfer(m, no, now, P, msrc, mdst, mdur, sitem, ritem, PX, plo, pn, plast,
                                            chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d,
                                            border, nbook, heap, seq, unbooked, last_t, last_s)
                         exact_net = ok and exact_net
@@ -293,8 +227,7 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
                         seq += 1
                         heapq.heappush(heap, (now + wait, seq, MOVE, m, 1, 0))
                         continue
-                    PS, PE = room(PS, PE, plo, pn, (np.int64(msrc[m]), P + np.int64(mdst[m])), now)
-                    seq, ok = transfer(m, yes, now, P, msrc, mdst, mdur, sitem, ritem, PS, PE, plo, pn, plast,
+                    PX, seq, ok = transfer(m, yes, now, P, msrc, mdst, mdur, sitem, ritem, PX, plo, pn, plast,
                                        chain_t, chain_firm, chain_set, tied_t, tied_s, mstart, log_t1, log_d,
                                        border, nbook, heap, seq, unbooked, last_t, last_s)
                     exact_net = ok and exact_net

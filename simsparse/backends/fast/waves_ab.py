@@ -32,44 +32,23 @@ import numpy as np
 
 from ... import jit
 from ..protocol import run_kernels
+from .ports import book, fit
+
 
 def _book_wave(order, src, dst, ready, dur, P, PX, plo, pn, plast, floor, arrmax, held, touch):
     """Book the wave's messages in ``order`` on ports src (send) and P + dst
-    (receive): the earliest t >= ready with both free for dur, backfilling.
-    Port p's intervals are row p of PX, (start, end) pairs side by side (one
-    cache line where two arrays were two), from plo[p] to pn[p] - 1, sorted
-    and disjoint; those over by ``floor`` (no later message is ready before
-    it) are forgotten. With ``touch``, a booking that touches its neighbours
-    joins them: the same free time for any message that takes time (a
-    message of no duration could start where two touched), and at P = 4096
-    rows of half the length. Sets arrmax (per rank: its last arrival in the
-    wave) and held (per port: its last end). Returns the storage (a new
-    array when it grew)."""
+    (receive) (:mod:`.ports`): the earliest t >= ready with both free for
+    dur, backfilling; the intervals over by ``floor`` (no later message is
+    ready before it) are forgotten. Sets arrmax (per rank: its last arrival
+    in the wave) and held (per port: its last end). Returns the storage (a
+    new array when it grew)."""
     for m in order:
         s, q = np.int64(src[m]), P + np.int64(dst[m])
         d = dur[m]
         tt = ready[m]
         while True:   # as transfer: the sender's fit, the receiver's from there, until they agree
-            u, first = tt, tt
-            for p in (s, q):
-                if u < plast[p]:   # (``_Port.fit`` on row p)
-                    i, n = plo[p], pn[p]
-                    hi = n   # the first interval ending after u (ends ascend): a binary search
-                    while i < hi:
-                        mid = (i + hi) >> 1
-                        if PX[p, mid, 1] <= u:
-                            i = mid + 1
-                        else:
-                            hi = mid
-                    if i < n and PX[p, i, 0] <= u:
-                        u = PX[p, i, 1]
-                        i += 1
-                    while i < n and PX[p, i, 0] < u + d:
-                        if PX[p, i, 1] > u:
-                            u = PX[p, i, 1]
-                        i += 1
-                if p == s:
-                    first = u
+            first = fit(PX, plo, pn, plast, s, tt, d)
+            u = fit(PX, plo, pn, plast, q, first, d)
             if u == first:
                 break
             tt = u
@@ -77,41 +56,7 @@ def _book_wave(order, src, dst, ready, dur, P, PX, plo, pn, plast, floor, arrmax
         end = t + d
         if d > 0:
             for p in (s, q):
-                lo, n = plo[p], pn[p]
-                while lo < n and PX[p, lo, 1] <= floor:   # over for good
-                    lo += 1
-                if n == PX.shape[1]:   # full: compact the row, or double every row
-                    if lo > 0:
-                        for j in range(n - lo):
-                            PX[p, j, 0], PX[p, j, 1] = PX[p, lo + j, 0], PX[p, lo + j, 1]
-                        n, lo = n - lo, 0
-                    else:
-                        PX2 = np.empty((PX.shape[0], 2 * n, 2))   # (a loop: numba compiles
-                        for a in range(PX.shape[0]):              # the slice assignment in seconds)
-                            for j in range(n):
-                                PX2[a, j, 0], PX2[a, j, 1] = PX[a, j, 0], PX[a, j, 1]
-                        PX = PX2
-                i = n
-                while i > lo and PX[p, i - 1, 0] > t:   # after those starting at or before t
-                    i -= 1
-                if touch and i > lo and PX[p, i - 1, 1] == t:   # touches the one before: extend it
-                    if i < n and PX[p, i, 0] == end:   # and the one after: the two become one
-                        PX[p, i - 1, 1] = PX[p, i, 1]
-                        for j in range(i, n - 1):
-                            PX[p, j, 0], PX[p, j, 1] = PX[p, j + 1, 0], PX[p, j + 1, 1]
-                        n -= 1
-                    else:
-                        PX[p, i - 1, 1] = end
-                elif touch and i < n and PX[p, i, 0] == end:   # touches the one after
-                    PX[p, i, 0] = t
-                else:
-                    for j in range(n, i, -1):
-                        PX[p, j, 0], PX[p, j, 1] = PX[p, j - 1, 0], PX[p, j - 1, 1]
-                    PX[p, i, 0], PX[p, i, 1] = t, end
-                    n += 1
-                if end > plast[p]:
-                    plast[p] = end
-                plo[p], pn[p] = lo, n
+                PX = book(PX, plo, pn, plast, p, t, d, floor, touch)
                 if end > held[p]:
                     held[p] = end
         for r in (np.int64(src[m]), np.int64(dst[m])):
