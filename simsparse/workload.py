@@ -213,7 +213,7 @@ class Workload:
 
     def _shape(self, u: np.ndarray, rank: int) -> np.ndarray:
         """The copula: marginal distribution and planted hot set."""
-        from scipy import special   # (here: scipy takes 0.15 s to import, which a rank of measure need not pay)
+        from .quantile import special
 
         hot = self.hot_set(rank)
         if hot is None and self.distribution == "normal":
@@ -350,7 +350,7 @@ def _scratch(n: int, dt) -> np.ndarray:
 @lru_cache(maxsize=8)
 def _abs_quantile(distribution: str, df: float):
     """Q(log tau): the magnitude whose upper tail probability under |X| is tau."""
-    from scipy import special
+    from .quantile import special
 
     if distribution == "normal":
         return lambda logtau: -special.ndtri(0.5 * np.exp(logtau))

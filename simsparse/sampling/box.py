@@ -23,8 +23,8 @@ from functools import lru_cache
 
 import numpy as np
 from numpy.polynomial import legendre
-from scipy import special
 
+from ..quantile import special
 from .law import PathLaw
 
 #: Gauss-Legendre nodes per dimension of a nested rule, by its dimensions

@@ -33,13 +33,12 @@ import math
 from functools import lru_cache
 
 import numpy as np
-from scipy import special
 
 from ..compression.rng import _M32, _fmix, seed_of
 from ..compute.sampled import Sampled, sum_of_squares
 from .. import quantile
 from ..jit import njit
-from ..quantile import COEFFICIENTS, ndtri, tail_values
+from ..quantile import COEFFICIENTS, ndtri, special, tail_values
 from . import draws
 from .draws import _bernoulli, span_layers
 

@@ -11,12 +11,11 @@ from functools import lru_cache, partial
 
 import numpy as np
 from numpy.polynomial import chebyshev
-from scipy import special
 
 from ..compression.rng import _M32, _fmix, seed_of
 from ..compute.sampled import Sampled
 from ..jit import njit
-from ..quantile import _PHI_INV, COEFFICIENTS, ndtri
+from ..quantile import _PHI_INV, COEFFICIENTS, ndtri, special
 from .draws import kept_in_layers, salt_of, span_layers
 from .box import box_moments, drawn_probability, tail_in_box
 from .law import PathLaw
