@@ -16,6 +16,33 @@ import numpy as np
 from ... import jit
 
 
+class Rows:
+    """The network's port intervals (``bulk_ports``) as rows of ``PX``: send
+    ports 0..P-1, receive ports P..2P-1, or the ports of ``label`` in its
+    order; ``held``: each row's last end booked here."""
+
+    def __init__(self, net, P: int, label: np.ndarray | None = None):
+        off, st, en, last = net.bulk_ports()
+        n = np.diff(off)
+        label = np.arange(2 * P) if label is None else label
+        cap = 2 * max(int(n.max()) if len(n) else 0, 16)
+        self.PX = np.empty((2 * P, cap, 2))
+        for row in np.flatnonzero(n[label]).tolist():
+            p = label[row]
+            self.PX[row, :n[p], 0], self.PX[row, :n[p], 1] = st[off[p]:off[p + 1]], en[off[p]:off[p + 1]]
+        self.plo, self.pn, self.plast = np.zeros(2 * P, dtype=np.int64), n[label].astype(np.int64), last[label].copy()
+        self.held = np.full(2 * P, -np.inf)
+
+    def rows(self, floor: float):
+        """Each row's intervals that end after ``floor``: offsets, starts, ends."""
+        PS, PE = self.PX[:, :, 0], self.PX[:, :, 1]
+        j = np.arange(PS.shape[1])
+        keep = (j >= self.plo[:, None]) & (j < self.pn[:, None]) & (PE > floor)
+        off = np.zeros(len(self.plo) + 1, dtype=np.int64)
+        off[1:] = np.cumsum(keep.sum(axis=1))
+        return off, PS[keep], PE[keep]
+
+
 @jit.jitable
 def fit(PX, plo, pn, plast, p, t, d):
     """``_Port.fit`` on row p: the earliest t' >= t with [t', t' + d) free."""

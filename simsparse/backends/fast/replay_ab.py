@@ -97,7 +97,7 @@ def transfer(m, firm, now, P, msrc, mdst, mdur, sitem, ritem, PX, plo, pn, plast
 @njit
 def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
            soff, seqmap, items, dt, waits, rv_idx, dur_dt,
-           port_off, port_st, port_en, port_last, mdur, eager, window, rtt):
+           PX, plo, pn, plast, mdur, eager, window, rtt):
     nitems = len(items)
     t = entry.copy()
     dev = device.copy()
@@ -105,19 +105,6 @@ def replay(P, entry, order, device, msrc, mdst, mnb, sitem, ritem,
     exact_dev = True
     exact_net = True
     yes, no = np.bool_(True), np.bool_(False)   # (not literals, as seq: one compiled transfer for every call)
-    # ports (0..P-1 send, P..2P-1 receive): row p holds port p's pn[p] busy intervals
-    pn = port_off[1:] - port_off[:-1]
-    plo = np.zeros(2 * P, dtype=pn.dtype)
-    cap = 32
-    for p in range(2 * P):   # (a loop: numba's array max compiles for 0.3 s)
-        cap = max(cap, pn[p])
-    cap *= 2
-    PX = np.empty((2 * P, cap, 2))
-    plast = port_last.copy()
-    for p in range(2 * P):
-        a, b = port_off[p], port_off[p + 1]
-        for j in range(b - a):
-            PX[p, j, 0], PX[p, j, 1] = port_st[a + j], port_en[a + j]
     chain_t = np.full(P, -np.inf)
     chain_firm = np.zeros(P, dtype=np.bool_)
     chain_set = np.zeros(P, dtype=np.bool_)

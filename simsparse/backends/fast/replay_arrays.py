@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .ports import Rows
 from .replay_ab import replay
 
 
@@ -165,15 +166,12 @@ def replay_run(run) -> bool:
     items, dt, left = items[perm], dt[perm], left[perm]
     del perm
     mdur = net.duration(mnb.astype(np.float64))
-    port_off, port_st, port_en, port_last = net.bulk_ports()
     rows = np.concatenate((rorder, P + rorder))   # the ports by label: send ports, then receive ports
-    n_port = np.diff(port_off)
-    port_st, port_en = port_st[_regroup(n_port, rows)], port_en[_regroup(n_port, rows)]
-    port_off = np.concatenate(([0], np.cumsum(n_port[rows])))
+    ports = Rows(net, P, rows)
     (t, dev, busy, done, exact_dev, exact_net, mstart, border, log_t1, log_d, held) = replay(
         P, run.entry[rorder].astype(np.float64), np.arange(P, dtype=np.int64), run.device[rorder].astype(np.float64),
-        msrc, mdst, mnb, sitem, ritem, soff, seqmap, items, dt, left, rv_idx, dur_dt, port_off, port_st, port_en, port_last[rows],
-        mdur, *host.protocol.scalars)
+        msrc, mdst, mnb, sitem, ritem, soff, seqmap, items, dt, left, rv_idx, dur_dt, ports.PX, ports.plo, ports.pn,
+        ports.plast, mdur, *host.protocol.scalars)
     run.t, run.device, run.busy = (_unlabel(x, rorder) for x in (t, dev, busy))
     run.done = rorder[done].tolist()
     rank_of = rorder.astype(ix)

@@ -32,7 +32,7 @@ import numpy as np
 
 from ... import jit
 from ..protocol import run_kernels
-from .ports import book, fit
+from .ports import Rows, book, fit
 
 
 def _book_wave(order, src, dst, ready, dur, P, PX, plo, pn, plast, floor, arrmax, held, touch):
@@ -71,31 +71,6 @@ _book_wave_compiled = jit.njit(_book_wave)
 def booker():
     """The compiled booking loop, or its Python twin (inside ``jit.python``)."""
     return _book_wave_compiled if jit.enabled() and _book_wave_compiled is not None else _book_wave
-
-
-class _Ports:
-    """The network's port intervals as rows of (start, end) pairs (send ports
-    0..P-1, receive ports P..2P-1), as :func:`_book_wave` reads them; ``held``:
-    each port's last end booked here."""
-
-    def __init__(self, net, P: int):
-        off, st, en, last = net.bulk_ports()
-        n = np.diff(off)
-        cap = 2 * max(int(n.max()) if len(n) else 0, 16)
-        self.PX = np.empty((2 * P, cap, 2))
-        for p in np.flatnonzero(n).tolist():
-            self.PX[p, :n[p], 0], self.PX[p, :n[p], 1] = st[off[p]:off[p + 1]], en[off[p]:off[p + 1]]
-        self.plo, self.pn, self.plast = np.zeros(2 * P, dtype=np.int64), n.astype(np.int64), last.copy()
-        self.held = np.full(2 * P, -np.inf)
-
-    def rows(self, floor: float):
-        """Each port's intervals that end after ``floor``: offsets, starts, ends."""
-        PS, PE = self.PX[:, :, 0], self.PX[:, :, 1]
-        j = np.arange(PS.shape[1])
-        keep = (j >= self.plo[:, None]) & (j < self.pn[:, None]) & (PE > floor)
-        off = np.zeros(len(self.plo) + 1, dtype=np.int64)
-        off[1:] = np.cumsum(keep.sum(axis=1))
-        return off, PS[keep], PE[keep]
 
 
 def _grouped(ranks, values, P: int):
@@ -258,7 +233,7 @@ def waves_run(run) -> bool:
     P = run.P
     net = run.host.network
     book = booker()
-    ports = _Ports(net, P)
+    ports = Rows(net, P)
     touch = bool(np.asarray(net.duration(np.zeros(1)))[0] > 0)   # every message takes time
 
     def wave(src, dst, nb, ready, order, floor):
