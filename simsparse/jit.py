@@ -57,8 +57,8 @@ def numba():
     def _typeof_lazy(val, c):   # compiled code calling a Lazy by name calls its dispatcher
         return typeof_impl(val.dispatcher(), c)
 
-    for fn in _pending:
-        register_jitable(fn)
+    for fn, options in _pending:
+        _register(register_jitable, fn, options)
     _pending.clear()
     _loaded.append(nb)
     return nb
@@ -90,13 +90,21 @@ def njit(fn, **options):
     return Lazy(fn, options) if AVAILABLE else None
 
 
-def jitable(fn):
+def _register(register_jitable, fn, options: dict) -> None:
+    register_jitable(**options)(fn) if options else register_jitable(fn)   # (it takes a function or options)
+
+
+def jitable(fn=None, **options):
     """``fn`` as it is for Python, and callable from compiled code (numba's
-    ``register_jitable``, once numba is imported): one source for a rule both use."""
+    ``register_jitable``, once numba is imported, with ``options``:
+    ``inline="always"`` for a small function a hot loop calls): one source
+    for a rule both use."""
+    if fn is None:
+        return lambda f: jitable(f, **options)
     if AVAILABLE:
         if _loaded:
             from numba.extending import register_jitable
-            register_jitable(fn)
+            _register(register_jitable, fn, options)
         else:
-            _pending.append(fn)
+            _pending.append((fn, options))
     return fn

@@ -27,9 +27,10 @@ class Rows:
         label = np.arange(2 * P) if label is None else label
         cap = 2 * max(int(n.max()) if len(n) else 0, 16)
         self.PX = np.empty((2 * P, cap, 2))
-        for row in np.flatnonzero(n[label]).tolist():
-            p = label[row]
-            self.PX[row, :n[p], 0], self.PX[row, :n[p], 1] = st[off[p]:off[p + 1]], en[off[p]:off[p + 1]]
+        row = np.empty(2 * P, dtype=np.int64)
+        row[label] = np.arange(2 * P)
+        port = np.repeat(np.arange(2 * P), n)   # each interval's port, and its place there
+        self.PX[row[port], np.arange(len(port)) - off[port]] = np.stack((st, en), axis=1)
         self.plo, self.pn, self.plast = np.zeros(2 * P, dtype=np.int64), n[label].astype(np.int64), last[label].copy()
         self.held = np.full(2 * P, -np.inf)
 
@@ -43,7 +44,7 @@ class Rows:
         return off, PS[keep], PE[keep]
 
 
-@jit.jitable
+@jit.jitable(inline="always")
 def fit(PX, plo, pn, plast, p, t, d):
     """``_Port.fit`` on row p: the earliest t' >= t with [t', t' + d) free."""
     if t >= plast[p]:
@@ -66,7 +67,7 @@ def fit(PX, plo, pn, plast, p, t, d):
     return t
 
 
-@jit.jitable
+@jit.jitable(inline="always")
 def book(PX, plo, pn, plast, p, t, d, floor, touch):
     """``_Port.book`` of [t, t + d) on row p, after those starting at or
     before t; the intervals over by ``floor`` (no later booking asks before
