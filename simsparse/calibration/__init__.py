@@ -368,7 +368,7 @@ def _select_scales(kernels: dict, fits: dict, calls: list, grid: list) -> None:
         line = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1.0, kernels={name: kernels[name]}))
         mine = [g for g in grid if g[0] == name]
         over_line = all(len(g) > 5 for g in mine)
-        scale = fit.fit_select_scale([(n, d, dt / line.cost(name, Work(rest[0], 0.0)) if len(rest) > 1 else dt)
+        scale = fit.fit_select_scale([(n, d, dt / line.cost(name, Work(rest[0], 0.0)) if over_line else dt)
                                       for _, n, d, dt, *rest in mine], ref, over_line)
         if scale:
             kernels[name]["select_scale"] = scale

@@ -135,7 +135,7 @@ def fit_select_scale(calls, reference_density: float, over_line: bool = False) -
             return None
         ref = np.exp(np.interp(np.log(reference_density), np.log(dens), np.log(g)))
         rows.append([round(float(v), 4) for v in g / ref])
-        own.append(round(float(min(ref, 1.0)), 4))
+        own.append(float(f"{min(ref, 1.0):.4g}"))   # (significant digits: never 0)
     out = {"reference_density": reference_density, "sizes": [int(n) for n in sizes], "densities": dens,
            "factors": rows}
     if over_line:
