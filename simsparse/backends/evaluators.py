@@ -291,10 +291,10 @@ class Replay(_Collective):
 class ReplayPy(_Collective):
     name = "replay_py"
     summary = "every message a transfer on a scratch copy of the network, in event order (fast/timing.py)"
+    runs = "fast.timing:BulkTiming.replay"
+    exact_because = "the event engine's order of events, without rank programs"
     per_message_s = 15e-6
     per_call_s = 20e-6
-    exact_because = "the event engine's order of events, without rank programs"
-    runs = "fast.timing:BulkTiming.replay"
 
 
 #: every evaluator, fastest first within its level
