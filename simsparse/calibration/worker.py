@@ -315,9 +315,10 @@ def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
     return out
 
 
-#: the kernels :func:`idle_grid` times after an idle: the dense collectives' streaming kernels and the
-#: sparse ones (what a rank runs first as it wakes from a wait or from the run's start), and the idles (seconds)
-IDLE_KERNELS = ("add_into", "copy_into", "copy") + SPARSE_KERNELS
+#: the kernels :func:`idle_grid` times after an idle: the streaming kernels, in place and into a fresh
+#: vector (a dense collective's, an error feedback's sum, a combine's concatenation), and the sparse ones
+#: (what a rank runs first as it wakes from a wait or from the run's start), and the idles (seconds)
+IDLE_KERNELS = ("add_into", "copy_into", "copy", "add", "concat") + SPARSE_KERNELS
 IDLES_S = (0.001, 0.003, 0.01, 0.03)
 #: the idles of a quick calibration (its sleeps are most of its idle grid)
 QUICK_IDLES_S = (0.001, 0.01)
@@ -342,8 +343,11 @@ def _idle_inputs(name: str, x, P: int) -> tuple:
     n = len(x) // 2
     if name == "copy":
         return (x[:n],)
-    if name in ("add_into", "copy_into"):
+    if name in ("add_into", "copy_into", "add"):
         return (x[n:], x[:n])
+    if name == "concat":   # P blocks apart in memory (a combine's received blocks), n entries in all
+        m = max(1, n // P)
+        return ([x[2 * i * m:(2 * i + 1) * m] for i in range(P)],)
     return _sparse_inputs(name, x[:n], RUN_DENSITY, P)
 
 
