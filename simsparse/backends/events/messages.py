@@ -109,7 +109,6 @@ class Messages:
             if not self.blocked[rank]:   # it slept since its programs blocked or its device went idle, if later
                 rs = self.ranks[rank]
                 rs.idled = max(0.0, self.env.now - max(rs.blocked_at, rs.device_free))
-                rs.woke_with = w.handles
         if self.wait_cpu:
             self.on_core(w.prog.ctx.rank, self.wait_cpu, self._woke, w)
         else:

@@ -75,7 +75,7 @@ class _Rank:
     """Per-rank state shared by the rank's programs: device, streams, counters."""
 
     __slots__ = ("rank", "device_free", "streams", "bytes_sent", "msgs_sent", "busy", "next_bwd", "ready_at",
-                 "core_q", "waking", "unseen", "bulk_until", "blocked_at", "idled", "woke_with")
+                 "core_q", "waking", "unseen", "bulk_until", "blocked_at", "idled")
 
     def __init__(self, rank: int, n_tensors: int):
         self.rank = rank
@@ -92,7 +92,6 @@ class _Rank:
         self.bulk_until = -1.0                  # the last exit from a bulk collective that ran kernels here
         self.blocked_at = 0.0                   # with a polled wait: when it last went from none blocked to one
         self.idled = 0.0                        # how long it idled in its last wait, until its next kernel
-        self.woke_with = None                   # the handles of that wait (what its receives delivered)
 
 
 class _Gathering:
@@ -364,8 +363,8 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
             dt = 0.0
         else:
             rs = prog.ctx.r
-            dt = self.kernel_seconds(k, value, req.args, req.kwargs, rs.idled, rs.woke_with)
-            rs.idled, rs.woke_with = 0.0, None
+            dt = self.kernel_seconds(k, value, req.args, req.kwargs, rs.idled)
+            rs.idled = 0.0
             if self.noise is not None:
                 dt *= self.noise.factor(prog.ctx.rank, dt)
             if self.program_cpu:   # the program's Python before the kernel: on the cores, outside its record
@@ -378,23 +377,13 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         value = memo_call(self.memo, self.digests, k, args, kwargs) if k.memo else k.numpy(*args, **kwargs)
         return value, self.kernel_seconds(k, value, args, kwargs)
 
-    def kernel_seconds(self, k, value, args, kwargs, idle_s: float = 0.0, woke_with=None) -> float:
+    def kernel_seconds(self, k, value, args, kwargs, idle_s: float = 0.0) -> float:
         """Device seconds of kernel ``k`` called on ``args`` (returning
         ``value``), its work scaled back to full size; ``idle_s``: how long
-        its rank idled in a wait, or before the run, just before
-        (``DeviceProfile`` ``idle_excess``: the operands' refill after the
-        idle). Operands that the wait's own receives delivered (``woke_with``,
-        its handles) were just written into this rank's memory: that share
-        of the operands' bytes pays no refill (:func:`received_share`)."""
+        its rank idled in a wait, or before the run, just before (``DeviceProfile`` ``idle_excess``)."""
         if self.ideal:
             return 0.0
-        w = k.work(value, *args, **kwargs)
-        t = self.work_seconds(k.name, w, idle_s)
-        if idle_s and woke_with:
-            warm = received_share(args, kwargs, woke_with)
-            if warm:
-                t -= warm * (t - self.work_seconds(k.name, w))
-        return t
+        return self.work_seconds(k.name, k.work(value, *args, **kwargs), idle_s)
 
     def work_seconds(self, name: str, w: Work, idle_s: float = 0.0) -> float:
         """Device seconds of kernel ``name`` doing work ``w``, scaled back to full size."""
@@ -499,39 +488,3 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
             self.env.at(end - now, self._resume, (prog, value))
             return BLOCKED
         return value
-
-
-def _leaves(obj, out: list) -> list:
-    """The arrays (numpy, phantoms included) inside a kernel's argument or a
-    received value: payloads' ``ARRAYS``, tuples and lists, recursively."""
-    if isinstance(obj, np.ndarray):
-        out.append(obj)
-    elif isinstance(obj, Payload):
-        for a in obj.arrays():
-            _leaves(a, out)
-    elif isinstance(obj, (tuple, list)):
-        for a in obj:
-            _leaves(a, out)
-    return out
-
-
-def _root(a: np.ndarray) -> int:
-    """The memory an array views (the id of its last base)."""
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return id(a)
-
-
-def received_share(args: tuple, kwargs: dict, handles) -> float:
-    """The share of a kernel's operand bytes that lie in what ``handles``
-    (the wait that ended its rank's idle) delivered: a received block is
-    written into the rank's memory as the wait ends (the real backend
-    unpacks it there), so it is in the caches whatever the idle evicted."""
-    got = {_root(a) for h in handles for a in _leaves(h.value, [])}
-    if not got:
-        return 0.0
-    total = warm = 0
-    for a in _leaves((args, tuple(kwargs.values())), []):
-        total += a.nbytes
-        warm += a.nbytes if _root(a) in got else 0
-    return warm / total if total else 0.0
