@@ -3,8 +3,9 @@
     python benchmarks/bench_cache_residency.py [--sizes 75000 250000 750000 2500000] [--reps 30]
         [--evict-mb 64] [--idle-ms 1 2 10 50]
 
-The dense collectives' kernels (``add_into``, ``copy_into``, ``copy``) are
-timed by the real backend's own functions on float32 blocks of n entries,
+The streaming kernels, in place (``add_into``, ``copy_into``) and into a
+fresh vector (``copy``, ``add``, ``concat``: what ``calibrate``'s idle grid
+times), are timed by the real backend's own functions on float32 blocks of n entries,
 each call by this process's CPU clock (as ``calibrate`` times kernels with
 more ranks than cores):
 
@@ -46,6 +47,9 @@ def _calls(name: str, m: int):
     src = rng.random(m, dtype=np.float32)
     if name == "copy":
         return (vec[:m],)
+    if name == "concat":   # four blocks apart in memory, m entries in all (a combine's received blocks)
+        q = max(1, m // 4)
+        return ([vec[2 * i * q:(2 * i + 1) * q] for i in range(4)],)
     return vec[m:2 * m], src
 
 
@@ -75,7 +79,7 @@ def main(argv=None) -> None:
     idle = "".join(f" {f'idle {d:g} ms':>11}" for d in args.idle_ms)
     print(f"{'kernel':<10} {'n':>10} {'warm us':>9} {'GB/s':>6} {'cold us':>9} {'GB/s':>6} {'cold/warm':>9}{idle}"
           f" {'woken':>11}")
-    for name in ("add_into", "copy_into", "copy"):
+    for name in ("add_into", "copy_into", "copy", "add", "concat"):
         k = KERNELS[name]
         for m in args.sizes:
             a = _calls(name, m)
