@@ -1,0 +1,89 @@
+"""Streaming kernels run by several processes at once: the host's memory bandwidth they share.
+
+    python benchmarks/bench_memory_sharing.py [--sizes 393216 3145728] [--procs 1 2 4] [--reps 100]
+        [--kernels add add_into copy]
+
+Each of ``--procs`` processes (ranks of one host, started together, every
+one running with the real backend's caching heap: ``rank_env``) calls the
+kernel's own implementation (``KERNELS[name].numpy``) on float32 blocks of n
+entries back to back, and times each call by its CPU clock, as
+``calibrate`` times kernels where ranks outnumber cores. The simulator's
+shared cores (``compute/cores.py``) split a host's cores among its ranks
+but charge every kernel the CPU seconds of its line, whatever else the
+host runs at that moment (the line is fitted over the calibration's
+algorithm runs, so it holds their average overlap). A kernel whose
+operands outgrow the caches streams them from DRAM, and DRAM is one per
+host: where two such kernels run on two cores at once, each one's CPU
+seconds grow.
+
+It prints, per kernel, size and number of processes, every process's median
+call (microseconds) and the slowest over the one-process median.
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import time
+
+import numpy as np
+
+
+def _args(name: str, n: int):
+    rng = np.random.default_rng(n)
+    a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    return (a,) if name == "copy" else (a, b)
+
+
+def _rank(name: str, n: int, reps: int, start, out) -> None:
+    from simsparse.compute.kernels import KERNELS
+
+    fn = KERNELS[name].numpy
+    args = _args(name, n)
+    fn(*args)
+    start.wait()   # every process starts its loop at once
+    times = []
+    for _ in range(reps):
+        t0 = time.process_time_ns()
+        fn(*args)
+        times.append(time.process_time_ns() - t0)
+    out.put(float(np.median(times)) / 1e3)
+
+
+def run(name: str, n: int, procs: int, reps: int) -> list[float]:
+    start, out = mp.Barrier(procs), mp.Queue()
+    ps = [mp.Process(target=_rank, args=(name, n, reps, start, out)) for _ in range(procs)]
+    for p in ps:
+        p.start()
+    got = sorted(out.get() for _ in ps)
+    for p in ps:
+        p.join()
+    return got
+
+
+def main(argv=None) -> None:
+    from simsparse.backends.real.rank_env import RANK_ENV
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[393_216, 3_145_728])
+    ap.add_argument("--procs", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--kernels", nargs="+", default=["add", "add_into", "copy"])
+    args = ap.parse_args(argv)
+    for k, v in RANK_ENV.items():   # (the children inherit it, and glibc reads it as they start)
+        os.environ.setdefault(k, v)
+    mp.set_start_method("spawn", force=True)
+    print(f"cores {os.cpu_count()}, load {os.getloadavg()[0]:.2f}")
+    print(f"{'kernel':<10} {'n':>9} {'procs':>5}  {'median us per call, each process':<40} {'slowest / alone':>15}")
+    for name in args.kernels:
+        for n in args.sizes:
+            alone = None
+            for procs in args.procs:
+                got = run(name, n, procs, args.reps)
+                alone = alone or got[0]
+                print(f"{name:<10} {n:>9} {procs:>5}  {' '.join(f'{x:.0f}' for x in got):<40} {got[-1] / alone:>15.2f}")
+    print(f"load {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
