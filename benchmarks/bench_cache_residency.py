@@ -36,21 +36,14 @@ import time
 
 import numpy as np
 
-from simsparse.calibration.worker import WAKE_N, idle
+from simsparse.calibration.worker import WAKE_N, _idle_inputs, idle
 from simsparse.compute.kernels import KERNELS
 
 
 def _calls(name: str, m: int):
-    """The kernel's arguments on blocks of m entries, as a dense collective's step passes them."""
-    rng = np.random.default_rng(m)
-    vec = rng.random(4 * m, dtype=np.float32)
-    src = rng.random(m, dtype=np.float32)
-    if name == "copy":
-        return (vec[:m],)
-    if name == "concat":   # four blocks apart in memory, m entries in all (a combine's received blocks)
-        q = max(1, m // 4)
-        return ([vec[2 * i * q:(2 * i + 1) * q] for i in range(4)],)
-    return vec[m:2 * m], src
+    """The kernel's arguments on blocks of m entries, as ``calibrate``'s idle grid passes them
+    (``worker._idle_inputs``, four ranks' blocks for ``concat``)."""
+    return _idle_inputs(name, np.random.default_rng(m).random(2 * m, dtype=np.float32), 4)
 
 
 def _median_us(fn, args, reps: int, evict: np.ndarray | None = None, idle_s: float = 0.0, wake=None) -> float:
