@@ -10,12 +10,11 @@ from simsparse.backends.events.sim import Simulator
 from simsparse.compression import fft, qsgd, rangequant as rq, terngrad
 from simsparse.compression.qsgd import levels
 from simsparse.compute.devices import load_profile
-from simsparse.experiments.run.measure import measure_points
-from simsparse.experiments.config.point import to_dense
 from simsparse.experiments.run.runner import simulate_point
 from simsparse.network.alphabeta import AlphaBetaNetwork
 
 from tests.helpers import make_point, requires_mpi, simulate
+from tests import real_batch
 
 ALGOS = ["fft_allgather", "qsgd_allgather", "terngrad_allgather"]
 
@@ -161,19 +160,15 @@ def test_fft_retuning_and_manual_range():
     assert np.all(np.isfinite(res[-1][0])) and algs[0].check_state()["fmt"] == (m, B)  # large values saturate
 
 
+real_batch.register("compressed_allgather", [
+    make_point(a, real_batch.P, n=1003, params=prm, iterations=2, warmup=1, seed=7)
+    for a, prm in [("fft_allgather", {}),
+                   ("fft_allgather", {"error_feedback": True, "retune_every": 1, "allgather": "ring"}),
+                   ("qsgd_allgather", {}), ("qsgd_allgather", {"error_feedback": True, "bits": 2}),
+                   ("terngrad_allgather", {"error_feedback": True}), ("terngrad_allgather", {"clip": 2.5})]])
+
+
 @requires_mpi
 @pytest.mark.mpi
-def test_same_results_and_bytes_under_mpiexec(tmp_path):
-    cases = [("fft_allgather", {}), ("fft_allgather", {"error_feedback": True, "retune_every": 1, "allgather": "ring"}),
-             ("qsgd_allgather", {}), ("qsgd_allgather", {"error_feedback": True, "bits": 2}),
-             ("terngrad_allgather", {"error_feedback": True}), ("terngrad_allgather", {"clip": 2.5})]
-    points = [make_point(a, 4, n=1003, params=prm, iterations=2, warmup=1, seed=7) for a, prm in cases]
-    measured = measure_points(points, device="cpu", dump_results=str(tmp_path))
-    for point, m in zip(points, measured):
-        s = simulate_point(point, keep_results=True)
-        assert m.row["correct"] is True, point.algorithm
-        for col in ("bytes_total", "bytes_sent_max", "msgs_total"):
-            assert m.row[col] == s.row[col], (point.algorithm, col)
-        dumped = np.load(tmp_path / f"{point.point_id('mpi')}.npz")
-        for r in range(4):
-            np.testing.assert_allclose(dumped[f"arr_{r}"], to_dense(s.results[r], 1003), rtol=1e-5, atol=1e-5)
+def test_same_results_and_bytes_under_mpiexec(tmp_path_factory, worker_id):
+    real_batch.check_against_simulator("compressed_allgather", tmp_path_factory, worker_id)

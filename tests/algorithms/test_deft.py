@@ -17,6 +17,7 @@ from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.workload import model_layer_params
 
 from tests.helpers import ALPHA, BW, make_point, requires_mpi, requires_torch
+from tests import real_batch
 
 DEFT = get_algorithm("deft")
 
@@ -286,25 +287,15 @@ def test_torch_kernels_match_numpy():
                                   K("scatter_values").torch_fn(T(idx), T(x[:3]), 10, T(x)).numpy())
 
 
+real_batch.register("deft", [
+    make_point(a, real_batch.P, n=3000, density=0.02, params=prm, iterations=5, warmup=0, seed=3)
+    for a, prm in [("gtopk", {}), ("gtopk", {"error_feedback": True}), ("gaussiank", {}),
+                   ("gaussiank", {"adjust": "paper", "allgather": "ring"}), ("cltk", {"error_feedback": True}),
+                   ("deft", {}), ("deft", {"index_allgather": "exact", "error_feedback": True})]])
+
+
 @requires_mpi
 @pytest.mark.mpi
-def test_real_backend_same_bytes_and_results(tmp_path):
-    """gtopk, gaussiank, cltk, deft under mpiexec -n 4 (one launch)."""
-    from simsparse.experiments.run.measure import measure_points
-    from simsparse.experiments.config.point import to_dense
-    from simsparse.experiments.run.runner import simulate_point
-
-    P, n = 4, 3000
-    algos = [("gtopk", {}), ("gtopk", {"error_feedback": True}), ("gaussiank", {}),
-             ("gaussiank", {"adjust": "paper", "allgather": "ring"}), ("cltk", {"error_feedback": True}),
-             ("deft", {}), ("deft", {"index_allgather": "exact", "error_feedback": True})]
-    points = [make_point(a, P, n=n, density=0.02, params=prm, iterations=5, warmup=0, seed=3) for a, prm in algos]
-    measured = measure_points(points, device="cpu", dump_results=str(tmp_path))
-    for point, m in zip(points, measured):
-        s = simulate_point(point, keep_results=True)
-        assert m.row["correct"] is True and s.row["correct"] is True, point.algorithm
-        for col in ("bytes_total", "bytes_sent_max", "msgs_total"):
-            assert m.row[col] == s.row[col], (point.algorithm, point.params, col)
-        dumped = np.load(tmp_path / f"{point.point_id('mpi')}.npz")
-        for r in range(P):
-            np.testing.assert_allclose(dumped[f"arr_{r}"], to_dense(s.results[r], n), rtol=1e-5, atol=1e-5)
+def test_real_backend_same_bytes_and_results(tmp_path_factory, worker_id):
+    """gtopk, gaussiank, cltk, deft under mpiexec -n 4."""
+    real_batch.check_against_simulator("deft", tmp_path_factory, worker_id)

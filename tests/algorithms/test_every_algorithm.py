@@ -5,15 +5,14 @@ bytes and results under mpiexec -n 4. A test id is the algorithm's name
 import math
 import re
 
-import numpy as np
 import pytest
 
 from simsparse.algorithms import ALGORITHMS
 from simsparse.compression import fft, qsgd, terngrad
-from simsparse.experiments.config.point import to_dense
 from simsparse.experiments.run.runner import simulate_point
 
 from tests.helpers import make_point, requires_mpi
+from tests import real_batch
 
 NAMES = sorted(ALGORITHMS)
 
@@ -132,20 +131,11 @@ def test_bytes_inside_its_papers_bounds(name, P):
     assert lo_max <= row["bytes_sent_max"] <= hi_max, (name, P, lo_max, row["bytes_sent_max"], hi_max)
 
 
+real_batch.register("every_algorithm", [make_point(name, real_batch.P, n=2048, density=0.02, iterations=2,
+                                                       warmup=1, seed=5) for name in NAMES], rtol=1e-4)
+
+
 @requires_mpi
 @pytest.mark.mpi
-def test_every_algorithm_same_bytes_and_results_under_mpiexec(tmp_path):
-    from simsparse.experiments.run.measure import measure_points
-
-    P = 4
-    points = [make_point(name, P, n=2048, density=0.02, iterations=2, warmup=1, seed=5) for name in NAMES]
-    measured = measure_points(points, device="cpu", dump_results=str(tmp_path), timeout_s=300)
-    for point, m in zip(points, measured):
-        s = simulate_point(point, keep_results=True)
-        assert m.row["correct"] is True, point.algorithm
-        assert m.row["bytes_total"] == s.row["bytes_total"], point.algorithm
-        assert m.row["msgs_total"] == s.row["msgs_total"], point.algorithm
-        dumped = np.load(tmp_path / f"{point.point_id('mpi')}.npz")
-        for r in range(P):
-            np.testing.assert_allclose(dumped[f"arr_{r}"], to_dense(s.results[r], 2048), rtol=1e-4, atol=1e-5,
-                                       err_msg=point.algorithm)
+def test_every_algorithm_same_bytes_and_results_under_mpiexec(tmp_path_factory, worker_id):
+    real_batch.check_against_simulator("every_algorithm", tmp_path_factory, worker_id)

@@ -19,6 +19,7 @@ from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.workload import Workload
 
 from tests.helpers import ALPHA, BW, make_point, requires_mpi, simulate
+from tests import real_batch
 
 NAMES = ["ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgather", "topkdsa"]
 VARIANTS = [
@@ -262,24 +263,14 @@ def test_bad_params_are_named():
 
 # -- the real backend --------------------------------------------------------------------------------
 
+real_batch.register("sparcml", [
+    make_point(name, real_batch.P, n=3000, density=d, params=prm, iterations=2, warmup=1, seed=9)
+    for name, prm in [*VARIANTS, ("dsar_split_allgather", {"quantize_bits": 4, "quantize_bucket": 128}),
+                      ("ssar_split_allgather", {"error_feedback": True}), ("topkdsa", {"error_feedback": True})]
+    for d in (0.02, 0.3)])
+
+
 @requires_mpi
 @pytest.mark.mpi
-def test_same_bytes_and_results_under_mpiexec(tmp_path):
-    from simsparse.experiments.run.measure import measure_points
-
-    P, n = 4, 3000
-    variants = [*VARIANTS, ("dsar_split_allgather", {"quantize_bits": 4, "quantize_bucket": 128}),
-                ("ssar_split_allgather", {"error_feedback": True}), ("topkdsa", {"error_feedback": True})]
-    points = [make_point(name, P, n=n, density=d, params=prm, iterations=2, warmup=1, seed=9)
-              for name, prm in variants for d in (0.02, 0.3)]
-    measured = measure_points(points, device="cpu", dump_results=str(tmp_path))
-    for point, m in zip(points, measured):
-        s = simulate_point(point, keep_results=True)
-        label = (point.algorithm, point.params, point.workload["density"])
-        assert m.row["correct"] is True, label
-        for col in ("bytes_total", "bytes_sent_max", "msgs_total"):
-            assert m.row[col] == s.row[col], (label, col)
-        dumped = np.load(tmp_path / f"{point.point_id('mpi')}.npz")
-        for r in range(P):
-            np.testing.assert_allclose(dumped[f"arr_{r}"], to_dense(s.results[r], n), rtol=1e-5, atol=1e-5,
-                                       err_msg=str(label))
+def test_same_bytes_and_results_under_mpiexec(tmp_path_factory, worker_id):
+    real_batch.check_against_simulator("sparcml", tmp_path_factory, worker_id)

@@ -1,0 +1,70 @@
+"""The real backend against the simulator at P = 4, every test file's points in one ``mpiexec`` launch.
+
+Several test files check that the real backend (mpi4py + torch on the CPU)
+sends the simulator's bytes and computes its results, each on its own
+points at P = 4. A launch's ranks each import torch and the simulator first:
+``mpiexec -n 4`` of those imports alone takes 4.7 s and 9.4 CPU-seconds on
+two cores, which every file paid again. So a file registers its points at
+import (:func:`register`), and the first of these tests to run measures every
+registered point in one launch; the others, in either xdist worker, read what
+it wrote (a lock on a file in the session's base temporary folder, the
+pattern pytest-xdist documents for session data). Each test then checks its
+own points (:func:`check_against_simulator`).
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+from pathlib import Path
+
+import numpy as np
+
+P = 4
+#: test file's key -> (its points, the results' relative and absolute tolerances)
+_REGISTERED: dict[str, tuple[list, float, float]] = {}
+
+
+def register(key: str, points: list, rtol: float = 1e-5, atol: float = 1e-5) -> list:
+    """Add ``points`` (all at P = 4) to the launch, under ``key``."""
+    assert all(p.P == P for p in points), key
+    _REGISTERED[key] = (points, rtol, atol)
+    return points
+
+
+def _measured(tmp_path_factory, worker_id) -> tuple[dict, Path]:
+    """Every registered point's measured row (by its measured id) and the folder of the dumped results:
+    measured once per session, by whichever worker asks first."""
+    from simsparse.experiments.run.measure import measure_points
+
+    base = tmp_path_factory.getbasetemp()
+    root = base if worker_id == "master" else base.parent   # (the workers' shared folder of this session)
+    out, done = root / "real_batch", root / "real_batch" / "rows.json"
+    with open(root / "real_batch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            points = [p for ps, _, _ in _REGISTERED.values() for p in ps]
+            out.mkdir(exist_ok=True)
+            got = measure_points(points, device="cpu", dump_results=str(out))
+            done.write_text(json.dumps({p.point_id("mpi"): m.row for p, m in zip(points, got)}))
+        return json.loads(done.read_text()), out
+
+
+def check_against_simulator(key: str, tmp_path_factory, worker_id) -> None:
+    """``key``'s points measured (one launch for every file) and simulated: both correct, the same bytes
+    and messages, and every rank's result the same within the registered tolerances."""
+    from simsparse.experiments.config.point import to_dense
+    from simsparse.experiments.run.runner import simulate_point
+
+    rows, out = _measured(tmp_path_factory, worker_id)
+    points, rtol, atol = _REGISTERED[key]
+    for point in points:
+        row, s = rows[point.point_id("mpi")], simulate_point(point, keep_results=True)
+        label = (point.algorithm, point.params, point.workload["density"])
+        assert row["correct"] is True and s.row["correct"] is True, label
+        for col in ("bytes_total", "bytes_sent_max", "msgs_total"):
+            assert row[col] == s.row[col], (label, col)
+        dumped = np.load(out / f"{point.point_id('mpi')}.npz")
+        n = point.workload["n"]
+        for r in range(P):
+            np.testing.assert_allclose(dumped[f"arr_{r}"], to_dense(s.results[r], n), rtol=rtol, atol=atol,
+                                       err_msg=str(label))
