@@ -109,7 +109,6 @@ def run_kernels(t, dev, busy, ranks, dts) -> int:
     return len(r)
 
 
-
 @dataclass(frozen=True)
 class Protocol:
     """The MPI protocol settings of a network (``NetworkSpec.protocol``):
