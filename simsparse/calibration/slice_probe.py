@@ -78,9 +78,16 @@ def time_slice(tasks: int = 4, seconds: float = 0.6) -> dict | None:
         p.start()
         pipes.append(a)
         procs.append(p)
-    runs = slices([a.recv() for a in pipes])
-    for p in procs:
-        p.join()
+    try:   # every task reports within its spin and start; one that does not has hung (never wait forever)
+        if not all(a.poll(seconds + 30.0) for a in pipes):
+            raise RuntimeError(f"time_slice: a spinning task did not report within {seconds + 30:g} s")
+        runs = slices([a.recv() for a in pipes])
+    finally:
+        for p in procs:
+            p.join(5.0)
+            if p.is_alive():
+                p.kill()
+                p.join()
     if len(runs) < 8:
         return None
     r = np.asarray(runs)
