@@ -41,21 +41,11 @@ def pytest_collection_finish(session):
     gc.freeze()
 
 
-def _notebook(item) -> bool:
-    return item.nodeid.endswith(".ipynb") or ".ipynb::" in item.nodeid
-
-
 def pytest_collection_modifyitems(config, items):
     """``slow``: what the edit-test loop (``pytest -m "not slow"``) leaves to the full run: every
-    test under mpiexec (``mpi``), every notebook, and the tests marked ``slow`` themselves.
-
-    The notebooks run first. Each runs its sweep into ``results/nb_*`` (7 to 10 s of one worker
-    from a fresh clone, 32 s together; 3 s once those exist), and collected last they were what
-    one worker still ran while the other had nothing left: xdist hands items out in order, so the
-    long ones go out first (longest first balances two workers)."""
+    test under mpiexec (``mpi``), every notebook, and the tests marked ``slow`` themselves."""
     import pytest
 
     for item in items:
-        if item.get_closest_marker("mpi") or _notebook(item):
+        if item.get_closest_marker("mpi") or item.nodeid.endswith(".ipynb") or ".ipynb::" in item.nodeid:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: not _notebook(item))   # (stable: the rest keep their order)
