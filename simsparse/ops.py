@@ -88,23 +88,29 @@ class Payload:
         return type(self)(**self.meta(), **{f: fn(getattr(self, f)) for f in self.ARRAYS})
 
 
+class OneArray:
+    """The fast paths of a payload whose one array is ``values`` (the
+    simulator copies every payload it sends): its size and length."""
+
+    __slots__ = ()
+
+    @property
+    def nbytes(self) -> int:
+        return nbytes_of(self.values)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
 @dataclass(frozen=True, slots=True)
-class Dense(Payload):
+class Dense(OneArray, Payload):
     """A dense vector (or a small block of metadata such as counts)."""
 
     values: Any
     ARRAYS = ("values",)
 
-    # fast paths (the simulator copies every payload it sends)
-    @property
-    def nbytes(self) -> int:
-        return nbytes_of(self.values)
-
     def map(self, fn) -> "Dense":
         return Dense(fn(self.values))
-
-    def __len__(self) -> int:
-        return len(self.values)
 
 
 @dataclass(frozen=True, slots=True)

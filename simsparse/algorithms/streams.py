@@ -29,11 +29,11 @@ import numpy as np
 
 from ..compute.kernels import Work, _isz, kernel
 from ..compute.sparse_kernels import coo_add, coo_split
-from ..ops import COO, Payload, nbytes_of
+from ..ops import COO, OneArray, Payload
 
 
 @dataclass(frozen=True, slots=True)
-class DenseRange(Payload):
+class DenseRange(OneArray, Payload):
     """A dense stream: ``values`` of the index range ``[offset, offset +
     len(values))`` of a vector of length ``n``. Size = the values' bytes."""
 
@@ -42,15 +42,8 @@ class DenseRange(Payload):
     n: int
     ARRAYS = ("values",)
 
-    @property
-    def nbytes(self) -> int:
-        return nbytes_of(self.values)
-
     def map(self, fn) -> "DenseRange":
         return DenseRange(fn(self.values), self.offset, self.n)
-
-    def __len__(self) -> int:
-        return len(self.values)
 
 
 def goes_dense(nnz: int, size: int, idx_isz: int = 4, val_isz: int = 4) -> bool:
