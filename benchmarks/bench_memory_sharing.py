@@ -14,10 +14,15 @@ host runs at that moment (the line is fitted over the calibration's
 algorithm runs, so it holds their average overlap). A kernel whose
 operands outgrow the caches streams them from DRAM, and DRAM is one per
 host: where two such kernels run on two cores at once, each one's CPU
-seconds grow.
+seconds grow. Two effects show across sizes: the last-level cache is one
+per host too, so operands that fit it alone stop fitting once several
+processes' operands share it (the ratio jumps where their sum passes it),
+and past it one core's streaming already takes most of the DRAM
+bandwidth (the ratio stays near the number of processes).
 
 It prints, per kernel, size and number of processes, every process's median
-call (microseconds) and the slowest over the one-process median.
+call (microseconds), the bytes the processes' calls touch together (operands
+and fresh results) over the host's last-level cache, and the slowest over the one-process median.
 """
 from __future__ import annotations
 
@@ -50,6 +55,30 @@ def _rank(name: str, n: int, reps: int, start, out) -> None:
     out.put(float(np.median(times)) / 1e3)
 
 
+def _footprint(name: str, n: int) -> int:
+    """Bytes one call touches: its operands, and its result where that is a new array."""
+    from simsparse.compute.kernels import KERNELS
+
+    args = _args(name, n)
+    out = KERNELS[name].numpy(*args)
+    fresh = isinstance(out, np.ndarray) and not any(np.shares_memory(out, a) for a in args)
+    return sum(a.nbytes for a in args) + (out.nbytes if fresh else 0)
+
+
+def llc_bytes() -> int | None:
+    """The last-level cache's size (Linux sysfs: the highest cache index of cpu0), or None."""
+    import glob
+
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    for path in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"), reverse=True):
+        try:
+            text = open(path).read().strip()
+        except OSError:
+            continue
+        return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+    return None
+
+
 def run(name: str, n: int, procs: int, reps: int) -> list[float]:
     start, out = mp.Barrier(procs), mp.Queue()
     ps = [mp.Process(target=_rank, args=(name, n, reps, start, out)) for _ in range(procs)]
@@ -65,7 +94,7 @@ def main(argv=None) -> None:
     from simsparse.backends.real.rank_env import RANK_ENV
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[393_216, 3_145_728])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[393_216, 1_048_576, 1_572_864, 3_145_728, 6_291_456])
     ap.add_argument("--procs", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--reps", type=int, default=100)
     ap.add_argument("--kernels", nargs="+", default=["add", "add_into", "copy"])
@@ -73,15 +102,20 @@ def main(argv=None) -> None:
     for k, v in RANK_ENV.items():   # (the children inherit it, and glibc reads it as they start)
         os.environ.setdefault(k, v)
     mp.set_start_method("spawn", force=True)
-    print(f"cores {os.cpu_count()}, load {os.getloadavg()[0]:.2f}")
-    print(f"{'kernel':<10} {'n':>9} {'procs':>5}  {'median us per call, each process':<40} {'slowest / alone':>15}")
+    llc = llc_bytes()
+    print(f"cores {os.cpu_count()}, last-level cache {llc / 2**20 if llc else float('nan'):.0f} MiB, "
+          f"load {os.getloadavg()[0]:.2f}")
+    print(f"{'kernel':<10} {'n':>9} {'procs':>5}  {'median us per call, each process':<40} {'touched / LLC':>14} "
+          f"{'slowest / alone':>15}")
     for name in args.kernels:
         for n in args.sizes:
             alone = None
             for procs in args.procs:
                 got = run(name, n, procs, args.reps)
                 alone = alone or got[0]
-                print(f"{name:<10} {n:>9} {procs:>5}  {' '.join(f'{x:.0f}' for x in got):<40} {got[-1] / alone:>15.2f}")
+                share = procs * _footprint(name, n) / llc if llc else float("nan")
+                print(f"{name:<10} {n:>9} {procs:>5}  {' '.join(f'{x:.0f}' for x in got):<40} {share:>14.2f} "
+                      f"{got[-1] / alone:>15.2f}")
     print(f"load {os.getloadavg()[0]:.2f}")
 
 
