@@ -7,8 +7,9 @@ points at P = 4. A launch's ranks each import torch and the simulator first:
 two cores, which every file paid again. So a file registers its points at
 import (:func:`register`), and the first of these tests to run measures every
 registered point in one launch; the others, in either xdist worker, read what
-it wrote (a lock on a file in the session's base temporary folder, the
-pattern pytest-xdist documents for session data). Each test then checks its
+it wrote, or its failure, which they report without launching again (a lock
+on a file in the session's base temporary folder, the pattern pytest-xdist
+documents for session data). Each test then checks its
 own points (:func:`check_against_simulator`).
 """
 from __future__ import annotations

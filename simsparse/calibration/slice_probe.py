@@ -65,7 +65,8 @@ def slices(runs_of: list) -> list[float]:
 def time_slice(tasks: int = 4, seconds: float = 0.6) -> dict | None:
     """Median, p10 and p90 of the turns (:func:`slices`) ``tasks`` spinning
     processes get on one core, and how many; None where they hardly took
-    turns (a core each) or processes cannot be bound (not Linux)."""
+    turns (a core each) or processes cannot be bound (not Linux); RuntimeError
+    where a task does not report within 30 s of its spin's end."""
     if not hasattr(os, "sched_setaffinity") or tasks < 2:
         return None
     core = min(os.sched_getaffinity(0))
