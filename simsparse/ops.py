@@ -336,7 +336,9 @@ class TraceRecord(NamedTuple):
     """One span of a rank's timeline, the same schema in both backends:
     ``lane`` is the program that issued it (``main``, or a spawned task's
     lane, e.g. ``comm/b3``), ``op`` is ``send``/``recv``, ``compute:<kernel>``,
-    ``forward`` or ``backward``; ``peer`` is -1 for device work."""
+    ``forward`` or ``backward``; ``peer`` is -1 for device work; ``bytes``: a
+    message's payload, a kernel's bytes touched (its ``Work.bytes``, at full
+    size), 0 for the rest."""
 
     rank: int
     phase: str

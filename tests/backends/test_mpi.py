@@ -57,3 +57,18 @@ def test_measure_sends_the_same_bytes_as_run_for_every_algorithm(tmp_path):
         assert m.row["correct"] is True, point.algorithm
         assert "start_late_s" not in m.row   # the default start, a barrier, has no common start to miss
         assert (m.row["bytes_total"], m.row["msgs_total"]) == (s["bytes_total"], s["msgs_total"]), point.algorithm
+
+
+def test_a_kernels_record_says_the_bytes_it_touches_in_both_backends():
+    """A compute record's ``bytes``: the kernel's ``Work.bytes``, the same in the
+    simulator's trace and the measured one (what a co-runner's share of the
+    caches is read from)."""
+    p = make_point("topka", 2, n=3000, density=0.05, iterations=1, warmup=0)
+    (m,) = measure_points([p], device="cpu", trace=True)
+    s = simulate_point(p, trace=True)
+
+    def kernels(trace):
+        return sorted((t["rank"], t["op"], t["bytes"]) for t in trace if t["op"].startswith("compute:"))
+
+    got = kernels(m.trace)
+    assert got == kernels(s.trace) and got and all(b > 0 for _, _, b in got)

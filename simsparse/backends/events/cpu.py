@@ -35,7 +35,7 @@ class HostCPU:
         self.ranks[rank].busy["cpu"] += work
         self.cores[rank].run(work, done, arg, rank)
 
-    def _on_cores(self, prog, dt, value, op, category, covered, pre: float = 0.0):
+    def _on_cores(self, prog, dt, value, op, category, covered, pre: float = 0.0, nbytes: int = 0):
         """Device work on shared cores: the rank's work runs in issue order,
         each piece as a job of :class:`~simsparse.compute.cores.SharedCores`
         (its end depends on what the other ranks run meanwhile); the program
@@ -45,7 +45,7 @@ class HostCPU:
         rs = prog.ctx.r
         rs.busy[category] += dt
         rs.device_free = float("inf")   # until the queue has run: nothing may start before it
-        rs.core_q.append((prog, dt, value, op, covered, pre))
+        rs.core_q.append((prog, dt, value, op, covered, pre, nbytes))
         if len(rs.core_q) == 1:
             self._core_next(rs)
         return BLOCKED
@@ -62,13 +62,13 @@ class HostCPU:
 
     def _core_done(self, rs_start) -> None:
         rs, start = rs_start
-        prog, dt, value, op, covered, _ = rs.core_q.popleft()
+        prog, dt, value, op, covered, _, nbytes = rs.core_q.popleft()
         now = self.env.now
         for p in covered:
             rs.ready_at[p] = now
         if self.trace_on:
             ctx = prog.ctx
-            self.trace.append(TraceRecord(rs.rank, ctx._phase, op, -1, 0, start, now, ctx.lane))
+            self.trace.append(TraceRecord(rs.rank, ctx._phase, op, -1, nbytes, start, now, ctx.lane))
         if rs.core_q:
             self._core_next(rs)
         else:

@@ -367,9 +367,10 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
             rs.idled = 0.0
             if self.noise is not None:
                 dt *= self.noise.factor(prog.ctx.rank, dt)
-            if self.program_cpu:   # the program's Python before the kernel: on the cores, outside its record
-                return self._on_cores(prog, dt, value, "compute:" + req.kernel, "compute", (), self.program_cpu)
-        return self._device(prog, dt, value, "compute:" + req.kernel, "compute")
+        nbytes = self.kernel_bytes(k, value, req.args, req.kwargs) if self.trace_on else 0
+        if not self.ideal and self.program_cpu:   # the program's Python before the kernel: on the cores, outside
+            return self._on_cores(prog, dt, value, "compute:" + req.kernel, "compute", (), self.program_cpu, nbytes)
+        return self._device(prog, dt, value, "compute:" + req.kernel, "compute", nbytes=nbytes)
 
     def run_kernel(self, name: str, args: tuple, kwargs: dict):
         """A kernel's value and the device seconds it costs (``on_compute``'s work)."""
@@ -384,6 +385,10 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         if self.ideal:
             return 0.0
         return self.work_seconds(k.name, k.work(value, *args, **kwargs), idle_s)
+
+    def kernel_bytes(self, k, value, args, kwargs) -> int:
+        """The bytes kernel ``k`` touches (its ``Work.bytes``) at full size: a trace record's ``bytes``."""
+        return round(k.work(value, *args, **kwargs).bytes * self.byte_scale)
 
     def work_seconds(self, name: str, w: Work, idle_s: float = 0.0) -> float:
         """Device seconds of kernel ``name`` doing work ``w``, scaled back to full size."""
@@ -468,11 +473,12 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
     def _resume(self, prog_value) -> None:
         self.step(*prog_value)
 
-    def _device(self, prog, dt, value, op, category, covered=()):
+    def _device(self, prog, dt, value, op, category, covered=(), nbytes: int = 0):
         """Occupy the rank's device for dt after everything issued before
-        (with shared cores: dt seconds of one core's work, see :meth:`_on_cores`)."""
+        (with shared cores: dt seconds of one core's work, see :meth:`_on_cores`);
+        ``nbytes``: what its trace record says the work touches."""
         if self.cores is not None and (dt > 0 or prog.ctx.r.core_q):
-            return self._on_cores(prog, dt, value, op, category, covered)
+            return self._on_cores(prog, dt, value, op, category, covered, 0.0, nbytes)
         ctx = prog.ctx
         rs, now = ctx.r, self.env.now
         start = device_start(rs.device_free, now)
@@ -482,7 +488,7 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
             if now < rs.bulk_until:   # queued behind a bulk collective's kernels issued later
                 self.inexact["device"] += 1
         if self.trace_on:
-            self.trace.append(TraceRecord(rs.rank, ctx._phase, op, -1, 0, start, end, ctx.lane))
+            self.trace.append(TraceRecord(rs.rank, ctx._phase, op, -1, nbytes, start, end, ctx.lane))
         if end > now:
             rs.device_free = end
             self.env.at(end - now, self._resume, (prog, value))

@@ -283,13 +283,15 @@ class MPIDriver(Driver):
             self.trainer.forward()
             out, op, cat = None, "forward", "forward"
         else:
-            out = get_kernel(req.kernel).torch_fn(*req.args, **req.kwargs)
+            k = get_kernel(req.kernel)
+            out = k.torch_fn(*req.args, **req.kwargs)
             op, cat = "compute:" + req.kernel, "compute"
         rs.sync()
         end = rs.now()
         rs.busy[cat] += end - start
-        if rs.trace_on:
-            rs.trace.append(TraceRecord(rs.rank, ctx._phase, op, -1, 0, start, end, ctx.lane))
+        if rs.trace_on:   # a kernel's record: the bytes it touches (its Work's, as the simulator's record says)
+            nbytes = int(k.work(out, *req.args, **req.kwargs).bytes) if cat == "compute" else 0
+            rs.trace.append(TraceRecord(rs.rank, ctx._phase, op, -1, nbytes, start, end, ctx.lane))
         return out
 
     def _overlaps_send(self, req) -> bool:
