@@ -357,17 +357,18 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
     def on_compute(self, prog, req):
         k = KERNELS.get(req.kernel) or get_kernel(req.kernel)
         value = memo_call(self.memo, self.digests, k, req.args, req.kwargs) if k.memo else k.numpy(*req.args, **req.kwargs)
+        if self.ideal and not self.trace_on and prog.ctx.r.device_free <= self.env.now:
+            return value   # no time, nothing queued before it, nothing to record
+        w = k.work(value, *req.args, **req.kwargs)
         if self.ideal:
-            if not self.trace_on and prog.ctx.r.device_free <= self.env.now:
-                return value   # no time, nothing queued before it, nothing to record
             dt = 0.0
         else:
             rs = prog.ctx.r
-            dt = self.kernel_seconds(k, value, req.args, req.kwargs, rs.idled)
+            dt = self.work_seconds(k.name, w, rs.idled)
             rs.idled = 0.0
             if self.noise is not None:
                 dt *= self.noise.factor(prog.ctx.rank, dt)
-        nbytes = self.kernel_bytes(k, value, req.args, req.kwargs) if self.trace_on else 0
+        nbytes = round(w.bytes * self.byte_scale) if self.trace_on else 0   # (its record: the bytes it touches)
         if not self.ideal and self.program_cpu:   # the program's Python before the kernel: on the cores, outside
             return self._on_cores(prog, dt, value, "compute:" + req.kernel, "compute", (), self.program_cpu, nbytes)
         return self._device(prog, dt, value, "compute:" + req.kernel, "compute", nbytes=nbytes)
@@ -385,10 +386,6 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         if self.ideal:
             return 0.0
         return self.work_seconds(k.name, k.work(value, *args, **kwargs), idle_s)
-
-    def kernel_bytes(self, k, value, args, kwargs) -> int:
-        """The bytes kernel ``k`` touches (its ``Work.bytes``) at full size: a trace record's ``bytes``."""
-        return round(k.work(value, *args, **kwargs).bytes * self.byte_scale)
 
     def work_seconds(self, name: str, w: Work, idle_s: float = 0.0) -> float:
         """Device seconds of kernel ``name`` doing work ``w``, scaled back to full size."""
