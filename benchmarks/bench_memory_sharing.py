@@ -51,19 +51,23 @@ def _args(name: str, n: int):
     return (a,) if name == "copy" else (a, b)
 
 
-def _rank(name: str, n: int, reps: int, start, out) -> None:
-    from simsparse.compute.kernels import KERNELS
-
-    fn = KERNELS[name].numpy
-    args = _args(name, n)
+def _timed(fn, args, reps: int, start) -> float:
+    """Median CPU microseconds of ``reps`` calls ``fn(*args)``, after one warm-up and the barrier ``start``
+    (every process starts its loop at once)."""
     fn(*args)
-    start.wait()   # every process starts its loop at once
+    start.wait()
     times = []
     for _ in range(reps):
         t0 = time.process_time_ns()
         fn(*args)
         times.append(time.process_time_ns() - t0)
-    out.put(float(np.median(times)) / 1e3)
+    return float(np.median(times)) / 1e3
+
+
+def _rank(name: str, n: int, reps: int, start, out) -> None:
+    from simsparse.compute.kernels import KERNELS
+
+    out.put(_timed(KERNELS[name].numpy, _args(name, n), reps, start))
 
 
 def _measured(name: str, n: int, d: float, reps: int, core: int, go, out) -> None:
@@ -79,15 +83,7 @@ def _measured(name: str, n: int, d: float, reps: int, core: int, go, out) -> Non
     torch.set_num_threads(1)
     x = torch.randn(2 * n, generator=torch.Generator().manual_seed(n))
     args = _sparse_inputs(name, x[:n], d, 4) if d else _idle_inputs(name, x, 4)
-    fn = get_kernel(name).torch_fn
-    fn(*args)
-    go.wait()
-    times = []
-    for _ in range(reps):
-        t0 = time.process_time_ns()
-        fn(*args)
-        times.append(time.process_time_ns() - t0)
-    out.put(float(np.median(times)) / 1e3)
+    out.put(_timed(get_kernel(name).torch_fn, args, reps, go))
 
 
 def _co_runner(name: str, n: int, core: int, go, stop) -> None:
