@@ -359,7 +359,7 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         value = memo_call(self.memo, self.digests, k, req.args, req.kwargs) if k.memo else k.numpy(*req.args, **req.kwargs)
         if self.ideal and not self.trace_on and prog.ctx.r.device_free <= self.env.now:
             return value   # no time, nothing queued before it, nothing to record
-        w = k.work(value, *req.args, **req.kwargs)
+        w = k.work(value, *req.args, **req.kwargs) if self.trace_on or not self.ideal else None
         if self.ideal:
             dt = 0.0
         else:
