@@ -131,20 +131,6 @@ def _footprint(name: str, n: int) -> int:
     return sum(a.nbytes for a in args) + (out.nbytes if fresh else 0)
 
 
-def llc_bytes() -> int | None:
-    """The last-level cache's size (Linux sysfs: the highest cache index of cpu0), or None."""
-    import glob
-
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    for path in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"), reverse=True):
-        try:
-            text = open(path).read().strip()
-        except OSError:
-            continue
-        return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
-    return None
-
-
 def run(name: str, n: int, procs: int, reps: int) -> list[float]:
     start, out = mp.Barrier(procs), mp.Queue()
     ps = [mp.Process(target=_rank, args=(name, n, reps, start, out)) for _ in range(procs)]
@@ -158,6 +144,7 @@ def run(name: str, n: int, procs: int, reps: int) -> list[float]:
 
 def main(argv=None) -> None:
     from simsparse.backends.real.rank_env import RANK_ENV
+    from simsparse.calibration.worker import llc_bytes
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[393_216, 1_048_576, 1_572_864, 3_145_728, 6_291_456])

@@ -54,7 +54,9 @@ class DensityScale(BaseModel):
     the runs add stays the same seconds at every density (gather_at at 3.1M
     entries: the line gives 0.36 ms at density 0.004, the grid 0.08 ms; the
     plain factor put density 0.05 at 4.3 ms where the held-out runs took
-    1.4). Without it (older profiles) the whole line moves."""
+    1.4). The random-access kernels' grid is timed cold, as the runs meet
+    their vector (``worker.COLD_KERNELS``), so their share is near 1.
+    Without it (older profiles) the whole line moves."""
 
     model_config = ConfigDict(extra="forbid")
     reference_density: float = Field(gt=0, le=1, description="the density of the calls the line was fitted from")

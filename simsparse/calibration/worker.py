@@ -273,6 +273,43 @@ def _sparse_inputs(name: str, x, d: float, parts: int):
 SPARSE_KERNELS = ("topk", "threshold_select", "scatter_add", "kth_abs", "sparsify", "scatter_values", "gather_at")
 
 
+#: the sparse kernels that read or write entries at random places of a dense vector: :func:`sparse_grid`
+#: times each of their calls with that vector out of the caches (:func:`evictor`), as an algorithm run
+#: meets it (other phases, messages and ranks ran since it was last touched). Back to back, the grid
+#: measured what the vector costs in the caches and nothing of its refill, which moves with the entries
+#: moved: on this project's 2-core VM (32 MiB last-level cache, benchmarks/bench_cache_residency.py's
+#: method) a gather of 3.1M at density 0.001 took 23 us warm and 228 us cold, at 0.05 1.29 and 1.62 ms
+COLD_KERNELS = ("scatter_add", "scatter_values", "gather_at")
+
+
+def llc_bytes() -> int | None:
+    """The CPU's last-level cache (Linux sysfs: the highest cache index of cpu0), in bytes, or None."""
+    import glob
+
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    for path in sorted(glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"), reverse=True):
+        try:
+            text = open(path).read().strip()
+        except OSError:
+            continue
+        return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+    return None
+
+
+def evictor(device):
+    """A function that writes twice the device's last-level cache (the CPU's
+    from sysfs, a GPU's L2; 64 MiB where unknown), so that the next call
+    finds its operands out of it."""
+    import torch
+
+    if device.type == "cuda":
+        size = torch.cuda.get_device_properties(device).L2_cache_size
+    else:
+        size = llc_bytes()
+    buf = torch.empty(max(2 * (size or 0), 64 << 20) // 4, device=device)
+    return lambda: buf.fill_(1.0)
+
+
 def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
     """Each of :data:`SPARSE_KERNELS` (the real backend's torch
     implementation) on its own at each of ``sizes`` times
@@ -280,9 +317,10 @@ def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
     (:func:`in_turn`): ``(kernel, n, density, seconds, elements)``, the
     median of ``reps`` calls after one warm-up, and the elements the
     kernel's line counts for that call (``Work.elems``: n, or a
-    scatter-add's n + nnz). The line of :func:`kernels`' calls gives the
-    time at their own density; these give what it misses as the entries
-    move (``select_scale``, :func:`simsparse.calibration._select_scales`).
+    scatter-add's n + nnz); each call of :data:`COLD_KERNELS` with the
+    caches written over just before. The line of :func:`kernels`' calls
+    gives the time at their own density; these give what it misses as the
+    entries move (``select_scale``, :func:`simsparse.calibration._select_scales`).
     One at a time, since the simulator shares the cores itself: with four
     ranks looping at once on two cores, a scatter-add of 3M entries at
     density 0.2 took 5.8 ms of wall time (2.3 ms of CPU) against 1.6 ms
@@ -293,18 +331,21 @@ def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
 
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     gen = torch.Generator().manual_seed(4321 + comm.Get_rank())
+    evict = evictor(device)
     out = []
     for n in sizes:
         x = torch.randn(n, generator=gen).to(device)
         for name in SPARSE_KERNELS:
             k = get_kernel(name)
+            cold = evict if name in COLD_KERNELS else (lambda: None)
 
-            def timed(k=k, n=n, name=name, x=x):
+            def timed(k=k, n=n, name=name, x=x, cold=cold):
                 for d in SELECT_DENSITIES:
                     args = _sparse_inputs(name, x, d, comm.Get_size())
                     w = k.work(k.torch_fn(*args), *args)
                     ts = []
                     for _ in range(reps):
+                        cold()
                         sync()
                         t0 = now()
                         k.torch_fn(*args)

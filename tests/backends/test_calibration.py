@@ -709,3 +709,37 @@ def test_layers_on_more_ranks_than_cores_are_timed_by_the_calibrations_cpu_clock
     cal.time_layers("cpu", ["resnet20_cifar10"], 8, 2, ranks=4)
     cal.time_layers("cpu", ["resnet20_cifar10"], 8, 2, ranks=2)
     assert [s["clock"] for s in seen] == ["cpu", "wall"]
+
+
+def test_the_sparse_grid_times_the_random_access_kernels_with_the_caches_written_over(monkeypatch):
+    """sparse_grid: every timed call of a kernel of COLD_KERNELS comes right after the evictor wrote over
+    the caches (an algorithm run meets its vector cold); the other sparse kernels run back to back."""
+    pytest.importorskip("torch")
+    import torch
+
+    from simsparse.calibration import worker
+
+    class Done:
+        def Test(self):
+            return True
+
+    class Comm:
+        def Get_rank(self):
+            return 0
+
+        def Get_size(self):
+            return 1
+
+        def Ibarrier(self):
+            return Done()
+
+    log = []
+    monkeypatch.setattr(worker, "evictor", lambda device: lambda: log.append("evict"))
+    monkeypatch.setattr(worker, "SELECT_DENSITIES", (0.01, 0.1))
+    clock = iter(range(10_000))
+    got = worker.sparse_grid(Comm(), torch.device("cpu"), [3000], reps=2,
+                             now=lambda: log.append("clock") or float(next(clock)))
+    assert {g[0] for g in got} == set(worker.SPARSE_KERNELS) and len(got) == 2 * len(worker.SPARSE_KERNELS)
+    assert log.count("evict") == 2 * 2 * len(worker.COLD_KERNELS)   # reps x densities x kernels
+    assert all(log[i + 1] == "clock" for i, e in enumerate(log) if e == "evict")   # each call timed right after
+    assert worker.llc_bytes() is None or worker.llc_bytes() > 0
