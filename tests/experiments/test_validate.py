@@ -148,6 +148,7 @@ def test_each_phase_is_compared_with_its_own_median_over_the_repeats(tmp_path):
     # each against the median of the other two: x 1/3.5, 5/1.5, 2/3; y 3/1.5, 3/1.5, 0/3
     assert floor["phases_one_vs_rest_median"] == pytest.approx(1.0)   # of 0.71, 2.33, 0.33, 1, 1, 1
     assert floor["communication_one_vs_rest_median"] == pytest.approx(1 - 1 / 3.5)   # x alone: y is a kernel's
+    assert floor["compute_one_vs_rest_median"] == pytest.approx(1.0)   # y alone: 1, 1, 1
     _phased(tmp_path / "pred", "p", {"x": 2.2e-3, "y": 2.4e-3})
     got = compare(tmp_path / "pred", tmp_path / "meas").phases.set_index("phase")
     assert got.loc["x", "kind"] == "communication" and got.loc["y", "kind"] == "compute"

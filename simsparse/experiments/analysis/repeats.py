@@ -22,7 +22,7 @@ import pandas as pd
 
 from ...files import atomic_write
 from ..results.store import read_csv
-from .phases import COMMUNICATION, PHASES_CSV, message_phases, phase_times
+from .phases import COMMUNICATION, COMPUTE, PHASES_CSV, message_phases, phase_times
 
 
 def to_repeat(first, groups, below: float) -> list[str]:
@@ -92,22 +92,22 @@ def median_phases(runs, pids, out_dir) -> dict:
                     frames.append(phase_times(t, {pid: int(st.rows[pid].get("warmup", 0) or 0)}).assign(run=r))
     if not frames:
         (out_dir / PHASES_CSV).unlink(missing_ok=True)
-        return {**_stats([], "phases_one_vs_rest_"), **_stats([], f"{COMMUNICATION}_one_vs_rest_"), "phases": 0}
+        return {**_stats([], "phases_one_vs_rest_"), **_stats([], f"{COMMUNICATION}_one_vs_rest_"),
+                **_stats([], f"{COMPUTE}_one_vs_rest_"), "phases": 0}
     per = pd.concat(frames, ignore_index=True)
     point_s = {pid: float(_by_time(runs, pid)[1][0]["time_s"]) for pid in per["point_id"].unique()}
     ran = per.groupby("point_id")["run"].unique()          # the repeats that measured each point
-    rows, floor, floor_sent = [], [], []
+    rows, floor, kind = [], [], {COMMUNICATION: [], COMPUTE: []}
     for (pid, phase), g in per.groupby(["point_id", "phase"], sort=False):
         ts = g.set_index("run")["time_s"].reindex(ran[pid], fill_value=0.0).tolist()
         rows.append((pid, phase, float(np.median(ts)), len(ts), point_s[pid]))
         if len(ts) > 1:
             floor += _one_vs_rest(ts)
-            if (str(pid), phase) in sent:
-                floor_sent += _one_vs_rest(ts)
+            kind[COMMUNICATION if (str(pid), phase) in sent else COMPUTE] += _one_vs_rest(ts)
     df = pd.DataFrame(rows, columns=["point_id", "phase", "time_s", "repeats", "point_time_s"])
     atomic_write(out_dir / PHASES_CSV, lambda tmp: df.to_csv(tmp, index=False))
-    return {**_stats(floor, "phases_one_vs_rest_"), **_stats(floor_sent, f"{COMMUNICATION}_one_vs_rest_"),
-            "phases": int((df["repeats"] > 1).sum())}
+    by_kind = {k: v for c, f in kind.items() for k, v in _stats(f, f"{c}_one_vs_rest_").items()}
+    return {**_stats(floor, "phases_one_vs_rest_"), **by_kind, "phases": int((df["repeats"] > 1).sum())}
 
 
 def error_on(points, pids: list) -> dict:

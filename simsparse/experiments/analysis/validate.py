@@ -53,7 +53,7 @@ from ..config.schema import ConfigError, load_config
 from ...files import atomic_write
 from ..results.store import ResultsStore
 from .repeats import error_on, median_phases, median_repeat, to_repeat
-from .phases import COMMUNICATION, by_kind, error_stats
+from .phases import COMMUNICATION, COMPUTE, by_kind, error_stats
 
 #: a testbed's default: repeats of each point measured below REPEAT_BELOW_S in the first one
 TESTBED_REPEATS, REPEAT_BELOW_S = 5, 0.2
@@ -177,8 +177,9 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
         log["repeat_spread"]["model"] = error_on(cmp.points, log["repeat_spread"]["repeated"])
         if len(cmp.phases):
             log["repeat_spread"]["model_phases"] = error_on(cmp.phases, log["repeat_spread"]["repeated"])
-            sent = cmp.phases[cmp.phases["kind"] == COMMUNICATION]
-            log["repeat_spread"]["model_communication"] = error_on(sent, log["repeat_spread"]["repeated"])
+            for kind in (COMMUNICATION, COMPUTE):
+                log["repeat_spread"][f"model_{kind}"] = error_on(cmp.phases[cmp.phases["kind"] == kind],
+                                                                 log["repeat_spread"]["repeated"])
     with _stage(log, "predict at measured speed"):
         log["slowdown"] = at_measured_speed(points, profiles, ResultsStore(base / "meas"), base, say)
     log["finished_at"] = now()
@@ -194,8 +195,9 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
             f"p90 {100 * sp['model']['p90']:.1f}%")
         for what, floor, model in (("per phase (each phase's median over the repeats)", "phases", "model_phases"),
                                    ("communication phases alone (a message in the phase)", COMMUNICATION,
-                                    "model_communication")):
-            if model in sp:
+                                    "model_communication"),
+                                   ("compute phases alone (kernels only)", COMPUTE, "model_compute")):
+            if model in sp and floor + "_one_vs_rest_median" in sp:
                 say(f"{what}: one repeat against the median of the others: median "
                     f"{100 * sp[floor + '_one_vs_rest_median']:.1f}%, p90 {100 * sp[floor + '_one_vs_rest_p90']:.1f}%; "
                     f"the prediction on the same {sp[model]['points']} phases: median {100 * sp[model]['median']:.1f}%, "
