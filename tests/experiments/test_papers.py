@@ -257,7 +257,8 @@ def test_report_keeps_a_validate_run_and_renders_its_errors(tmp_path, capsys):
     table.to_csv(cmp_dir / "compare.csv", index=False)
     (cmp_dir / "validate.json").write_text(json.dumps({
         "config": "configs/validate_testbed_heldout.yaml", "machine": "testbed-tb-star",
-        "repeat_spread": {"one_vs_rest_median": 0.038, "one_vs_rest_p90": 0.161}}))
+        "repeat_spread": {"one_vs_rest_median": 0.038, "one_vs_rest_p90": 0.161,
+                          "compute_one_vs_rest_median": 0.174, "compute_one_vs_rest_p90": 0.566}}))
     (docs / "reports" / "validation.md").write_text("# v\n<!-- validation: begin -->\nold\n<!-- validation: end -->\nafter\n")
     readme = tmp_path / "README.md"
     readme.write_text("<!-- headline: begin -->\n<!-- headline: end -->\n")
@@ -270,7 +271,7 @@ def test_report_keeps_a_validate_run_and_renders_its_errors(tmp_path, capsys):
         return f"{100 * np.median(a):.1f} / {100 * np.percentile(a, 90):.1f} %"
     row = [line for line in (docs / "reports" / "validation.md").read_text().splitlines() if line.startswith("| `")]
     assert row == [f"| `validate_testbed_heldout` | testbed-tb-star | 4 | 10 | **{pair(err[:10])}** | "
-                   f"{100 * np.median(err[:10]):+.1f} % | {pair(err[20:])} | {pair(err[10:20])} | 3.8 / 16.1 % |"]
+                   f"{100 * np.median(err[:10]):+.1f} % | {pair(err[20:])} | {pair(err[10:20])} | 3.8 / 16.1 % | 17.4 / 56.6 % |"]
     assert (docs / "reports" / "validation.md").read_text().endswith("<!-- validation: end -->\nafter\n")
     assert "](../figures/validation.png)" in (docs / "reports" / "validation.md").read_text()
     assert (docs / "figures" / "validation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"   # the points' figure
