@@ -2,6 +2,8 @@
 
     python benchmarks/bench_cache_residency.py [--sizes 75000 250000 750000 2500000] [--reps 30]
         [--evict-mb 64] [--idle-ms 1 2 10 50]
+    python benchmarks/bench_cache_residency.py --sparse [--sizes 393216 3145728]
+        [--densities 0.001 0.004 0.0157 0.05]
 
 The streaming kernels, in place (``add_into``, ``copy_into``) and into a
 fresh vector (``copy``, ``add``, ``concat``: what ``calibrate``'s idle grid
@@ -23,7 +25,15 @@ more ranks than cores):
   (the wake-up's own cost left out: woken less warm is what the profile's
   ``idle_excess`` holds).
 
-Each figure is the median over ``--reps`` calls, with the bandwidth the
+With ``--sparse``, the kernels that read or write entries at random places
+of a dense vector (``worker.COLD_KERNELS``: scatter-add, scatter of values,
+gather) are timed instead, by their torch implementations on ``calibrate``'s
+inputs at each of ``--densities``, warm and cold: what ``calibrate``'s sparse
+grid now times them as (cold), against what it timed before (warm).
+
+The process runs with the ranks' allocator settings (``RANK_ENV``: glibc
+reads them at start, so it starts itself again with them where they are
+missing). Each figure is the median over ``--reps`` calls, with the bandwidth the
 kernel's work declares (``Work.bytes``) over it, and cold over warm. Timed
 by the wall clock as well where the process slept (its CPU clock does not
 count a wake-up's stalls any differently, but a sleeping rank's wall is
@@ -32,6 +42,8 @@ what a measured step shows).
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
@@ -61,14 +73,45 @@ def _median_us(fn, args, reps: int, evict: np.ndarray | None = None, idle_s: flo
     return float(np.median(times)) / 1e3
 
 
+def sparse(args, evict: np.ndarray) -> None:
+    """--sparse: each of ``COLD_KERNELS`` warm and cold at each size and density."""
+    import torch
+
+    import simsparse.algorithms  # noqa: F401  (registers scatter_values)
+    from simsparse.calibration.worker import COLD_KERNELS, _sparse_inputs
+    from simsparse.compute.kernels import get_kernel
+
+    torch.set_num_threads(1)
+    print(f"{'kernel':<15} {'n':>10} {'density':>8} {'warm us':>9} {'cold us':>9} {'cold - warm':>11}")
+    for name in COLD_KERNELS:
+        k = get_kernel(name)
+        for m in args.sizes:
+            x = torch.randn(m, generator=torch.Generator().manual_seed(m))
+            for d in args.densities:
+                a = _sparse_inputs(name, x, d, 4)
+                k.torch_fn(*a)
+                warm, cold = _median_us(k.torch_fn, a, args.reps), _median_us(k.torch_fn, a, args.reps, evict)
+                print(f"{name:<15} {m:>10} {d:>8g} {warm:>9.1f} {cold:>9.1f} {cold - warm:>11.1f}")
+
+
 def main(argv=None) -> None:
+    from simsparse.backends.real.rank_env import RANK_ENV
+
+    if argv is None and any(os.environ.get(k) != v for k, v in RANK_ENV.items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **RANK_ENV})
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[75_000, 250_000, 750_000, 2_500_000])
+    ap.add_argument("--sizes", type=int, nargs="+", default=None)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--evict-mb", type=int, default=64)
     ap.add_argument("--idle-ms", type=float, nargs="*", default=[1.0, 2.0, 10.0, 50.0])
+    ap.add_argument("--sparse", action="store_true", help="the random-access sparse kernels, warm and cold")
+    ap.add_argument("--densities", type=float, nargs="+", default=[0.001, 0.004, 0.0157, 0.05])
     args = ap.parse_args(argv)
     evict = np.ones(args.evict_mb * (1 << 20) // 4, dtype=np.float32)
+    if args.sparse:
+        args.sizes = args.sizes or [393_216, 3_145_728]
+        return sparse(args, evict)
+    args.sizes = args.sizes or [75_000, 250_000, 750_000, 2_500_000]
     idle = "".join(f" {f'idle {d:g} ms':>11}" for d in args.idle_ms)
     print(f"{'kernel':<10} {'n':>10} {'warm us':>9} {'GB/s':>6} {'cold us':>9} {'GB/s':>6} {'cold/warm':>9}{idle}"
           f" {'woken':>11}")

@@ -277,8 +277,9 @@ SPARSE_KERNELS = ("topk", "threshold_select", "scatter_add", "kth_abs", "sparsif
 #: times each of their calls with that vector out of the caches (:func:`evictor`), as an algorithm run
 #: meets it (other phases, messages and ranks ran since it was last touched). Back to back, the grid
 #: measured what the vector costs in the caches and nothing of its refill, which moves with the entries
-#: moved: on this project's 2-core VM (32 MiB last-level cache, benchmarks/bench_cache_residency.py's
-#: method) a gather of 3.1M at density 0.001 took 23 us warm and 228 us cold, at 0.05 1.29 and 1.62 ms
+#: moved: on this project's 2-core VM (32 MiB last-level cache) a gather of 3.1M at density 0.001 took
+#: 14 to 45 us warm and 239 to 308 us cold, at 0.05 0.54 to 0.84 and 1.51 to 1.55 ms (two runs of
+#: python benchmarks/bench_cache_residency.py --sparse)
 COLD_KERNELS = ("scatter_add", "scatter_values", "gather_at")
 
 
