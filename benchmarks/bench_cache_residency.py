@@ -28,8 +28,9 @@ more ranks than cores):
 With ``--sparse``, the kernels that read or write entries at random places
 of a dense vector (``worker.COLD_KERNELS``: scatter-add, scatter of values,
 gather) are timed instead, by their torch implementations on ``calibrate``'s
-inputs at each of ``--densities``, warm and cold: what ``calibrate``'s sparse
-grid now times them as (cold), against what it timed before (warm).
+inputs at each of ``--densities``, warm and cold (written over by
+``calibrate``'s own ``worker.evictor``, twice the last-level cache): what its
+sparse grid now times them as (cold), against what it timed before (warm).
 
 The process runs with the ranks' allocator settings (``RANK_ENV``: glibc
 reads them at start, so it starts itself again with them where they are
@@ -58,11 +59,11 @@ def _calls(name: str, m: int):
     return _idle_inputs(name, np.random.default_rng(m).random(2 * m, dtype=np.float32), 4)
 
 
-def _median_us(fn, args, reps: int, evict: np.ndarray | None = None, idle_s: float = 0.0, wake=None) -> float:
+def _median_us(fn, args, reps: int, evict=None, idle_s: float = 0.0, wake=None) -> float:
     times = []
     for _ in range(reps):
         if evict is not None:
-            evict += 1.0
+            evict()
         if idle_s:
             idle(idle_s)
         if wake is not None:
@@ -73,15 +74,16 @@ def _median_us(fn, args, reps: int, evict: np.ndarray | None = None, idle_s: flo
     return float(np.median(times)) / 1e3
 
 
-def sparse(args, evict: np.ndarray) -> None:
+def sparse(args) -> None:
     """--sparse: each of ``COLD_KERNELS`` warm and cold at each size and density."""
     import torch
 
     import simsparse.algorithms  # noqa: F401  (registers scatter_values)
-    from simsparse.calibration.worker import COLD_KERNELS, _sparse_inputs
+    from simsparse.calibration.worker import COLD_KERNELS, _sparse_inputs, evictor
     from simsparse.compute.kernels import get_kernel
 
     torch.set_num_threads(1)
+    evict = evictor(torch.device("cpu"))
     print(f"{'kernel':<15} {'n':>10} {'density':>8} {'warm us':>9} {'cold us':>9} {'cold - warm':>11}")
     for name in COLD_KERNELS:
         k = get_kernel(name)
@@ -107,10 +109,13 @@ def main(argv=None) -> None:
     ap.add_argument("--sparse", action="store_true", help="the random-access sparse kernels, warm and cold")
     ap.add_argument("--densities", type=float, nargs="+", default=[0.001, 0.004, 0.0157, 0.05])
     args = ap.parse_args(argv)
-    evict = np.ones(args.evict_mb * (1 << 20) // 4, dtype=np.float32)
     if args.sparse:
         args.sizes = args.sizes or [393_216, 3_145_728]
-        return sparse(args, evict)
+        return sparse(args)
+    big = np.ones(args.evict_mb * (1 << 20) // 4, dtype=np.float32)
+
+    def evict():
+        big.__iadd__(1.0)
     args.sizes = args.sizes or [75_000, 250_000, 750_000, 2_500_000]
     idle = "".join(f" {f'idle {d:g} ms':>11}" for d in args.idle_ms)
     print(f"{'kernel':<10} {'n':>10} {'warm us':>9} {'GB/s':>6} {'cold us':>9} {'GB/s':>6} {'cold/warm':>9}{idle}"
