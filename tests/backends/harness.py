@@ -65,7 +65,7 @@ def point_of(alg, variant: str, P: int, evaluation: str, n: int = 2400):
     """The case's point under knob ``evaluation``."""
     name, params = (alg, {}) if isinstance(alg, str) else alg
     netw, compute, extra = VARIANTS[variant]
-    p = make_point(name, P, n=n, density=0.05, params=params, compute=compute, iterations=2, warmup=1, seed=P,
+    p = make_point(name, P, n=n, density=0.05, params=params, compute=compute, iterations=1, warmup=1, seed=P,
                    evaluation=evaluation)
     network = net(netw) if isinstance(netw, str) else {**p.network, **netw}
     return dataclasses.replace(p, network=network, **extra)
