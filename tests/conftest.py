@@ -10,9 +10,10 @@ def _bytecode_written():
     kernels). Where PYTHONDONTWRITEBYTECODE is set, each compiled simsparse from source (0.2 s a
     rank, 3 s of each worker's collection). The suite writes bytecode where Python keeps it, beside
     the source (``__pycache__``, ignored by git, where numba's cache already lives), and reads the
-    installed packages' from where pip compiled it at install. (A prefix under the temp folder was
-    tried: it ignored pip's bytecode, so a fresh install compiled torch's and the others', about
-    140 MB, in its first run, from a fresh clone 315 s against 268 s.)"""
+    installed packages' from where pip compiled it at install. (A prefix under the temp folder, tried
+    before, ignored pip's bytecode: each fresh install compiled its packages again in its first run, and
+    a first import of torch, numpy, scipy, pandas, matplotlib, simpy and pydantic took 9.8 s that way, 3.6 s with
+    pip's.)"""
     if os.environ.pop("PYTHONDONTWRITEBYTECODE", None):
         sys.dont_write_bytecode = False
 
