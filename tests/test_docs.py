@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_the_site_builds_strict_with_its_generated_pages(tmp_path):
     pytest.importorskip("mkdocs")
     pytest.importorskip("material")

@@ -38,6 +38,7 @@ DENSE = ["ring", "recursive_doubling", "rabenseifner"]
 P100 = load_profile("p100").model_dump()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["comet_fdr_4gpu", "ethernet_100g_leafspine"])
 def test_conflicts_fall_back_to_events(preset):
     """Ranks placed at random: ring neighbours' flows cross the tree and meet

@@ -57,6 +57,7 @@ def test_a_slowdown_scales_every_kernel_and_layer_and_leaves_the_profile_as_meas
     assert slow.message_cpu_s == base.message_cpu_s and slow.program_cpu_s == base.program_cpu_s
 
 
+@pytest.mark.slow
 def test_validate_predicts_again_at_each_points_measured_speed(tmp_path):
     from simsparse.experiments.analysis.validate import at_measured_speed
     from simsparse.experiments.run.measure import measured_id

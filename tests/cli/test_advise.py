@@ -58,6 +58,7 @@ def _config(folder, sched, alg):
     return path
 
 
+@pytest.mark.slow
 def test_sweep_P_shows_the_winner_per_P(advised, capsys):
     # in the fixture's folder: P = 8's rows are kept from it, only P = 4 is simulated
     assert main([*BASE, "-P", "8", "--sweep-P", "--out", str(advised)]) == 0

@@ -121,6 +121,7 @@ def test_kernel_calls_are_compared_per_point_mean_over_a_period(folders):
     assert "topk" in lines and "4.00" in lines and "those calls took 4.00x their predicted time in all" in lines
 
 
+@pytest.mark.slow
 def test_compare_gives_known_errors_and_writes_outputs(folders, tmp_path, capsys):
     pred, meas = folders
     assert main(["compare", str(pred), str(meas)]) == 0
@@ -236,6 +237,7 @@ warmup: 1
 """
 
 
+@pytest.mark.slow
 def test_end_to_end_measurement_25_percent_slower_gives_minus_20(tmp_path, capsys):
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(textwrap.dedent(CFG))

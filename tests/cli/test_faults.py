@@ -127,6 +127,7 @@ def test_a_signal_inside_numbas_compiler_waits_for_the_next_point_and_a_second_o
     assert progress.SIGNALLED == []   # held for the command's runs only
 
 
+@pytest.mark.slow
 def test_a_point_that_outgrows_its_budget_stops_keeping_what_finished(cfg, tmp_path, monkeypatch, capsys):
     import simsparse.experiments.run.runner as runner
 

@@ -222,6 +222,7 @@ def _argv(cfg: Path, use_out: bool) -> tuple[list[str], str]:
     return argv, "results"
 
 
+@pytest.mark.slow
 @fuzz_settings(default=36, long=1500)
 @given(case=mutated_configs(), use_out=st.booleans())
 def test_mutated_configs(case, use_out):

@@ -51,6 +51,7 @@ def test_default_output_folder_is_results_name(cfg, tmp_path, monkeypatch):
     assert (tmp_path / "results" / "e2e" / "results.csv").exists()
 
 
+@pytest.mark.slow
 def test_interrupted_run_resumes_without_losing_or_duplicating_rows(cfg, tmp_path, monkeypatch):
     out = tmp_path / "res"
     real = runner.simulate_point
@@ -97,6 +98,7 @@ def test_quickstart_config_is_valid():
     assert {P for _, P, _ in grid} == {2, 4, 8, 16, 32, 64}
 
 
+@pytest.mark.slow
 def test_points_simulated_at_once_give_the_rows_and_trace_of_one_after_another(cfg, tmp_path):
     """``--jobs 2`` (the default on a grid estimated at 10 s or more, one per core): the same rows,
     in the config's order, and the same trace; only the wall time differs."""
@@ -111,6 +113,7 @@ def test_points_simulated_at_once_give_the_rows_and_trace_of_one_after_another(c
     pd.testing.assert_frame_equal(traces[0], traces[1])
 
 
+@pytest.mark.slow
 def test_a_point_a_worker_stops_says_why():
     """A worker's point past its share of the memory limit ends in the watchdog's own words."""
     from simsparse.experiments.run.execute import PointStopped, simulated

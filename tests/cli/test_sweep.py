@@ -146,6 +146,7 @@ def test_sigkill_at_several_moments_then_resume_equals_uninterrupted(grid, seria
     assert len(runs) == 4 and runs[-1]["ran"] == 60 - before
 
 
+@pytest.mark.slow
 def test_parquet_holds_the_same_rows_and_switching_format_converts(grid, serial, tmp_path):
     out = tmp_path / "pq"
     assert main(["sweep", str(grid), "--jobs", "1", "--format", "parquet", "--out", str(out), "--no-plot"]) == 0
@@ -168,6 +169,7 @@ def test_provenance_beside_the_results(grid, serial):
     assert run["simsparse"] and (run["git"] is None or len(run["git"]["commit"]) == 40)
 
 
+@pytest.mark.slow
 def test_a_failing_point_is_reported_and_the_others_kept(grid, tmp_path, monkeypatch, capsys):
     real = sw.run_task
 

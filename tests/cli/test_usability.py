@@ -132,6 +132,7 @@ def test_topo_rejects_impossible_rank_counts(P, capsys):
     assert "rank" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_topo_says_where_the_ranks_sit_and_draws_a_dragonfly(tmp_path, capsys):
     png = tmp_path / "d.png"
     assert main(["topo", "piz_daint_aries", "-P", "16", "--draw", str(png)]) == 0

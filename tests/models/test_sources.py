@@ -82,6 +82,7 @@ def test_a_spec_is_parsed_and_written_back_one_way():
             canonical(bad)
 
 
+@pytest.mark.slow
 def test_gpt2_tensors_are_its_parameters_with_the_tied_embedding_once():
     """GPT-2 (124M) from its config: 148 tensors summing to sum(p.numel()), the output layer
     sharing the token embedding (one tensor, one gradient); its table counts them the same."""
@@ -146,6 +147,7 @@ def test_measure_trains_the_users_module(user_models, tmp_path):
     assert m.row["backend"] == "mpi" and m.row["t_iter_s"] > 0
 
 
+@pytest.mark.slow
 def test_model_import_writes_a_table_a_config_names(user_models, tmp_path, capsys):
     out = tmp_path / "tiny.json"
     code, err, _ = cli_run(["model", "import", "tinynet:make(seq=8)", "-o", str(out)], capsys)
@@ -348,6 +350,7 @@ def test_a_simai_workload_round_trips_and_other_parallelism_is_refused(tmp_path,
     assert code == 2 and "model_parallel_NPU_group: 8; allowed: 1" in err and "tensor parallelism" in err, err
 
 
+@pytest.mark.slow
 def test_bf16_counts_autocasts_work_on_meta_as_autocast_does_on_the_cpu():
     """dtype='bf16': mixed precision. The FLOPs stay; the matrix ops read and write half the bytes
     (fp32 weights and gradients aside); the count on meta, where autocast does nothing, is within
