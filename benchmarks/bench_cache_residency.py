@@ -115,7 +115,7 @@ def main(argv=None) -> None:
     big = np.ones(args.evict_mb * (1 << 20) // 4, dtype=np.float32)
 
     def evict():
-        big.__iadd__(1.0)
+        np.add(big, 1.0, out=big)
     args.sizes = args.sizes or [75_000, 250_000, 750_000, 2_500_000]
     idle = "".join(f" {f'idle {d:g} ms':>11}" for d in args.idle_ms)
     print(f"{'kernel':<10} {'n':>10} {'warm us':>9} {'GB/s':>6} {'cold us':>9} {'GB/s':>6} {'cold/warm':>9}{idle}"
