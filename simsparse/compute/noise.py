@@ -16,8 +16,9 @@ percentile 1.42 times its median, one of 1 to 10 ms 1.005 and 1.11), so the
 samples are kept per decade of the median call time (:class:`NoiseBand`:
 20 equally likely ratios, the quantiles at (i + 1/2) / 20).
 
-The simulator multiplies each kernel call's modelled time by one ratio drawn
-from the band of that time (:class:`KernelNoise`). The draw is a hash of
+The simulator multiplies each kernel call's modelled time, and each piece
+of a layer's forward and backward, by one ratio drawn from the band of that
+time (:class:`KernelNoise`); the bands are fitted on kernel calls only. The draw is a hash of
 (seed, rank, the rank's call count): independent between ranks and calls,
 identical from run to run.
 """

@@ -104,3 +104,29 @@ def test_collectives_run_as_messages_when_kernels_are_noisy():
     assert quiet.row["evaluator"] != "events" and noisy.row["evaluator"] == "events"
     assert noisy.row["bytes_total"] == quiet.row["bytes_total"]
     assert noisy.row["time_s"] > quiet.row["time_s"]   # every factor of BANDS' short band averages above 1
+
+
+def test_the_layers_forward_and_backward_pieces_draw_the_noise_too():
+    """Each forward and each backward piece of a training iteration draws its factor as a kernel call does
+    (a rank's pieces then spread as the measured ones do, and with them where its short calls fall in the
+    scheduler's slice); the row is the same with the trace on as off (the compiled backward clock, which
+    draws nothing, stands aside)."""
+    import dataclasses
+
+    from simsparse.experiments.run.runner import simulate_point
+    from tests.helpers import schedule_point
+
+    quiet = schedule_point("wfbp", "ring", P=2, iterations=1, warmup=0)
+    noisy = dataclasses.replace(quiet, compute={**quiet.compute, "kernel_noise": BANDS})
+
+    def pieces(point):
+        o = simulate_point(point, trace=True)
+        mine = sorted((t["rank"], t["start_s"], t["end_s"]) for t in o.trace if t["op"] in ("forward", "backward"))
+        return o.row, [(r, end - start) for r, start, end in mine]   # each rank's pieces in order
+
+    q_row, q = pieces(quiet)
+    n_row, n = pieces(noisy)
+    assert [r for r, _ in q] == [r for r, _ in n] and len(n) > 2
+    ratios = {round(b / a, 9) for (_, a), (_, b) in zip(q, n) if a > 0}
+    assert ratios <= {0.9, 1.0, 1.5, 1.1} and len(ratios) > 1   # each piece one of its band's ratios
+    assert simulate_point(noisy).row["time_s"] == n_row["time_s"] != q_row["time_s"]

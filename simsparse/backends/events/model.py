@@ -1,7 +1,12 @@
 """The training model on every rank's device (the simulator's handlers of
 ``forward``, ``grad_ready`` and ``grads_ready``): the model profile's
 forward time, and the backward of tensors in reverse registration order,
-each gradient ready when the backward has reached it (:mod:`.sim`)."""
+each gradient ready when the backward has reached it (:mod:`.sim`). Each
+piece of a rank's forward and backward draws the profile's kernel noise
+for its time, as a kernel call does (``noisy``): the layers' times are
+medians of their repetitions, and on ranks that share cores the pieces'
+spread sets where a short call after the backward falls in the
+scheduler's slice (the held-out training suite at P = 8 on the star)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,10 +68,11 @@ class TrainingModel:
 
 class ModelHandlers:
     """The :class:`~.sim.Simulator`'s handlers of the model's requests (its
-    ``model``, ``grads``, ``_views``, ``_bwd_cum``, ``_device`` and clock)."""
+    ``model``, ``grads``, ``_views``, ``_bwd_cum``, ``_device``, ``noisy`` and clock)."""
 
     def on_forward(self, prog, req):
-        return self._device(prog, self._model("forward").t_forward, None, "forward", "forward")
+        return self._device(prog, self.noisy(prog.ctx.rank, self._model("forward").t_forward), None, "forward",
+                            "forward")
 
     def on_grad_ready(self, prog, req):
         m, rs = self._model("grad_ready"), prog.ctx.r
@@ -99,7 +105,7 @@ class ModelHandlers:
         m, rs = self._model("grad_ready"), prog.ctx.r
         L, now, parts = len(m.sizes), self.env.now, []
         grads, ctx = self.grads[rs.rank], prog.ctx
-        if _CHAIN is not None and not self.trace_on and 0 <= req.first <= req.end <= L:
+        if _CHAIN is not None and not self.trace_on and self.noise is None and 0 <= req.first <= req.end <= L:
             return self._grads_compiled(prog, req, rs, grads, L)
         for i in range(req.end - 1, req.first - 1, -1):
             if not 0 <= i < L:
@@ -151,7 +157,7 @@ class ModelHandlers:
     def _issue_backward(self, rs, pos: int) -> tuple[float, range]:
         """The backward of the rank's tensors from the first not yet issued
         to ``pos`` (backward order), issued: its seconds and the tensors."""
-        dt = self._bwd_cum[pos + 1] - self._bwd_cum[rs.next_bwd]
+        dt = self.noisy(rs.rank, self._bwd_cum[pos + 1] - self._bwd_cum[rs.next_bwd])
         covered = range(rs.next_bwd, pos + 1)
         rs.next_bwd = pos + 1
         return dt, covered
