@@ -16,6 +16,7 @@ from simsparse.experiments.run.runner import simulate_point
 from simsparse.experiments.results.store import ResultsStore
 from simsparse.experiments.analysis.table import results_table
 
+from tests import real_batch
 from tests.helpers import make_point, requires_mpi, sim_backend
 
 OKTOPK = {"tau": 4, "tau_prime": 8}   # a cycle of 8: {thresholds, boundaries}, {thresholds}, and 6 reuse iterations
@@ -159,26 +160,27 @@ def test_table_names_the_statistic_and_old_rows_run_again(tmp_path):
     assert again.has(rows[0]["point_id"]) and not again.has(old["point_id"])
 
 
+MEASURED = real_batch.register("period_mean", [_point(P=2, iterations=3, warmup=1)])
+
+
 @requires_mpi
 @pytest.mark.mpi
-def test_real_backend_reports_the_same_statistic():
+def test_real_backend_reports_the_same_statistic(tmp_path_factory, worker_id):
     """mpiexec -n 2 runs the same counters (the trace's kinds and weights) and
     reports the period mean: its bytes, which differ between kinds, equal the
     simulator's mean over the period."""
-    from simsparse.experiments.run.measure import measure_points
-
-    point = _point(P=2, iterations=3, warmup=1)
-    (m,) = measure_points([point], device="cpu", trace=True)
+    point = MEASURED[0]
+    row, trace = real_batch.measured(point, tmp_path_factory, worker_id)
     s = simulate_point(point, trace=True)
-    assert m.row["correct"] is True and m.row["period"] == s.row["period"] == 8
+    assert row["correct"] is True and row["period"] == s.row["period"] == 8
     for col in ("bytes_total", "bytes_sent_max", "msgs_total"):
-        assert m.row[col] == s.row[col], col
-    for tr in (pd.DataFrame(m.trace), pd.DataFrame(s.trace)):
+        assert row[col] == s.row[col], col
+    for tr in (pd.DataFrame(trace), pd.DataFrame(s.trace)):
         assert set(tr[tr.op == "compute:topk"].iteration) == {0, 4, 5}
         w = tr.groupby("iteration")["weight"].first()
         assert list(w) == [0.0, 0.25, 0.25, 0.25, 0.125, 0.125]
         sent = tr[tr.op == "send"].groupby("iteration")["bytes"].sum()
         assert sent[4] > sent[1] and sent[5] > sent[4]     # exact thresholds, and boundaries, cost messages
-        assert m.row["bytes_total"] == pytest.approx((sent * w).sum(), rel=1e-12)
-    assert m.row["time_min_s"] <= m.row["time_median_s"] <= m.row["time_max_s"]
-    assert m.row["time_min_s"] <= m.row["time_s"] <= m.row["time_max_s"]
+        assert row["bytes_total"] == pytest.approx((sent * w).sum(), rel=1e-12)
+    assert row["time_min_s"] <= row["time_median_s"] <= row["time_max_s"]
+    assert row["time_min_s"] <= row["time_s"] <= row["time_max_s"]

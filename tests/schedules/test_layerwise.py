@@ -13,6 +13,7 @@ from simsparse.network.alphabeta import AlphaBetaNetwork
 from simsparse.schedules import SCHEDULES, get_schedule
 from simsparse.algorithms import get_algorithm
 
+from tests import real_batch
 from tests.helpers import requires_mpi, schedule_point as point
 
 DENSE = ["whole", "wfbp", "mg_wfbp", "dense_ovlp", "ddp"]
@@ -179,15 +180,7 @@ def test_optimal_omgs_is_never_slower_than_the_paper_rule_in_its_model():
 
 # -- the real backend ---------------------------------------------------------------------------
 
-@requires_mpi
-@pytest.mark.mpi
-@pytest.mark.parametrize("P", [2, 3, 4])
-def test_schedules_under_mpiexec_run_the_real_model_and_are_correct(P):
-    """A real forward and backward of resnet20 per rank; every schedule's
-    aggregated gradients equal numpy's reference on the real gradients, and
-    the bytes equal the simulator's (same plan, same buckets)."""
-    from simsparse.experiments.run.measure import measure_points
-
+def _under_mpiexec(P):
     cases = [("wfbp", "ring", {}), ("omgs_sgd", "topka", {"error_feedback": True})]
     if P == 2:
         cases += [("whole", "rabenseifner", {}), ("mg_wfbp", "recursive_doubling", {}),
@@ -195,9 +188,22 @@ def test_schedules_under_mpiexec_run_the_real_model_and_are_correct(P):
                   ("mgs_sgd", "oktopk", {})]
     if P == 4:
         cases += [("omgs_sgd", "gtopk", {}), ("mgs_sgd", "oktopk", {})]
-    points = [point(s, a, P=P, params=prm, batch_size=2, iterations=2, warmup=1) for s, a, prm in cases]
-    for p, m in zip(points, measure_points(points, device="cpu")):
-        row = m.row
+    return real_batch.register(f"layerwise_{P}", [point(s, a, P=P, params=prm, batch_size=2, iterations=2, warmup=1)
+                                                  for s, a, prm in cases])
+
+
+UNDER_MPIEXEC = {P: _under_mpiexec(P) for P in (2, 3, 4)}
+
+
+@requires_mpi
+@pytest.mark.mpi
+@pytest.mark.parametrize("P", [2, 3, 4])
+def test_schedules_under_mpiexec_run_the_real_model_and_are_correct(P, tmp_path_factory, worker_id):
+    """A real forward and backward of resnet20 per rank; every schedule's
+    aggregated gradients equal numpy's reference on the real gradients, and
+    the bytes equal the simulator's (same plan, same buckets)."""
+    for p in UNDER_MPIEXEC[P]:
+        row, _ = real_batch.measured(p, tmp_path_factory, worker_id)
         assert row["backend"] == "mpi" and row["correct"] is True, (p.schedule, p.algorithm, row["max_rel_err"])
         assert row["t_iter_s"] > 0 and row["t_backward_s"] > 0 and row["t_forward_s"] > 0
         sim = simulate_point(p).row
