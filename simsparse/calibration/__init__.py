@@ -446,7 +446,8 @@ def time_layers(device: str, models: list, batch_size: int, reps: int, ranks: in
 def layer_times(raw_layers) -> tuple[dict, dict]:
     """(roofline fit, measured times) per model: each tensor's measured backward interval, and the measured
     forward total split like a roofline fitted to the backward intervals (the per-tensor forward is not
-    observable: no hook fires per tensor in the forward pass)."""
+    observable: no hook fires per tensor in the forward pass); where the repetitions were kept, the
+    spread of the pieces around their medians (``noise``: :func:`.fit.fit_layer_noise`)."""
     from ..compute.models import model_table
 
     fits, models = {}, {}
@@ -472,6 +473,9 @@ def layer_times(raw_layers) -> tuple[dict, dict]:
         fits[name] = f
         scale = m["forward_s"] / max(float(fwd_pred.sum()), 1e-30)   # measured total, split like the roofline
         models[name] = {"batch_size": bs, "t_fwd": (fwd_pred * scale).tolist(), "t_bwd": list(t_bwd)}
+        noise = fit.fit_layer_noise(m.get("forward_reps_s") or [], m.get("backward_reps_s") or [])
+        if noise:
+            models[name]["noise"] = noise
     return fits, models
 
 

@@ -472,7 +472,8 @@ def every_rank(comm, calls: list) -> list:
 # -- layers ----------------------------------------------------------------------------
 
 def layers(comm, device, model_names, batch_size, reps, now=time.perf_counter, partner: bool = False) -> dict:
-    """Per model: forward time and every tensor's backward interval (registration order).
+    """Per model: forward time and every tensor's backward interval (registration order), their
+    medians and every repetition's.
     A ``partner`` rank (on the CPU beside a timed GPU, :func:`timed_device`) only keeps the barriers."""
     import torch
 
@@ -525,7 +526,9 @@ def layers(comm, device, model_names, batch_size, reps, now=time.perf_counter, p
         for h in hooks:
             h.remove()
         out[name] = {"batch_size": batch_size, "forward_s": _median(fwd),
-                     "backward_s": np.median(np.asarray(bwd), axis=0).tolist()}
+                     "backward_s": np.median(np.asarray(bwd), axis=0).tolist(),
+                     # every repetition, for the spread of a piece around its median (fit.fit_layer_noise)
+                     "forward_reps_s": fwd, "backward_reps_s": bwd}
     return out
 
 

@@ -102,6 +102,9 @@ class ModelTimes(BaseModel):
     batch_size: int = Field(ge=1)
     t_fwd: list[float]
     t_bwd: list[float]
+    noise: list[NoiseBand] | None = Field(None, description="the spread of a forward or backward piece's time "
+                                          "around its median, from the timing's repetitions (compute.noise); "
+                                          "absent: the pieces draw from the device's kernel_noise")
     settings: dict | None = Field(None, description="what decided the times (simsparse model profile: device, dtype, "
                                   "torch, compile, batch): a config at another batch size is refused rather than "
                                   "timed by the roofline")

@@ -50,6 +50,9 @@ class ModelProfile:
     t_fwd: tuple
     t_bwd: tuple
     source: str
+    #: the spread of a forward or backward piece around its median, measured on the timing's repetitions
+    #: (``ModelTimes.noise``); None: the pieces draw from the device's kernel noise
+    noise: tuple | None = None
 
     @property
     def t_forward(self) -> float:
@@ -210,7 +213,8 @@ def model_profile(model: str, batch_size: int, device: DeviceProfile | None) -> 
         k = device.slowdown
         return ModelProfile(model, batch_size, device.name, sizes, tuple(k * t for t in measured.t_fwd),
                             tuple(k * t for t in measured.t_bwd), f"measured on {device.name} (simsparse calibrate)"
-                            + (f", x {k:.3g} (slowdown)" if k != 1 else ""))
+                            + (f", x {k:.3g} (slowdown)" if k != 1 else ""),
+                            tuple(measured.noise) if measured.noise else None)
     bf16 = is_bf16(model)
     peak, eff = ((device.peak_bf16_flops, device.compute_efficiency_bf16 or device.compute_efficiency) if bf16
                  else (device.peak_flops, device.compute_efficiency))

@@ -18,7 +18,9 @@ samples are kept per decade of the median call time (:class:`NoiseBand`:
 
 The simulator multiplies each kernel call's modelled time, and each piece
 of a layer's forward and backward, by one ratio drawn from the band of that
-time (:class:`KernelNoise`); the bands are fitted on kernel calls only. The draw is a hash of
+time (:class:`KernelNoise`). A kernel draws from the kernel calls' bands; a
+layer's piece from its model's own, fitted on the repetitions of the
+model's timing (``ModelTimes.noise``), where they were kept. The draw is a hash of
 (seed, rank, the rank's call count): independent between ranks and calls,
 identical from run to run.
 """

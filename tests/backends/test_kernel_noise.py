@@ -130,3 +130,55 @@ def test_the_layers_forward_and_backward_pieces_draw_the_noise_too():
     ratios = {round(b / a, 9) for (_, a), (_, b) in zip(q, n) if a > 0}
     assert ratios <= {0.9, 1.0, 1.5, 1.1} and len(ratios) > 1   # each piece one of its band's ratios
     assert simulate_point(noisy).row["time_s"] == n_row["time_s"] != q_row["time_s"]
+
+
+def test_a_models_own_bands_time_its_pieces_where_its_timing_kept_them():
+    """Where the model's timing kept the spread of its pieces (``ModelTimes.noise``), the forward and backward
+    pieces draw from those bands, not the kernels' (two to three times wider, so the ranks drifted apart
+    several times as far as measured); the kernels still draw from theirs."""
+    import dataclasses
+
+    from simsparse.experiments.run.runner import simulate_point
+    from simsparse.experiments.run.simulate import model_profile_of
+    from tests.helpers import schedule_point
+
+    quiet = schedule_point("wfbp", "ring", P=2, iterations=1, warmup=0)
+    prof = model_profile_of(quiet)
+    times = {"batch_size": prof.batch_size, "t_fwd": list(prof.t_fwd), "t_bwd": list(prof.t_bwd)}
+    model = quiet.workload["model"]
+
+    def with_times(noise):
+        models = {model: {**times, **({"noise": noise} if noise else {})}}
+        return dataclasses.replace(quiet, compute={**quiet.compute, "kernel_noise": BANDS, "models": models})
+
+    def pieces(point):
+        o = simulate_point(point, trace=True)
+        mine = sorted((t["rank"], t["start_s"], t["end_s"]) for t in o.trace if t["op"] in ("forward", "backward"))
+        kernels = [t["end_s"] - t["start_s"] for t in o.trace if t["op"].startswith("compute:")]
+        return [end - start for _, start, end in mine], kernels
+
+    base, _ = pieces(dataclasses.replace(quiet, compute={**quiet.compute, "models": {model: times}}))
+    doubled, kernels = pieces(with_times([{"up_to_s": 1.0, "ratios": [2.0, 2.0]}]))
+    assert len(base) > 2 and doubled == pytest.approx([2 * d for d in base], rel=1e-12)
+    drawn, _ = pieces(with_times(None))   # no bands of its own: the kernels' (BANDS)
+    assert {round(b / a, 9) for a, b in zip(base, drawn) if a > 0} <= {0.9, 1.0, 1.5, 1.1}
+    assert kernels and any(k > 0 for k in kernels)
+
+
+def test_the_layers_repetitions_give_their_own_bands():
+    """calibration.layer_times fits the pieces' spread from the timing's repetitions (fit_layer_noise,
+    banded as the kernels' are); a timing without them keeps none (old profiles, fewer repetitions)."""
+    from simsparse.calibration import layer_times
+    from simsparse.compute.models import model_table
+
+    rng = np.random.default_rng(3)
+    L = len(model_table("resnet20_cifar10")["tensors"])
+    med = np.where(np.arange(L) % 3 == 0, 2e-3, 0.0)   # a module's other tensors: ready at once (0)
+    reps = [list(med * rng.uniform(0.9, 1.1, L)) for _ in range(5)]
+    raw = {"batch_size": 8, "forward_s": 0.02, "backward_s": list(med), "forward_reps_s": [0.02] * 5,
+           "backward_reps_s": reps}
+    (m,) = layer_times({"resnet20_cifar10": raw})[1].values()
+    ratios = [r for band in m["noise"] for r in band["ratios"]]
+    assert len(ratios) >= NOISE_QUANTILES and 0.85 < min(ratios) < 1.0 < max(ratios) < 1.15
+    old = {k: v for k, v in raw.items() if not k.endswith("_reps_s")}
+    assert "noise" not in layer_times({"resnet20_cifar10": old})[1]["resnet20_cifar10"]

@@ -2,11 +2,16 @@
 ``forward``, ``grad_ready`` and ``grads_ready``): the model profile's
 forward time, and the backward of tensors in reverse registration order,
 each gradient ready when the backward has reached it (:mod:`.sim`). Each
-piece of a rank's forward and backward draws the profile's kernel noise
-for its time, as a kernel call does (``noisy``): the layers' times are
-medians of their repetitions, and on ranks that share cores the pieces'
-spread sets where a short call after the backward falls in the
-scheduler's slice (the held-out training suite at P = 8 on the star)."""
+piece of a rank's forward and backward draws a factor for its time
+(``_piece``): the layers' times are medians of their repetitions, and on
+ranks that share cores the pieces' spread sets where a short call after
+the backward falls in the scheduler's slice (the held-out training suite
+at P = 8 on the star). The bands are the model's own, measured on the
+repetitions of its timing, where it kept them; else the device's kernel
+noise, which is two to three times wider (a piece of 1 to 10 ms: a
+standard deviation of 0.20 against 0.08 for ResNet-32's pieces, 8 ranks
+on 2 cores), so that the ranks drift apart several times as far as they
+do measured."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -60,6 +65,8 @@ class TrainingModel:
     t_forward: float
     t_backward: tuple
     sizes: tuple
+    #: the pieces' own noise bands (``ModelProfile.noise``), or None: the device's kernel noise
+    noise: tuple | None = None
 
     @property
     def offsets(self) -> list:
@@ -71,7 +78,7 @@ class ModelHandlers:
     ``model``, ``grads``, ``_views``, ``_bwd_cum``, ``_device``, ``noisy`` and clock)."""
 
     def on_forward(self, prog, req):
-        return self._device(prog, self.noisy(prog.ctx.rank, self._model("forward").t_forward), None, "forward",
+        return self._device(prog, self._piece(prog.ctx.rank, self._model("forward").t_forward), None, "forward",
                             "forward")
 
     def on_grad_ready(self, prog, req):
@@ -105,7 +112,7 @@ class ModelHandlers:
         m, rs = self._model("grad_ready"), prog.ctx.r
         L, now, parts = len(m.sizes), self.env.now, []
         grads, ctx = self.grads[rs.rank], prog.ctx
-        if _CHAIN is not None and not self.trace_on and self.noise is None and 0 <= req.first <= req.end <= L:
+        if _CHAIN is not None and not self.trace_on and self.layer_noise is None and 0 <= req.first <= req.end <= L:
             return self._grads_compiled(prog, req, rs, grads, L)
         for i in range(req.end - 1, req.first - 1, -1):
             if not 0 <= i < L:
@@ -157,10 +164,18 @@ class ModelHandlers:
     def _issue_backward(self, rs, pos: int) -> tuple[float, range]:
         """The backward of the rank's tensors from the first not yet issued
         to ``pos`` (backward order), issued: its seconds and the tensors."""
-        dt = self.noisy(rs.rank, self._bwd_cum[pos + 1] - self._bwd_cum[rs.next_bwd])
+        dt = self._piece(rs.rank, self._bwd_cum[pos + 1] - self._bwd_cum[rs.next_bwd])
         covered = range(rs.next_bwd, pos + 1)
         rs.next_bwd = pos + 1
         return dt, covered
+
+    def _piece(self, rank: int, seconds: float) -> float:
+        """A forward or backward piece's modelled ``seconds``, times the rank's next draw of the
+        model's own noise bands (its layers' repetitions), or of the device's kernel noise where
+        its timing kept none (:meth:`~.sim.Simulator.noisy`)."""
+        if self.layer_noise is self.noise:
+            return self.noisy(rank, seconds)
+        return seconds * self.layer_noise.factor(rank, seconds)
 
     def _model(self, what) -> TrainingModel:
         if self.model is None:

@@ -223,6 +223,7 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         #: the spread of each kernel call's time around its median, where the profile measured it (compute.noise)
         bands = getattr(prof, "kernel_noise", None)
         self.noise = KernelNoise(bands) if bands and not self.ideal else None
+        self._layer_bands, self._own_noise = None, None   # a model's own bands, and their draws (run)
         #: with shared cores, how ranks are bound to them (compute.cores: one pool, or blocks)
         self.core_binding = getattr(prof, "core_binding", "none")
         #: with shared cores, the scheduler's time slice (compute.cores.SlicedCores), or None: processor sharing
@@ -243,6 +244,12 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         self.env = env = make_engine(self.engine)
         self.network.reset(env, P)
         self.model, self.grads = model, grads
+        #: what the model's pieces draw from: its own bands (a stream of draws apart from the kernels'), else
+        #: the kernel noise (None: none)
+        own = model.noise if model is not None and not self.ideal else None
+        if own != self._layer_bands:   # (kept from run to run, as the kernel noise is: each iteration draws on)
+            self._layer_bands, self._own_noise = own, KernelNoise(own, seed=1) if own else None
+        self.layer_noise = self._own_noise or self.noise
         if model is not None:
             L = len(model.sizes)
             offs = model.offsets

@@ -83,7 +83,7 @@ class SimBackend:
         self.max_seconds = max_seconds
         if point.schedule:
             prof = model_profile_of(point)
-            self.model = TrainingModel(prof.t_forward, prof.t_bwd, tuple(small.workload["layers"]))
+            self.model = TrainingModel(prof.t_forward, prof.t_bwd, tuple(small.workload["layers"]), prof.noise)
 
     def _timed(self, stats, point_evaluator: str):
         """Keep who timed an iteration, and what its bulk evaluations met."""
