@@ -134,8 +134,8 @@ def test_the_layers_forward_and_backward_pieces_draw_the_noise_too():
 
 def test_a_models_own_bands_time_its_pieces_where_its_timing_kept_them():
     """Where the model's timing kept the spread of its pieces (``ModelTimes.noise``), the forward and backward
-    pieces draw from those bands, not the kernels' (two to three times wider, so the ranks drifted apart
-    several times as far as measured); the kernels still draw from theirs."""
+    pieces draw from those bands, not the kernels' (two to three times wider, and skewed: every layer took
+    some 5 % more than its measured median); the kernels still draw from theirs."""
     import dataclasses
 
     from simsparse.experiments.run.runner import simulate_point

@@ -8,10 +8,10 @@ ranks that share cores the pieces' spread sets where a short call after
 the backward falls in the scheduler's slice (the held-out training suite
 at P = 8 on the star). The bands are the model's own, measured on the
 repetitions of its timing, where it kept them; else the device's kernel
-noise, which is two to three times wider (a piece of 1 to 10 ms: a
-standard deviation of 0.20 against 0.08 for ResNet-32's pieces, 8 ranks
-on 2 cores), so that the ranks drift apart several times as far as they
-do measured."""
+noise, which is two to three times wider and skewed (pieces of 1 to 10 ms:
+a standard deviation of 0.20 and a mean of 1.07 against 0.07 and 1.01
+for ResNet-32's pieces, 8 ranks on 2 cores; ``benchmarks/bench_layer_noise.py``),
+so that every layer took some 5 % more than its measured median."""
 from __future__ import annotations
 
 from dataclasses import dataclass
