@@ -75,7 +75,7 @@ class TrainingModel:
 
 class ModelHandlers:
     """The :class:`~.sim.Simulator`'s handlers of the model's requests (its
-    ``model``, ``grads``, ``_views``, ``_bwd_cum``, ``_device``, ``noisy`` and clock)."""
+    ``model``, ``grads``, ``_views``, ``_bwd_cum``, ``_device``, ``layer_noise`` and clock)."""
 
     def on_forward(self, prog, req):
         return self._device(prog, self._piece(prog.ctx.rank, self._model("forward").t_forward), None, "forward",
@@ -172,10 +172,9 @@ class ModelHandlers:
     def _piece(self, rank: int, seconds: float) -> float:
         """A forward or backward piece's modelled ``seconds``, times the rank's next draw of the
         model's own noise bands (its layers' repetitions), or of the device's kernel noise where
-        its timing kept none (:meth:`~.sim.Simulator.noisy`)."""
-        if self.layer_noise is self.noise:
-            return self.noisy(rank, seconds)
-        return seconds * self.layer_noise.factor(rank, seconds)
+        its timing kept none (``Simulator.layer_noise``)."""
+        noise = self.layer_noise
+        return seconds if noise is None else seconds * noise.factor(rank, seconds)
 
     def _model(self, what) -> TrainingModel:
         if self.model is None:
