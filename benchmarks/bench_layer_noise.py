@@ -6,7 +6,7 @@ Every rank (under ``mpiexec -n RANKS``, with the real backend's environment:
 ``rank_env``) times the model's forward and each tensor's backward interval
 after a barrier, by its CPU clock, as ``calibrate`` and ``validate`` time
 layers where ranks outnumber cores (``calibration.worker.layers``, whose
-repetitions ``fit_layer_noise`` bands for the simulator). Rank 0 prints, for
+repetitions ``calibration.layer_times`` bands for the simulator). Rank 0 prints, for
 the forward, the backward's total and the pieces of at least 0.2 ms:
 
 * ``sd``: the standard deviation of a piece's time over its own median

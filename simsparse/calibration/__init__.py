@@ -432,9 +432,15 @@ def time_layers(device: str, models: list, batch_size: int, reps: int, ranks: in
 
         from .worker import layers
 
-        class Solo:   # one rank: the barriers of a calibration run are no-ops
+        class Solo:   # one rank: the barriers of a calibration run are no-ops, its gathers its own
             def Barrier(self):
                 pass
+
+            def Get_rank(self):
+                return 0
+
+            def gather(self, mine, root=0):
+                return [mine]
 
         return layers(Solo(), torch.device(device), models, batch_size, reps)
     from ..experiments.run.measure import check_prerequisites
@@ -448,7 +454,7 @@ def layer_times(raw_layers) -> tuple[dict, dict]:
     """(roofline fit, measured times) per model: each tensor's measured backward interval, and the measured
     forward total split like a roofline fitted to the backward intervals (the per-tensor forward is not
     observable: no hook fires per tensor in the forward pass); where the repetitions were kept, the
-    spread of the pieces around their medians (``noise``: :func:`.fit.fit_layer_noise`)."""
+    spread of the pieces around their medians (``noise``)."""
     from ..compute.models import model_table
 
     fits, models = {}, {}
@@ -474,7 +480,11 @@ def layer_times(raw_layers) -> tuple[dict, dict]:
         fits[name] = f
         scale = m["forward_s"] / max(float(fwd_pred.sum()), 1e-30)   # measured total, split like the roofline
         models[name] = {"batch_size": bs, "t_fwd": (fwd_pred * scale).tolist(), "t_bwd": list(t_bwd)}
-        noise = fit.fit_layer_noise(m.get("forward_reps_s") or [], m.get("backward_reps_s") or [])
+        # the pieces' spread, banded as kernel calls are: every timed rank's repetitions of the whole forward
+        # (one piece in the simulator, as timed: a sum of a hundred operations spreads a third as much as
+        # one of them, 0.03 against 0.09 for ResNet-32 at batch 16, benchmarks/bench_layer_noise.py) and of
+        # each tensor's backward interval
+        noise = fit.fit_kernel_noise(m.get("reps") or [])[0]
         if noise:
             models[name]["noise"] = noise
     return fits, models

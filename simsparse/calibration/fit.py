@@ -294,13 +294,3 @@ def fit_kernel_noise(calls, min_calls: int = 5) -> tuple[list, list]:
                      "p90": float(np.percentile(r, 90))})
     return bands, fits
 
-
-def fit_layer_noise(forward_reps, backward_reps) -> list:
-    """The spread of a layer's forward or backward piece around its median, from every repetition
-    of :func:`simsparse.calibration.worker.layers` (the forward once, each tensor's backward interval),
-    banded as :func:`fit_kernel_noise` bands kernel calls: the bands the simulator draws a model's
-    pieces from (:mod:`simsparse.compute.noise`). Empty where the repetitions are too few."""
-    calls = [("forward", 0, 0, t) for t in forward_reps]
-    for reps in backward_reps:
-        calls += [(f"backward {i}", 0, 0, t) for i, t in enumerate(reps) if t > 0]
-    return fit_kernel_noise(calls)[0]

@@ -473,7 +473,9 @@ def every_rank(comm, calls: list) -> list:
 
 def layers(comm, device, model_names, batch_size, reps, now=time.perf_counter, partner: bool = False) -> dict:
     """Per model: forward time and every tensor's backward interval (registration order), their
-    medians and every repetition's.
+    medians on this rank, and every timed rank's repetitions of each as calls (``reps``: the whole
+    forward, and each tensor's backward interval, by :func:`every_rank`) for their spread around
+    the median (:func:`simsparse.calibration.fit.fit_kernel_noise`).
     A ``partner`` rank (on the CPU beside a timed GPU, :func:`timed_device`) only keeps the barriers."""
     import torch
 
@@ -484,6 +486,7 @@ def layers(comm, device, model_names, batch_size, reps, now=time.perf_counter, p
         if partner:
             for _ in range(reps + 1):
                 comm.Barrier()
+            every_rank(comm, [])
             continue
         torch.manual_seed(0)
         model = models.build(name).to(device)
@@ -527,8 +530,8 @@ def layers(comm, device, model_names, batch_size, reps, now=time.perf_counter, p
             h.remove()
         out[name] = {"batch_size": batch_size, "forward_s": _median(fwd),
                      "backward_s": np.median(np.asarray(bwd), axis=0).tolist(),
-                     # every repetition, for the spread of a piece around its median (fit.fit_layer_noise)
-                     "forward_reps_s": fwd, "backward_reps_s": bwd}
+                     "reps": every_rank(comm, [("forward", 0, 0, t) for t in fwd] + [
+                         (f"backward {i}", 0, 0, t) for rep in bwd for i, t in enumerate(rep) if t > 0])}
     return out
 
 

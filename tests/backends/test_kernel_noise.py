@@ -166,19 +166,23 @@ def test_a_models_own_bands_time_its_pieces_where_its_timing_kept_them():
 
 
 def test_the_layers_repetitions_give_their_own_bands():
-    """calibration.layer_times fits the pieces' spread from the timing's repetitions (fit_layer_noise,
-    banded as the kernels' are); a timing without them keeps none (old profiles, fewer repetitions)."""
+    """calibration.layer_times fits the pieces' spread from every rank's repetitions (banded as the kernel
+    calls are): the whole forward, one piece, in a band of its own where its decade holds nothing else; a
+    timing without them keeps none (older profiles)."""
     from simsparse.calibration import layer_times
     from simsparse.compute.models import model_table
 
     rng = np.random.default_rng(3)
     L = len(model_table("resnet20_cifar10")["tensors"])
     med = np.where(np.arange(L) % 3 == 0, 2e-3, 0.0)   # a module's other tensors: ready at once (0)
-    reps = [list(med * rng.uniform(0.9, 1.1, L)) for _ in range(5)]
-    raw = {"batch_size": 8, "forward_s": 0.02, "backward_s": list(med), "forward_reps_s": [0.02] * 5,
-           "backward_reps_s": reps}
+    reps = [("forward", 0, 0, 0.02 * f, r) for r in range(8) for f in rng.uniform(0.99, 1.01, 5)]
+    reps += [(f"backward {i}", 0, 0, t * f, r) for r in range(8) for _ in range(5) for i, t in enumerate(med)
+             if t > 0 for f in rng.uniform(0.9, 1.1, 1)]
+    raw = {"batch_size": 8, "forward_s": 0.02, "backward_s": list(med), "reps": reps}
     (m,) = layer_times({"resnet20_cifar10": raw})[1].values()
-    ratios = [r for band in m["noise"] for r in band["ratios"]]
-    assert len(ratios) >= NOISE_QUANTILES and 0.85 < min(ratios) < 1.0 < max(ratios) < 1.15
-    old = {k: v for k, v in raw.items() if not k.endswith("_reps_s")}
+    pieces, forward = m["noise"]
+    assert pieces["up_to_s"] == 1e-2 and forward["up_to_s"] == 0.1
+    assert 0.85 < min(pieces["ratios"]) < 0.95 and 1.05 < max(pieces["ratios"]) < 1.15
+    assert 0.985 < min(forward["ratios"]) and max(forward["ratios"]) < 1.015
+    old = {k: v for k, v in raw.items() if k != "reps"}
     assert "noise" not in layer_times({"resnet20_cifar10": old})[1]["resnet20_cifar10"]
