@@ -71,7 +71,7 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
             "p2p_sizes": [4 << i for i in range(0, 21, 3 if quick else 1)],
             "reps": 20 if quick else 100,
             "kernel_sizes": [3000, 30000, 300000] if quick else KERNEL_SIZES,
-            "layer_reps": 2 if quick else 5,
+            "layer_reps": 2 if quick else layer_reps(ranks),
             # the send and receive path with the MPI calls in place where the algorithms run on the profile's own
             # transport (this host); serialisation alone for a testbed, whose transport fits keep their calls
             "path_calls": testbed is None}
@@ -419,6 +419,13 @@ def compute_clock(device: str, ranks: int) -> str:
     process's CPU seconds) where more ranks than cores share the CPU device, which the simulator
     then shares among them (``shared_cores``), else ``wall`` (:func:`calibrate`'s comment)."""
     return "cpu" if device == "cpu" and ranks > host_cores() else "wall"
+
+
+def layer_reps(ranks: int) -> int:
+    """Repetitions of a model's layers on each of ``ranks``: 5, or enough that all ranks together time
+    the whole forward as often as a noise band needs (``fit.NOISE_MIN_SAMPLES``): its decade holds
+    no other piece, so too few and it joins the pieces' band, which spreads three times as far."""
+    return max(5, -(-fit.NOISE_MIN_SAMPLES // ranks))
 
 
 def time_layers(device: str, models: list, batch_size: int, reps: int, ranks: int = 1) -> dict:

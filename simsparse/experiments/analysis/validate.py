@@ -294,10 +294,6 @@ def _predict_into(store, points) -> None:
     store.combine_traces(True)
 
 
-#: forward and backward passes timed per held-out model (after one warm-up)
-LAYER_REPS = 5
-
-
 def _held_out_layers(points, profiles: dict, base: Path, device: str, say) -> dict:
     """Per rank count: the layer times of each training point's model at its batch where the
     calibration did not time it (it times the tuned suite's model at one batch) and the config's own
@@ -305,7 +301,7 @@ def _held_out_layers(points, profiles: dict, base: Path, device: str, say) -> di
     (:func:`simsparse.calibration.time_layers`). A held-out model is then predicted from its
     measured layers, as the tuned one is, not from the roofline. Kept in ``base/layers.json``
     and read back on a later run."""
-    from ...calibration import layer_times, time_layers
+    from ...calibration import layer_reps, layer_times, time_layers
 
     want = {}
     for p in points:
@@ -322,7 +318,7 @@ def _held_out_layers(points, profiles: dict, base: Path, device: str, say) -> di
             key = f"{model}@{bs}x{P}"
             if key not in kept:
                 say(f"timing {model}'s layers at batch {bs} on {P} ranks (the calibration did not time it)")
-                kept[key] = time_layers(device, [model], bs, LAYER_REPS, ranks=P)[model]
+                kept[key] = time_layers(device, [model], bs, layer_reps(P), ranks=P)[model]
                 base.mkdir(parents=True, exist_ok=True)
                 atomic_write(cache, lambda tmp: Path(tmp).write_text(json.dumps(kept)))
             out.setdefault(P, {}).update(layer_times({model: kept[key]})[1])
