@@ -172,7 +172,7 @@ class ModelHandlers:
     def _piece(self, rank: int, seconds: float) -> float:
         """A forward or backward piece's modelled ``seconds``, times the rank's next draw of the
         model's own noise bands (its layers' repetitions), or of the device's kernel noise where
-        its timing kept none (``Simulator.layer_noise``)."""
+        its timing kept none (``Simulator.layer_noise``, as ``on_compute`` draws a kernel call's)."""
         noise = self.layer_noise
         return seconds if noise is None else seconds * noise.factor(rank, seconds)
 

@@ -371,18 +371,14 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
             dt = 0.0
         else:
             rs = prog.ctx.r
-            dt = self.noisy(prog.ctx.rank, self.work_seconds(k.name, w, rs.idled))
+            dt = self.work_seconds(k.name, w, rs.idled)
             rs.idled = 0.0
+            if self.noise is not None:   # the call's draw of the profile's kernel noise (compute.noise)
+                dt *= self.noise.factor(prog.ctx.rank, dt)
         nbytes = round(w.bytes * self.byte_scale) if self.trace_on else 0   # (its record: the bytes it touches)
         if not self.ideal and self.program_cpu:   # the program's Python before the kernel: on the cores, outside
             return self._on_cores(prog, dt, value, "compute:" + req.kernel, "compute", (), self.program_cpu, nbytes)
         return self._device(prog, dt, value, "compute:" + req.kernel, "compute", nbytes=nbytes)
-
-    def noisy(self, rank: int, seconds: float) -> float:
-        """A piece of device work's modelled ``seconds`` (a kernel call, a layer's
-        forward or backward), times the rank's next draw of the profile's
-        kernel noise where it has one (:mod:`simsparse.compute.noise`)."""
-        return seconds if self.noise is None else seconds * self.noise.factor(rank, seconds)
 
     def run_kernel(self, name: str, args: tuple, kwargs: dict):
         """A kernel's value and the device seconds it costs (``on_compute``'s work)."""
