@@ -387,7 +387,7 @@ def _idle_excess(kernels: dict, fits: dict, grid: list) -> None:
             return float(np.median([g[3] for g in grid if g[0] == name and g[2] == d and g[1] == n]))
 
         sizes = sorted({g[1] for g in grid if g[0] == name and g[2] == 0})
-        kernels[name]["idle_excess"] = [[float(d), [[float(n), max(0.0, at(d, n) - at(0, n))] for n in sizes]]
+        kernels[name]["idle_excess"] = [[float(d), [[int(n), max(0.0, at(d, n) - at(0, n))] for n in sizes]]
                                         for d in sorted({g[2] for g in grid if g[0] == name and g[2] > 0})]
         fits[name]["idle_calls"] = sum(g[0] == name for g in grid)
 

@@ -51,7 +51,7 @@ class KernelCost(BaseModel):
     RENAMED: ClassVar[dict] = {"after_idle": "an older profile's: it became idle_excess, what an idle adds to the "
                                              "call; calibrate again (simsparse calibrate, or validate --recalibrate)"}
 
-    idle_excess: list[tuple[float, list[tuple[float, float]]]] | None = Field(
+    idle_excess: list[tuple[float, list[tuple[int, float]]]] | None = Field(
         None, description="[[idle_s, [[elements, seconds], ...]], ...]: what a call takes beyond its line when its "
                           "rank has just woken from idling idle_s, in a blocking wait or before the run's start "
                           "(simsparse calibrate: each rank in turn sleeps, makes a small call of the kernel, which "

@@ -52,6 +52,36 @@ def test_builtin_preset_and_device_profile(tmp_path):
     assert {None if p.compute is None else p.compute["name"] for p in pts} == {None, "p100"}
 
 
+
+def test_a_calibrated_profile_with_sizes_past_a_million_loads_as_compute(tmp_path):
+    """calibrate writes idle_excess per size up to 3M elements (and older
+    profiles wrote them as floats, 3000000.0): a size is a count, not a
+    dimensionless factor capped at 1e6, so the profile loads as the
+    README says, as ``compute:``."""
+    (tmp_path / "prof.yaml").write_text(textwrap.dedent("""
+        mem_bandwidth_Bps: 1.0e10
+        kernels:
+          add_into:
+            launch_s: 1.0e-6
+            per_elem_s: 1.0e-10
+            idle_excess: [[0.001, [[30000.0, 1.0e-5], [3000000.0, 4.0e-6]]], [0.01, [[30000, 2.0e-5], [3145728, 1.0e-5]]]]
+        """))
+    cfg = write(tmp_path, GOOD + "compute: prof.yaml\n")
+    rows = load_config(cfg).points[0].compute["kernels"]["add_into"]["idle_excess"]
+    assert rows[0][1][1] == (3000000, 4.0e-6) and rows[1][1][1][0] == 3145728
+
+
+def test_a_message_lists_six_problems_and_counts_the_rest(tmp_path, capsys):
+    """One problem repeated down a profile's table is named six times and counted after that."""
+    rows = ", ".join(f"[{1000 * (i + 1)}, 2.0e+6]" for i in range(10))   # ten excesses past any bound
+    (tmp_path / "prof.yaml").write_text("mem_bandwidth_Bps: 1.0e10\nkernels: {copy: {launch_s: 1.0e-6, "
+                                        f"per_elem_s: 1.0e-10, idle_excess: [[0.001, [{rows}]]]}}}}\n")
+    cfg = write(tmp_path, GOOD + "compute: prof.yaml\n")
+    assert main(["run", str(cfg), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("is not allowed") == 6 and "(and 4 more)" in err and "Traceback" not in err, err
+
+
 BAD = {
     "yaml_syntax": ("P: [2, 4\nworkload: {n: 4}", "not valid YAML at line"),
     "not_a_mapping": ("- 1\n- 2\n", "must be a mapping"),

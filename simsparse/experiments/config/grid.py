@@ -16,6 +16,7 @@ import typing
 from pydantic import BaseModel, ValidationError
 
 from . import limits
+from .errors import listing
 from .hints import did_you_mean
 
 #: most variants one section (or the whole config) may expand into
@@ -84,7 +85,7 @@ def validate_variants(raw, schema: type[BaseModel], where: str) -> list:
         if not bad:
             out.append(model)
     if errs:
-        raise Err("; ".join(errs))
+        raise Err(listing(errs))
     return out
 
 

@@ -45,7 +45,7 @@ from ...schedules import SCHEDULES, get_schedule
 from ...compute.models import missing_peak
 from ...sampling import sampled_problem
 from . import limits
-from .errors import ConfigError
+from .errors import ConfigError, listing
 from .grid import Err, check_size, collect, pyd_errors, validate_variants
 from .hints import did_you_mean
 from .point import Point
@@ -257,7 +257,7 @@ def _trainings(raw) -> list[tuple[TrainingSpec, tuple[str, BaseModel]]]:
         except Err as e:
             errs.append(str(e))
     if errs:
-        raise Err("; ".join(errs))
+        raise Err(listing(errs))
     scheds = _named_entries(raw["schedules"], "schedules", SCHEDULES)
     return [(t, s) for t in specs for s in scheds]
 
@@ -274,7 +274,7 @@ def _stack(val):
     try:
         return Stack.model_validate(val)
     except ValidationError as e:
-        raise Err("; ".join(pyd_errors(e, Stack, "stack"))) from None
+        raise Err(listing(pyd_errors(e, Stack, "stack"))) from None
 
 
 def _algorithms(val) -> list[tuple[str, BaseModel]]:
@@ -292,7 +292,7 @@ def _default_algorithms(trainings) -> list[tuple[str, BaseModel]]:
         elif default not in names:
             names.append(default)
     if errs:
-        raise Err("; ".join(errs))
+        raise Err(listing(errs))
     return [(name, ALGORITHMS[name].Params()) for name in names]
 
 
@@ -326,15 +326,13 @@ def _named_entries(val, key: str, registry: dict) -> list[tuple[str, BaseModel]]
         except Err as e:
             errs.append(str(e))
     if errs:
-        raise Err("; ".join(errs))
+        raise Err(listing(errs))
     return out
 
 
 # -- small helpers ---------------------------------------------------------------------
 
 def _paragraph(path: Path, errors: list[str]) -> str:
-    shown = errors[:6]
-    more = f" (and {len(errors) - 6} more)" if len(errors) > 6 else ""
-    return f"{path}: " + "; ".join(shown) + more + "."
+    return f"{path}: {listing(errors)}."
 
 

@@ -14,7 +14,7 @@ from ...network.presets import NETWORKS
 from ...network.spec import NETWORK_SPECS
 from ...registry import UnknownName, is_dotted
 from . import limits
-from .errors import ConfigError
+from .errors import ConfigError, listing
 from .grid import Err, pyd_errors, validate_variants
 from .hints import did_you_mean, yaml_where
 
@@ -135,12 +135,12 @@ def computes(val, cfg_path: Path) -> list[dict | None]:
                            f"{', '.join(allowed)}, a .yaml path, or a dotted path package.module:PROFILE") from None
             raise Err(f"compute: {e}") from None
         except ValidationError as e:
-            raise Err("; ".join(pyd_errors(e, DeviceProfile, "compute"))) from None
+            raise Err(listing(pyd_errors(e, DeviceProfile, "compute"))) from None
         except ProfileError as e:
             raise Err(f"compute: {e}") from None
         bad = limits.check(prof, "compute")
         if bad:
-            raise Err("; ".join(bad))
+            raise Err(listing(bad))
         out.append(prof.model_dump())
     return out
 
