@@ -266,7 +266,8 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
         if start:
             compute["start_cpu_s"] = start
         if p2p.get("stack"):
-            compute["network_stack"] = {k: p2p["stack"][k] for k in ("cpu_per_byte_s", "rate_Bps")}
+            compute["network_stack"] = {k: p2p["stack"][k] for k in ("cpu_per_byte_s", "rate_Bps", "send_cpu_per_byte_s",
+                                                                       "recv_cpu_per_byte_s") if k in p2p["stack"]}
         if path:
             compute["message_path"] = path
         step = program_cpu(raw.get("steps"))

@@ -112,10 +112,14 @@ class ModelTimes(BaseModel):
 
 class NetworkStack(BaseModel):
     """The host's TCP/IP stack (simsparse.calibration.stack_probe): core-seconds per payload byte on the sending
-    host's cores, outside the ranks' processes, consumed at ``rate_Bps`` while the message moves."""
+    host's cores, outside the ranks' processes, and inside each end's own send and receive calls, consumed at
+    ``rate_Bps`` while the message moves."""
     model_config = ConfigDict(extra="forbid")
     cpu_per_byte_s: float = Field(ge=0, description="core-seconds of softirq and kernel work per payload byte")
     rate_Bps: float = Field(gt=0, description="the pace at which it is spent: a single stream's payload rate")
+    send_cpu_per_byte_s: float = Field(0.0, ge=0, description="core-seconds of the sending rank's own process per "
+                                       "payload byte: the kernel's TCP work inside its send calls (system time)")
+    recv_cpu_per_byte_s: float = Field(0.0, ge=0, description="the same inside the receiving rank's receive calls")
 
 
 class DeviceProfile(BaseModel):

@@ -401,6 +401,50 @@ def test_the_network_stack_takes_cpu_from_the_senders_cores_as_the_bytes_move():
     assert k2 == pytest.approx(D, rel=1e-12)          # a second core takes it
 
 
+
+def test_a_message_ends_once_its_ends_tcp_calls_have_run():
+    """network_stack send_cpu_per_byte_s and recv_cpu_per_byte_s: the kernel's TCP work inside each end's
+    own calls, M c core-seconds a side in pieces while the message moves, on that rank's cores and in its
+    cpu_s; the send and the receive end only once their side has run. Rank 0 sends M bytes to rank 1 on a
+    fast link (M / bandwidth: 0.84 ms): on one shared core both sides' 2 M c must run first, on two each
+    side takes its own core (M c), and without them the wire decides."""
+    import numpy as np
+
+    from simsparse.backends.events.sim import Simulator
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.network.spec import EthernetSpec
+    from simsparse.ops import Dense
+
+    M, c, r = 1 << 20, 1e-8, 1e12
+    spec = EthernetSpec(topology="star", link_bw_Bps=1.25e9)
+    x = np.zeros(M // 4, np.float32)
+    ends = {}
+
+    def rank0(ctx):
+        yield ctx.waitall([ctx.isend(1, Dense(x))])
+        ends[0] = ctx.now()
+
+    def rank1(ctx):
+        yield ctx.waitall([ctx.irecv(0)])
+        ends[1] = ctx.now()
+
+    def run(cores, **calls):
+        stack = {"cpu_per_byte_s": 1e-15, "rate_Bps": r, **calls}
+        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=cores, kernels={},
+                                             network_stack=stack))
+        st = Simulator(spec.build(), dev, eager_threshold_B=M).run([rank0, rank1])   # it moves at once
+        return dict(ends), [b["cpu"] for b in st.busy]
+
+    wire, cpu0 = run(1)
+    assert wire[0] == pytest.approx(wire[1]) and wire[1] < 1e-3
+    one, cpu1 = run(1, send_cpu_per_byte_s=c, recv_cpu_per_byte_s=c)
+    assert one[0] == pytest.approx(2 * M * c, rel=1e-3) and one[1] == pytest.approx(2 * M * c, rel=1e-3)
+    assert cpu1[0] - cpu0[0] == pytest.approx(M * c) and cpu1[1] - cpu0[1] == pytest.approx(M * c)
+    two, _ = run(2, send_cpu_per_byte_s=c, recv_cpu_per_byte_s=c)
+    assert two[0] == pytest.approx(M * c, rel=1e-3) and two[1] == pytest.approx(M * c, rel=1e-3)
+    only_send, _ = run(2, send_cpu_per_byte_s=c)
+    assert only_send[0] == pytest.approx(M * c, rel=1e-3) and only_send[1] == pytest.approx(wire[1])
+
 def test_a_kernel_right_after_a_long_wait_or_the_start_pays_its_idle_excess():
     """idle_excess (calibrate's idle_grid): a kernel run as its rank wakes
     from idling takes its line plus what the idle added there, linear in log

@@ -39,7 +39,7 @@ class _Message(Handle):
     ``done``: no closure per message). ``peer`` is the destination, ``wtag``
     the tag on the wire (scoped)."""
 
-    __slots__ = ("sim", "src", "wtag", "payload", "recv", "started", "arrived")
+    __slots__ = ("sim", "src", "wtag", "payload", "recv", "started", "arrived", "rx_left")
 
     def __init__(self, sim, src, dst, tag, wtag, payload, nbytes, post_s, phase, lane):
         self.kind, self.peer, self.tag, self.nbytes = "send", dst, tag, nbytes
@@ -49,6 +49,7 @@ class _Message(Handle):
         self.recv = None
         self.started = False
         self.arrived = False
+        self.rx_left = 0   # pieces of the receiving side's TCP work still to run (Simulator._tcp_calls)
 
     def __call__(self) -> None:
         self.arrived = True
@@ -180,6 +181,8 @@ class Messages:
             if len(q) == 1:
                 pending[key] = q[0]
         msg.recv = h
+        if msg.rx_left:   # the receiving side's TCP work for it still runs: the receive waits for it too
+            self._hold(h, msg.rx_left)
         if msg.arrived:
             self._arrived(h, msg.payload, msg.nbytes, dst)
         elif not msg.started:
@@ -194,6 +197,8 @@ class Messages:
             self.network.transfer(msg.src, msg.peer, msg.nbytes, msg)
         if self.stack is not None and msg.nbytes > 0:
             self._stack(msg.src, msg.nbytes, delay)
+            if self.tcp_calls is not None:
+                self._tcp_calls(msg, delay)
 
     def _transfer(self, msg: _Message) -> None:
         self.network.transfer(msg.src, msg.peer, msg.nbytes, msg)
@@ -210,7 +215,7 @@ class Messages:
 
     def _complete(self, h: Handle, value, nbytes, owner):
         if self.on_cpu and h in self.on_cpu:   # transferred; its CPU work has not run yet
-            self.on_cpu[h] = (value, nbytes, owner)
+            self.on_cpu[h][1] = (value, nbytes, owner)
             return
         h.done = True
         h.value = value

@@ -220,6 +220,9 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         #: with shared cores on a TCP fabric: the kernel's network stack per payload byte, and its pace (see _stack)
         st = getattr(prof, "network_stack", None) if self.shared_cores else None
         self.stack = (k * st.cpu_per_byte_s, st.rate_Bps) if st is not None and st.cpu_per_byte_s > 0 else None
+        #: and the TCP work inside each end's own send and receive calls, per payload byte (see _tcp_calls)
+        calls = (k * st.send_cpu_per_byte_s, k * st.recv_cpu_per_byte_s) if self.stack is not None else (0, 0)
+        self.tcp_calls = calls if any(calls) else None
         #: the spread of each kernel call's time around its median, where the profile measured it (compute.noise)
         bands = getattr(prof, "kernel_noise", None)
         self.noise = KernelNoise(bands) if bands and not self.ideal else None
@@ -268,7 +271,8 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         if self.cores is not None:   # every rank reports its CPU (cpu_s), an idle one 0
             for rs in self.ranks:
                 rs.busy["cpu"] = 0.0
-        self.on_cpu: dict = {}   # handle -> None while its rank's CPU work runs, or its completion that waits for it
+        self.tcp_q: dict = {}    # rank -> the pieces of its TCP calls' work, in turn (_tcp_piece)
+        self.on_cpu: dict = {}   # handle -> [its rank's CPU jobs still to run, the completion that waits for them]
         self.blocked = [0] * P   # per rank: its programs blocked in a wait (polled, see _poll)
         self.poll_gen = [0] * P  # per rank: which blocked spell its pending poll belongs to
         # with shared cores a kernel's end depends on the other ranks' work, with kernel noise on each rank's own
