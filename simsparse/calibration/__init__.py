@@ -34,6 +34,7 @@ import yaml
 
 from ..backends.real.rank_env import meminfo_bytes, rank_env
 from . import fit
+from .stack_probe import profile_entry
 
 #: where a profile for R ranks goes by default; configs name it with {P} (resolved per point)
 DEFAULT_OUT = "results/calibration/local-{ranks}r.yaml"
@@ -266,8 +267,7 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
         if start:
             compute["start_cpu_s"] = start
         if p2p.get("stack"):
-            compute["network_stack"] = {k: p2p["stack"][k] for k in ("cpu_per_byte_s", "rate_Bps", "send_cpu_per_byte_s",
-                                                                       "recv_cpu_per_byte_s") if k in p2p["stack"]}
+            compute["network_stack"] = profile_entry(p2p["stack"], compute.get("wait_cpu_s"), compute.get("wait_poll_s"))
         if path:
             compute["message_path"] = path
         step = program_cpu(raw.get("steps"))

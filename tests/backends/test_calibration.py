@@ -667,6 +667,21 @@ def test_the_stack_probe_counts_the_hosts_softirq_per_byte_beyond_a_quiet_interv
     assert got["recv_cpu_per_byte_s"] == pytest.approx(0.4 / 2000)
 
 
+
+def test_a_profiles_tcp_calls_are_what_a_stream_costs_its_ends_beyond_their_polling():
+    """stack_probe.profile_entry: each end's system time per byte less the simulator's own charge for a rank
+    that waits through the stream (wait_cpu_s every wait_poll_s at the stream's rate), at least 0; the
+    stack's own terms as measured; without a polling wait nothing is taken off."""
+    from simsparse.calibration.stack_probe import profile_entry
+
+    probe = {"cpu_per_byte_s": 1e-8, "rate_Bps": 1e7, "send_cpu_per_byte_s": 5e-9, "recv_cpu_per_byte_s": 1e-9,
+             "samples": [1e-8]}
+    got = profile_entry(probe, wait_cpu_s=4e-5, wait_poll_s=2e-3)   # polling: 2 % of a core, 2 ns a byte at 10 MB/s
+    assert got == pytest.approx({"cpu_per_byte_s": 1e-8, "rate_Bps": 1e7, "send_cpu_per_byte_s": 3e-9,
+                                 "recv_cpu_per_byte_s": 0.0})
+    assert profile_entry(probe, wait_cpu_s=4e-5, wait_poll_s=None)["send_cpu_per_byte_s"] == 5e-9
+    assert "send_cpu_per_byte_s" not in profile_entry({"cpu_per_byte_s": 1e-8, "rate_Bps": 1e7}, 4e-5, 2e-3)
+
 def test_calibration_never_reads_a_validation_config():
     """The calibration measures microbenchmarks of its own; it never loads a config, and never
     names one of configs/ (the validation suites it would then be tuned on): every module of

@@ -111,6 +111,9 @@ def test_a_profile_of_a_description_older_than_a_new_field_is_still_usable(tmp_p
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({"provenance": {"testbed": old}, "compute": {"core_binding": "block"}}))
     assert _usable(path, spec)
+    path.write_text(yaml.safe_dump({"provenance": {"testbed": {**old, "source": "another citation"}},
+                                    "compute": {"core_binding": "block"}}))
+    assert _usable(path, spec)   # the same machine, cited otherwise
     path.write_text(yaml.safe_dump({"provenance": {"testbed": {**old, "link_bw_Bps": 1e9}},
                                     "compute": {"core_binding": "block"}}))
     assert not _usable(path, spec)   # another machine
