@@ -100,9 +100,10 @@ def profile_entry(stack: dict, wait_cpu_s: float | None, wait_poll_s: float | No
     the simulator already charges a rank that waits through the stream (``wait_cpu_s`` every
     ``wait_poll_s``, at the stream's rate), at least 0. The probe's ranks wait in the real backend's poll
     wait while the bytes move, so their system time holds those wake-ups too: at 100 Mb/s with 9000-byte
-    frames it was what the wake-ups cost and no more (2.6 and 1.2 ns a byte against 2.9 for the polling),
-    and the ranks of a ring there spent 0.057 s a rank and iteration where the polling alone was charged
-    0.060; with 1500-byte frames at 250 Mb/s, 5.0 and 3.3 against 0.95."""
+    frames it was what the wake-ups cost and no more (2.6 and 1.2 ns a byte on the star, 2.5 and 1.4 on the
+    tree, against 2.6 and 2.4 for the polling), and the ranks of a ring there spent 0.057 s a rank and
+    iteration where the polling alone was charged 0.060; with 1500-byte frames at 250 Mb/s, 5.0 and 3.3
+    against 1.0."""
     out = {k: stack[k] for k in ("cpu_per_byte_s", "rate_Bps")}
     polling = (wait_cpu_s or 0.0) / wait_poll_s / stack["rate_Bps"] if wait_poll_s else 0.0
     for side in ("send_cpu_per_byte_s", "recv_cpu_per_byte_s"):
