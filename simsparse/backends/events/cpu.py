@@ -24,6 +24,14 @@ POLL_MAX_S = 3600.0
 STACK_PIECE_B, STACK_PIECES = 1 << 16, 64
 
 
+def _pieces(nbytes: int, delay: float, rate: float) -> tuple[list, float]:
+    """A message's TCP work in pieces of at least :data:`STACK_PIECE_B`, at most :data:`STACK_PIECES`, each
+    due as its bytes move at ``rate`` from ``delay``: (the pieces' due times, the bytes of each)."""
+    n = max(1, min(STACK_PIECES, -(-nbytes // STACK_PIECE_B)))
+    piece = nbytes / n
+    return [delay + (i + 0.5) * piece / rate for i in range(n)], piece
+
+
 def _polled(_) -> None:
     """A poll's CPU is done: the rank goes on waiting."""
 
@@ -111,10 +119,9 @@ class HostCPU:
         own that takes a core at once (an interrupt does not wait for a time slice). Not in the rank's
         ``cpu_s``: no rank's CPU clock counts it."""
         per_b, rate = self.stack
-        n = max(1, min(STACK_PIECES, -(-nbytes // STACK_PIECE_B)))
-        piece = nbytes / n
-        for i in range(n):
-            self.env.at(delay + (i + 0.5) * piece / rate, self._stack_piece, (rank, piece * per_b))
+        due, piece = _pieces(nbytes, delay, rate)
+        for at in due:
+            self.env.at(at, self._stack_piece, (rank, piece * per_b))
 
     def _stack_piece(self, arg) -> None:
         """One piece of a sender's stack work: a job of its own, or added to the one running (a core's
@@ -173,17 +180,15 @@ class HostCPU:
         it is posted, complete only once their side has run. So where the stack and the ranks need more
         than the cores give (4 ranks streaming at 250 Mb/s with 1500-byte frames on 2 cores), a message
         ends when the CPU has carried it, not when the wire could have."""
-        (c_send, c_recv), rate = self.tcp_calls, self.stack[1]
-        n = max(1, min(STACK_PIECES, -(-msg.nbytes // STACK_PIECE_B)))
-        piece = msg.nbytes / n
+        c_send, c_recv = self.tcp_calls
+        due, piece = _pieces(msg.nbytes, delay, self.stack[1])
         if c_send:
-            self._hold(msg, n)
+            self._hold(msg, len(due))
         if c_recv:   # (a receive posted later waits for what is left of it then)
-            msg.rx_left = n
+            msg.rx_left = len(due)
             if msg.recv is not None:
-                self._hold(msg.recv, n)
-        for i in range(n):
-            at = delay + (i + 0.5) * piece / rate
+                self._hold(msg.recv, len(due))
+        for at in due:
             if c_send:
                 self.env.at(at, self._tcp_piece, (msg, msg.src, piece * c_send, self._cpu_end))
             if c_recv:
