@@ -23,19 +23,21 @@ own CPU (``getrusage``, exact) from the host's busy time (sampled at each
 tick) instead left nothing at P = 8: eight polling ranks' short wake-ups
 are not what the tick samples.
 
-The same streams give what they cost the two ranks' own processes: the
-kernel's TCP work inside their send and receive calls, and MPI's progress on
-what arrives. The sender's and the receiver's CPU time (``process_time``,
-user and system, the clock every other CPU term of a profile is timed on)
+The same streams give the kernel's TCP work inside the two ranks' own calls:
+the sender's and the receiver's system time (``getrusage``'s ``ru_stime``)
 less that of the quiet interval, per payload byte
 (:meth:`~simsparse.backends.events.sim.Simulator._tcp_calls`). With
 1500-byte frames at 250 Mb/s it is what makes 4 streams on 2 cores
 CPU-bound: plain sockets there spent 1.52 cores in softirq and 0.36 in
-system time for 25 MB/s a stream, against 29.4 alone.
+system time for 25 MB/s a stream, against 29.4 alone. Their user time is
+left out: a waiting rank's yield loop fills whatever CPU is free, so it is
+not work a message waits for (counted, the held-out ring of 3.1M there was
+predicted 87 % slow, Rabenseifner 55 %).
 """
 from __future__ import annotations
 
 import os
+import resource
 import time
 
 import numpy as np
@@ -51,24 +53,24 @@ def host_irq_s() -> float:
     return sum(int(cols[i]) for i in _IRQ) / os.sysconf("SC_CLK_TCK")
 
 
-def own_cpu_s() -> float:
-    """This process's CPU seconds, user and system."""
-    return time.process_time()
+def system_s() -> float:
+    """Seconds this process has spent in the kernel (its system time)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
 
 
 def stream(comm, box, nbytes: int = 4 << 20, count: int = 8, reps: int = 3) -> dict:
     """Every rank returns ``{"cpu_per_byte_s", "rate_Bps", "send_cpu_per_byte_s", "recv_cpu_per_byte_s",
     "samples"}``: the median over ``reps`` streams of the stack's core-seconds per payload byte, the
-    stream's payload rate, and the sender's and the receiver's CPU time per payload byte. Needs two
+    stream's payload rate, and the sender's and the receiver's system time per payload byte. Needs two
     ranks or more."""
     buf = np.zeros(nbytes, np.uint8)
     rank = comm.Get_rank()
 
     def interval(quiet_s: float | None = None) -> tuple[float, float, float]:
-        """(the host's irq and softirq seconds, wall, this rank's CPU seconds) over a stream, or over a
+        """(the host's irq and softirq seconds, wall, this rank's system seconds) over a stream, or over a
         sleep of ``quiet_s``."""
         box.quiet_wait(comm.Ibarrier())
-        s0 = own_cpu_s()
+        s0 = system_s()
         h0, t0 = host_irq_s(), time.perf_counter()
         if quiet_s is None:
             for i in range(count):
@@ -79,7 +81,7 @@ def stream(comm, box, nbytes: int = 4 << 20, count: int = 8, reps: int = 3) -> d
             box.quiet_wait(comm.Ibarrier())
         else:
             time.sleep(quiet_s)
-        return host_irq_s() - h0, time.perf_counter() - t0, own_cpu_s() - s0
+        return host_irq_s() - h0, time.perf_counter() - t0, system_s() - s0
 
     interval()   # the first stream opens the connection and grows the socket buffers
     per_byte, rates, own = [], [], []
@@ -97,10 +99,10 @@ def stream(comm, box, nbytes: int = 4 << 20, count: int = 8, reps: int = 3) -> d
 
 
 def profile_entry(stack: dict, wait_cpu_s: float | None, wait_poll_s: float | None) -> dict:
-    """The probe's result as a profile's ``network_stack``: each end's own CPU time per byte less what
+    """The probe's result as a profile's ``network_stack``: each end's own system time per byte less what
     the simulator already charges a rank that waits through the stream (``wait_cpu_s`` every
     ``wait_poll_s``, at the stream's rate), at least 0. The probe's ranks wait in the real backend's poll
-    wait while the bytes move, so their CPU time holds those wake-ups too: at 100 Mb/s with 9000-byte
+    wait while the bytes move, so their system time holds those wake-ups too: at 100 Mb/s with 9000-byte
     frames it was what the wake-ups cost and no more (2.6 and 1.2 ns a byte on the star, 2.5 and 1.4 on the
     tree, against 2.6 and 2.4 for the polling), and the ranks of a ring there spent 0.057 s a rank and
     iteration where the polling alone was charged 0.060; with 1500-byte frames at 250 Mb/s, 5.0 and 3.3

@@ -118,9 +118,8 @@ class NetworkStack(BaseModel):
     cpu_per_byte_s: float = Field(ge=0, description="core-seconds of softirq and kernel work per payload byte")
     rate_Bps: float = Field(gt=0, description="the pace at which it is spent: a single stream's payload rate")
     send_cpu_per_byte_s: float = Field(0.0, ge=0, description="core-seconds of the sending rank's own process per "
-                                       "payload byte beyond its polling: the kernel's TCP work inside its send calls")
-    recv_cpu_per_byte_s: float = Field(0.0, ge=0, description="the same for the receiving rank: its receive calls and "
-                                       "MPI's progress on what arrives")
+                                       "payload byte: the kernel's TCP work inside its send calls (system time)")
+    recv_cpu_per_byte_s: float = Field(0.0, ge=0, description="the same inside the receiving rank's receive calls")
 
 
 class DeviceProfile(BaseModel):

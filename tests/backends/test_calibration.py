@@ -628,7 +628,7 @@ def test_a_wake_up_and_a_request_from_the_exchange_and_the_all_to_all():
 def test_the_stack_probe_counts_the_hosts_softirq_per_byte_beyond_a_quiet_interval(monkeypatch):
     """calibration.stack_probe.stream: per repetition, (irq + softirq over the stream - over a quiet interval
     as long) / bytes streamed; the median of the repetitions, and the stream's rate; and each end's own
-    CPU time per byte the same way."""
+    system time per byte the same way."""
     from simsparse.calibration import stack_probe
 
     class Comm:
@@ -644,7 +644,7 @@ def test_the_stack_probe_counts_the_hosts_softirq_per_byte_beyond_a_quiet_interv
         def bcast(self, x, root):
             return x
 
-        def gather(self, x, root):   # rank 1, the receiver, spent twice the sender's CPU time
+        def gather(self, x, root):   # rank 1, the receiver, spent twice the sender's system time
             return [x, 2 * x]
 
     class Box:
@@ -656,13 +656,13 @@ def test_the_stack_probe_counts_the_hosts_softirq_per_byte_beyond_a_quiet_interv
     reads = iter(x for d in deltas for x in (0.0, d))
     own = iter(x for d in [1.0] + [d for mine in (0.3, 0.2, 0.4) for d in (mine, 0.1)] for x in (0.0, d))
     monkeypatch.setattr(stack_probe, "host_irq_s", lambda: next(reads))
-    monkeypatch.setattr(stack_probe, "own_cpu_s", lambda: next(own))
+    monkeypatch.setattr(stack_probe, "system_s", lambda: next(own))
     monkeypatch.setattr(stack_probe.time, "sleep", lambda s: None)
     got = stack_probe.stream(Comm(), Box(), nbytes=1000, count=2, reps=3)
     assert got["samples"] == pytest.approx([0.4 / 2000, 0.6 / 2000, 0.5 / 2000])
     assert got["cpu_per_byte_s"] == pytest.approx(0.5 / 2000)
     assert got["rate_Bps"] > 0
-    # each end's own CPU time over the stream, less over the quiet interval, per byte: the median
+    # each end's own system time over the stream, less over the quiet interval, per byte: the median
     assert got["send_cpu_per_byte_s"] == pytest.approx(0.2 / 2000)
     assert got["recv_cpu_per_byte_s"] == pytest.approx(0.4 / 2000)
 

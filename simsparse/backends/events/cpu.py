@@ -172,10 +172,10 @@ class HostCPU:
             held[0] += jobs
 
     def _tcp_calls(self, msg, delay: float) -> None:
-        """What ``msg`` costs the ranks' own processes beyond their polling
-        (``network_stack.send_cpu_per_byte_s`` and ``recv_cpu_per_byte_s``): the kernel's TCP work inside
-        their send and receive calls (copying the payload into and out of the sockets, cutting it into
-        segments) and MPI's progress on what arrives, per payload byte (per frame at a small MTU). Charged in the pieces and at the pace of :meth:`_stack`,
+        """The kernel's TCP work inside the ranks' own send and receive calls for ``msg``
+        (``network_stack.send_cpu_per_byte_s`` and ``recv_cpu_per_byte_s``): copying the payload into
+        and out of the sockets and cutting it into segments, system time of each end's process, per
+        payload byte (per frame at a small MTU). Charged in the pieces and at the pace of :meth:`_stack`,
         each a job of its rank that waits for a core like its kernels; the send, and the receive where
         it is posted, complete only once their side has run. So where the stack and the ranks need more
         than the cores give (4 ranks streaming at 250 Mb/s with 1500-byte frames on 2 cores), a message
