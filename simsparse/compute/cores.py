@@ -218,9 +218,15 @@ class SlicedCores:
         job[1](job[2])
 
     def _release(self, owner) -> None:
-        if self.held.pop(owner, None) is not None:
-            del self.own[owner]
-            self._free()
+        left = self.held.pop(owner, None)
+        if left is None:
+            return
+        mine = self.own[owner]
+        if mine:   # a job it had queued reached a core meanwhile (:meth:`_free`): it runs here, on the rest of the slice
+            self._start(mine.popleft(), left)
+            return
+        del self.own[owner]
+        self._free()
 
     def _free(self) -> None:
         """A core is free: the queue's first job whose rank has no core gets it with a whole slice."""

@@ -2,6 +2,7 @@
 (``compute.cores.SlicedCores``): closed forms, a rank that keeps its core
 while it does not block, work conservation, and the simulator with a slice."""
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from simsparse.compute.cores import SharedCores, SlicedCores, core_pools
 from simsparse.engine import HeapEngine
@@ -208,3 +209,42 @@ def test_the_calibration_measures_the_slice_and_the_profile_carries_it():
     prof = build_profile(raw, 8, "cpu", "test")
     assert prof["compute"]["core_slice_s"] == got["median_s"] and prof["fits"]["core_slice"] == got
     assert "core_slice_s" not in build_profile(synthetic_raw(), 2, "cpu", "test")["compute"]
+
+
+def test_a_job_queued_behind_protected_ranks_is_not_lost_when_its_rank_ends_another_meanwhile():
+    # b and d take both cores; a wakes while both are protected and queues two jobs; b's end gives a its first;
+    # at 1.5 a's first and d's end together: d's core takes a's second while a still holds its own (it may go on
+    # at that instant), so a runs it there. It was lost before (4 ranks on 2 cores: the calibration deadlocked)
+    env = HeapEngine()
+    pool = SlicedCores(env, 2, 4.0, 1.5)
+    ends = {}
+    jobs = [(0.0, 1.0, "b"), (0.0, 1.5, "d"), (0.5, 0.5, "a"), (0.5, 0.5, "a")]
+    for i, (t, _, _) in enumerate(jobs):
+        env.at(t, lambda i: pool.run(jobs[i][1], lambda k: ends.__setitem__(k, env.now), i, jobs[i][2]), i)
+    env.run()
+    assert ends == {0: 1.0, 1: 1.5, 2: 1.5, 3: 2.0}
+    assert pool.busy_s == pytest.approx(3.5) and pool.taken == 0 and not pool.own
+
+
+@settings(max_examples=200, deadline=None)
+@given(cores=st.integers(1, 3), protect=st.sampled_from([0.0, 1.5]),
+       jobs=st.lists(st.tuples(st.sampled_from([0.0, 0.5, 1.0, 2.0]), st.sampled_from([0.25, 0.5, 1.0, 1.5, 6.0]),
+                               st.integers(0, 4), st.integers(0, 2)), min_size=1, max_size=14))
+def test_every_job_ends_and_the_cores_do_all_the_work(cores, protect, jobs):
+    # jobs: (issued at, work, owner, how many more it issues at once as each ends: a rank going on without
+    # blocking), in units of a 4-unit slice; ties of ends and starts at one instant are where jobs were lost
+    env = HeapEngine()
+    pool = SlicedCores(env, cores, 4.0, protect)
+    issued, ended = [0.0], []
+
+    def start(job):
+        _, work, owner, more = job
+        issued[0] += work
+        pool.run(work, lambda m: (ended.append(env.now), m and start((0.0, work / 2, owner, m - 1))), more, owner)
+
+    for job in jobs:
+        env.at(job[0], start, job)
+    env.run()
+    assert len(ended) == sum(1 + j[3] for j in jobs)
+    assert pool.busy_s == pytest.approx(issued[0])
+    assert pool.taken == 0 and not pool.queue and not pool.held and not pool.own
