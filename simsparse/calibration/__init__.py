@@ -120,9 +120,33 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
         from .slice_probe import time_slice
 
         raw["core_slice"] = time_slice(max(2, ranks // cores))
-    profile = build_profile(raw, ranks, device, command or " ".join(sys.argv), testbed)
+    # the measurements are kept until the profile is written: a fit that fails (a bug, a model the measurements
+    # break) must not lose minutes of them
+    raw_path = raw_out(out)
+    write_raw(raw, raw_path)
+    try:
+        profile = build_profile(raw, ranks, device, command or " ".join(sys.argv), testbed)
+    except Exception as e:
+        raise CalibrationError(f"fitting the measurements failed ({type(e).__name__}: {e}); they are kept in "
+                               f"{raw_path} (calibration.build_profile refits them)") from e
     write_profile(profile, out)
+    raw_path.unlink()
     return out
+
+
+def raw_out(out: Path) -> Path:
+    """Where the raw timings of the profile ``out`` are kept (beside it)."""
+    return out.with_name(out.name.removesuffix(".yaml") + ".raw.json")
+
+
+def write_raw(raw: dict, path: Path) -> None:
+    from ..files import atomic_write
+
+    def dump(tmp):
+        with open(tmp, "w") as f:
+            json.dump(_plain(raw), f)
+
+    atomic_write(path, dump)
 
 
 def host_cores() -> int:

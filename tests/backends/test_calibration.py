@@ -521,6 +521,31 @@ def test_more_ranks_than_cores_time_kernels_in_cpu_seconds_with_every_rank_resid
     assert worker.clock("cpu") is time.process_time and worker.clock("wall") is time.perf_counter
 
 
+def test_a_fit_that_fails_keeps_the_measurements_and_says_where(tmp_path, monkeypatch):
+    """Minutes of measurements are written before the fit: a fit that raises leaves them beside the profile
+    (named in the error, refit with build_profile); a profile written removes them."""
+    import json
+
+    import simsparse.calibration as cal
+    from simsparse.experiments.run import measure
+
+    monkeypatch.setattr(measure, "check_prerequisites", lambda: "mpiexec")
+    monkeypatch.setattr(cal, "host_cores", lambda: 2)
+    monkeypatch.setattr(cal, "_launch", lambda *a, **k: {"wall_s": 1.0, "p2p": {"pingpong": [[4, 1e-5]]}})
+
+    def broken(raw, *a, **k):
+        raise RuntimeError("deadlock")
+
+    monkeypatch.setattr(cal, "build_profile", broken)
+    with pytest.raises(cal.CalibrationError, match=r"RuntimeError: deadlock.*p\.raw\.json"):
+        cal.calibrate(ranks=2, out=tmp_path / "p.yaml")
+    kept = json.loads((tmp_path / "p.raw.json").read_text())
+    assert kept["p2p"] == {"pingpong": [[4, 1e-5]]} and not (tmp_path / "p.yaml").exists()
+    monkeypatch.setattr(cal, "build_profile", lambda raw, *a, **k: {"kept": raw["p2p"]})
+    cal.calibrate(ranks=2, out=tmp_path / "p.yaml")
+    assert (tmp_path / "p.yaml").exists() and not (tmp_path / "p.raw.json").exists()
+
+
 def test_crossing_shares_the_tree_uplinks_and_not_the_star():
     """The crossing pattern (every rank to the rank P/2 away, both directions) puts a leaf's two hosts on its
     one uplink of a 2:1 tree: each flow gets half the rate, twice the time of pairs (r xor 1, inside a leaf);
