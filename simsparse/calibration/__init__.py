@@ -57,7 +57,8 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
               command: str = "", testbed=None) -> Path:
     """Run the microbenchmarks and write the profile; returns its path.
     ``testbed``: an Ethernet description (:class:`~simsparse.network.spec.EthernetSpec`)
-    to calibrate on its emulated cluster (:mod:`simsparse.testbed`) instead of this host."""
+    to calibrate on its emulated cluster (:mod:`simsparse.testbed`) instead of this host. The raw
+    timings are written beside ``out`` (:func:`raw_out`) before the fit and removed once the profile is."""
     from ..experiments.run.measure import MeasureError, check_prerequisites
 
     try:
@@ -144,7 +145,7 @@ def write_raw(raw: dict, path: Path) -> None:
 
     def dump(tmp):
         with open(tmp, "w") as f:
-            json.dump(_plain(raw), f)
+            json.dump(_plain(raw), f, default=lambda o: o.tolist() if hasattr(o, "tolist") else repr(o))
 
     atomic_write(path, dump)
 
