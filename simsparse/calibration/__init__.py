@@ -300,10 +300,15 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
             compute["program_cpu_s"] = step
     if noise:
         compute["kernel_noise"] = noise
-    probes = [p[f"{raw.get('compute_clock', 'wall')}_s"] for p in raw.get("speed_probe") or []]
+    clock = raw.get("compute_clock", "wall")
+    probes = raw.get("speed_probe") or []
     if probes:   # the host's speed as the kernels were timed: what validate compares a measured point's probe with
-        compute["speed_probe_s"] = float(np.median(probes))
-        compute["speed_probe_clock"] = raw.get("compute_clock", "wall")
+        compute["speed_probe_s"] = float(np.median([p[f"{clock}_s"] for p in probes]))
+        compute["speed_probe_clock"] = clock
+        calls = {k[len(clock) + 1:-2] for k in probes[0] if k.startswith(f"{clock}_") and k != f"{clock}_s"}
+        if calls and all(f"{clock}_{c}_s" in p for p in probes for c in calls):
+            compute["speed_probe_calls_s"] = {c: float(np.median([p[f"{clock}_{c}_s"] for p in probes]))
+                                              for c in sorted(calls)}
     layer_fits, models = layer_times(raw["layers"])
     if layer_fits:
         best = max(layer_fits.values(), key=lambda f: f["residuals"]["points"])

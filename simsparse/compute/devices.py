@@ -189,6 +189,9 @@ class DeviceProfile(BaseModel):
                                         "probe is compared with")
     speed_probe_clock: Literal["cpu", "wall"] | None = Field(None, description="the clock of speed_probe_s: the one "
                                                              "the kernels were timed with")
+    speed_probe_calls_s: dict[str, float] | None = Field(None, description="each call of the speed probe at "
+                                                         "calibration, its median (compute.speed_probe.slowdown "
+                                                         "takes their ratios' geometric mean)")
     slowdown: float = Field(1.0, gt=0, description="every kernel and layer, and with shared_cores every "
                                                    "core-second the ranks and the network stack spend (message, "
                                                    "path, wait, start, program and stack CPU), takes this multiple "

@@ -20,7 +20,11 @@ from tests.backends.test_calibration import synthetic_raw
 def test_the_probe_times_every_call_on_both_clocks():
     torch = pytest.importorskip("torch")
     got = speed_probe.probe(torch.device("cpu"), reps=1)
-    assert set(got) == {"cpu_s", "wall_s"} and all(0 < v < 5 for v in got.values())
+    names = [name for name, _ in speed_probe.CALLS]
+    assert set(got) == {f"{c}_{k}s" for c in ("cpu", "wall") for k in ["", *(f"{n}_" for n in names)]}
+    assert all(0 < v < 5 for v in got.values())
+    for clock in ("cpu", "wall"):   # the sum, and each call's median
+        assert got[f"{clock}_s"] == pytest.approx(sum(got[f"{clock}_{n}_s"] for n in names))
 
 
 def test_the_slowdown_is_the_measured_probe_over_the_profiles_in_the_profiles_clock():
@@ -33,11 +37,27 @@ def test_the_slowdown_is_the_measured_probe_over_the_profiles_in_the_profiles_cl
     assert speed_probe.slowdown({"host_probe_cpu_s": float("nan")}, compute) is None   # a CSV's empty cell
 
 
+def test_with_each_calls_time_on_both_sides_every_call_counts_once():
+    # a sum dominated by the top-k (9 of 10 ms) barely moves when the memory-bound calls slow by half
+    compute = {"speed_probe_s": 0.0103, "speed_probe_clock": "cpu",
+               "speed_probe_calls_s": {"topk": 0.01, "add": 0.0001, "copy": 0.0001, "scatter_add": 0.0001}}
+    row = {"host_probe_cpu_s": 0.01045, "host_probe_cpu_topk_s": 0.01, "host_probe_cpu_add_s": 0.00015,
+           "host_probe_cpu_copy_s": 0.00015, "host_probe_cpu_scatter_add_s": 0.00015}
+    assert speed_probe.slowdown(row, compute) == pytest.approx(1.5 ** 0.75)
+    assert speed_probe.slowdown(row, {k: v for k, v in compute.items() if k != "speed_probe_calls_s"}) == \
+        pytest.approx(0.01045 / 0.0103)   # a profile from before: the sums
+    row.pop("host_probe_cpu_copy_s")      # a row from before: the sums
+    assert speed_probe.slowdown(row, compute) == pytest.approx(0.01045 / 0.0103)
+
+
 def test_a_calibration_keeps_the_median_probe_in_its_kernels_clock():
     raw = {**synthetic_raw(), "compute_clock": "cpu",
-           "speed_probe": [{"cpu_s": c, "wall_s": 9.0} for c in (0.020, 0.030, 0.022)]}
+           "speed_probe": [{"cpu_s": c, "wall_s": 9.0, "cpu_topk_s": c - 0.001, "cpu_add_s": 0.001, "wall_topk_s": 8.0,
+                            "wall_add_s": 1.0} for c in (0.020, 0.030, 0.022)]}
     comp = build_profile(raw, 2, "cpu", "test")["compute"]
     assert comp["speed_probe_s"] == pytest.approx(0.022) and comp["speed_probe_clock"] == "cpu"
+    assert comp["speed_probe_calls_s"] == pytest.approx({"add": 0.001, "topk": 0.021})
+    assert DeviceProfile.model_validate(comp).speed_probe_calls_s == comp["speed_probe_calls_s"]
     assert "speed_probe_s" not in build_profile(synthetic_raw(), 2, "cpu", "test")["compute"]
 
 
