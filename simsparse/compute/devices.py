@@ -192,12 +192,14 @@ class DeviceProfile(BaseModel):
     speed_probe_calls_s: dict[str, float] | None = Field(None, description="each call of the speed probe at "
                                                          "calibration, its median (compute.speed_probe.slowdown "
                                                          "takes their ratios' geometric mean)")
-    slowdown: float = Field(1.0, gt=0, description="every kernel and layer, and with shared_cores every "
-                                                   "core-second the ranks and the network stack spend (message, "
-                                                   "path, wait, start, program and stack CPU), takes this multiple "
-                                                   "of its time here (simsparse validate: the host speed probe "
-                                                   "before a measured point over speed_probe_s; 1: the host as "
-                                                   "calibrated)")
+    slowdown: float = Field(1.0, gt=0, description="every kernel and layer takes this multiple of its time here "
+                                                   "(simsparse validate: the host speed probe before a measured "
+                                                   "point over the profile's, compute.speed_probe.slowdown; 1: "
+                                                   "the host as calibrated)")
+    cpu_slowdown: float | None = Field(None, gt=0, description="with shared_cores, every core-second the ranks and "
+                                       "the network stack spend (message, path, wait, start, program and stack "
+                                       "CPU) takes this multiple of its time here (compute.speed_probe."
+                                       "cpu_slowdown); unset: slowdown")
     source: str | None = None
 
     @model_validator(mode="after")

@@ -9,16 +9,17 @@ moves every compute-bound point by as much. This probe is a microbenchmark of
 that state, not a fit to any run: the calibration runs it between its
 algorithms (its reference, ``compute.speed_probe_s``), the real backend runs
 it before every measured point (``host_probe_cpu_s`` / ``host_probe_wall_s``
-in the row), and ``validate`` predicts each point a second time with the
-device's work scaled by their ratio (``DeviceProfile.slowdown``), beside the
-prediction as calibrated.
+and each call's ``host_probe_cpu_topk_s`` ... in the row), and ``validate``
+predicts each point a second time with the kernels scaled by
+:func:`slowdown` (``DeviceProfile.slowdown``) and the ranks' CPU by
+:func:`cpu_slowdown`, beside the prediction as calibrated.
 
 The calls are the suite's most frequent memory-bound kernels, through their
 own torch implementations (:data:`CALLS`): a top-k of 1e6, an add and a copy
 of 2e6 and a sparse sum of 4 blocks of 1e4 into 1e6 (a round takes about
 16 ms of wall time on this host's two cores, 27 ms of CPU). Each is timed
 :data:`REPS` times on the process's CPU clock and on the wall clock; a probe
-is the sum of the calls' medians. The ranks start together after a barrier,
+is each call's median and their sum. The ranks start together after a barrier,
 as in a run, so they share the cores and the memory bus as a run's ranks do.
 """
 from __future__ import annotations
@@ -95,7 +96,8 @@ def slowdown(row: dict, compute: dict) -> float | None:
     the calls' ratios, each call counting once: the sum of their times is nine tenths the top-k's, the
     call that moves least with the host's memory (4-rank launches a few seconds apart: top-k of 1e6
     within 5 %, a copy and an add of 3e6 within 11 %, count_above of 3e6 within 16 %, together). Else the
-    sums' ratio. None where either is missing (a profile or a measurement made before the probe)."""
+    sums' ratio. None where either is missing (a profile or a measurement made before the probe). It
+    scales the kernels and layers; :func:`cpu_slowdown` the ranks' and the stack's CPU."""
     ref, clock = compute.get("speed_probe_s"), compute.get("speed_probe_clock")
     if not clock:
         return None
@@ -104,6 +106,15 @@ def slowdown(row: dict, compute: dict) -> float | None:
     if calls and all(r is not None for r in ratios):
         return float(np.exp(np.mean(np.log(ratios))))
     return _ratio(row.get(f"host_probe_{clock}_s"), ref)
+
+
+def cpu_slowdown(row: dict, compute: dict) -> float | None:
+    """The slowdown of the ranks' own CPU work and the network stack's (syscalls, small working sets): the
+    top-k call's ratio where both sides hold it, the compute-bound call of the probe; else :func:`slowdown`."""
+    clock = compute.get("speed_probe_clock")
+    ref = (compute.get("speed_probe_calls_s") or {}).get("topk")
+    got = _ratio(row.get(f"host_probe_{clock}_topk_s"), ref) if clock and ref else None
+    return got if got is not None else slowdown(row, compute)
 
 
 def _ratio(now, ref) -> float | None:

@@ -270,6 +270,9 @@ def test_the_cpu_a_rank_is_charged_is_reported_per_iteration():
     slow = stats(shared_cores=2, message_cpu_s=c, wait_cpu_s=w, start_cpu_s=s, slowdown=k)
     assert _collective_breakdown(slow.finish_s, slow.busy)["cpu_s"] == pytest.approx(k * cpu, rel=1e-9)
     assert max(slow.finish_s) == pytest.approx(k * max(st.finish_s), rel=0.02)
+    # cpu_slowdown, where given, is what the ranks' CPU takes; the kernels keep slowdown
+    split = stats(shared_cores=2, message_cpu_s=c, wait_cpu_s=w, start_cpu_s=s, slowdown=2.0, cpu_slowdown=k)
+    assert _collective_breakdown(split.finish_s, split.busy)["cpu_s"] == pytest.approx(k * cpu, rel=1e-9)
 
 
 def test_a_rank_blocked_past_the_backoff_polls_and_takes_cpu_from_its_core_mate():

@@ -46,8 +46,12 @@ def test_with_each_calls_time_on_both_sides_every_call_counts_once():
     assert speed_probe.slowdown(row, compute) == pytest.approx(1.5 ** 0.75)
     assert speed_probe.slowdown(row, {k: v for k, v in compute.items() if k != "speed_probe_calls_s"}) == \
         pytest.approx(0.01045 / 0.0103)   # a profile from before: the sums
+    # the ranks' and the stack's CPU: the top-k's ratio, the probe's compute-bound call
+    assert speed_probe.cpu_slowdown({**row, "host_probe_cpu_topk_s": 0.011}, compute) == pytest.approx(1.1)
     row.pop("host_probe_cpu_copy_s")      # a row from before: the sums
     assert speed_probe.slowdown(row, compute) == pytest.approx(0.01045 / 0.0103)
+    row.pop("host_probe_cpu_topk_s")
+    assert speed_probe.cpu_slowdown(row, compute) == pytest.approx(0.01045 / 0.0103)
 
 
 def test_a_calibration_keeps_the_median_probe_in_its_kernels_clock():

@@ -194,9 +194,9 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         #: ranks that share a host's cores (compute.cores): device work is processor-shared
         self.shared_cores = getattr(self.device, "shared_cores", None)
         prof = getattr(self.device, "profile", None)
-        #: the host's speed against calibration (DeviceProfile.slowdown): a slow host runs all its CPU work
-        #: slower, the ranks' sends, receives, waits and Python and the kernel's network stack as its kernels
-        k = float(getattr(prof, "slowdown", None) or 1.0)
+        #: the host's speed against calibration for the ranks' sends, receives, waits and Python and the kernel's
+        #: network stack (DeviceProfile.cpu_slowdown, else its slowdown, which the kernels take)
+        k = float(getattr(prof, "cpu_slowdown", None) or getattr(prof, "slowdown", None) or 1.0)
 
         def charged(name: str) -> float:   # a profile's core-seconds at this host's speed, with shared cores
             return k * (getattr(prof, name, None) or 0.0) if self.shared_cores else 0.0

@@ -250,26 +250,30 @@ def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
     ``pred_speed``, compared into ``compare_speed``.
     The prediction as calibrated stays the headline; this one says how much of the error the host's
     state at measurement explains. Returns the slowdowns' median, min and max (None without probes)."""
-    from ...compute.speed_probe import slowdown
+    from ...compute.speed_probe import cpu_slowdown, slowdown
     from ..run.measure import measured_id
     from ..run.plan import with_plan
     from .compare import run_compare
 
-    probed = []
+    probed, cpu = [], []
     for p in points:
         row = meas.rows.get(measured_id(with_plan(p)))
         k = slowdown(row, profiles[p.P]["compute"]) if row else None
         if k is not None:
             probed.append((p, k))
-    scaled = [replace(p, compute={**p.compute, "slowdown": k}) for p, k in _smoothed(probed)]
+            cpu.append((p, cpu_slowdown(row, profiles[p.P]["compute"])))
+    scaled = [replace(p, compute={**p.compute, "slowdown": k, "cpu_slowdown": c})
+              for (p, k), (_, c) in zip(_smoothed(probed), _smoothed(cpu))]
     if not scaled:
         say("no speed probe in the measurement or the profile (made before the probe): no prediction at the "
             "measured speed")
         return None
     ks = np.array([p.compute["slowdown"] for p in scaled])
+    cs = np.array([p.compute["cpu_slowdown"] for p in scaled])
     say(f"the host ran the speed probe {np.median(ks):.3f}x its calibrated time at the median point "
         f"(min {ks.min():.3f}, max {ks.max():.3f}; each point's the median of the {SPEED_WINDOW} probes of its "
-        f"launch around it): predicting {len(scaled)} points again at that speed")
+        f"launch around it), its top-k {np.median(cs):.3f}x: predicting {len(scaled)} points again with the "
+        f"kernels at the first speed and the ranks' and the stack's CPU at the second")
     _predict_into(ResultsStore(base / "pred_speed", fresh=True), scaled)
     c = run_compare(base / "pred_speed", base / "meas", out=base / "compare_speed", echo=lambda m: None,
                     allow_partial=len(scaled) < len(points))
@@ -279,6 +283,7 @@ def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
     say(f"at the measured speed: median |error| {100 * med:.1f}%, p90 {100 * p90:.1f}%{phases} "
         f"({base / 'compare_speed' / 'compare.csv'})")
     return {"median": float(np.median(ks)), "min": float(ks.min()), "max": float(ks.max()),
+            "cpu_median": float(np.median(cs)),
             "points": len(scaled), "error_median": med, "error_p90": p90,
             **{f"{kind}_phases": {"median": m, "p90": q, "pairs": n} for kind, (n, m, q) in kinds.items()}}
 
