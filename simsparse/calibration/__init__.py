@@ -128,8 +128,9 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
     try:
         profile = build_profile(raw, ranks, device, command or " ".join(sys.argv), testbed)
     except Exception as e:
-        raise CalibrationError(f"fitting the measurements failed ({type(e).__name__}: {e}); they are kept in "
-                               f"{raw_path} (calibration.build_profile refits them)") from e
+        why = str(e) if isinstance(e, CalibrationError) else f"fitting the measurements failed ({type(e).__name__}: {e})"
+        raise CalibrationError(f"{why}; the measurements are kept in {raw_path} (calibration.build_profile refits "
+                               "them)") from e
     write_profile(profile, out)
     raw_path.unlink()
     return out

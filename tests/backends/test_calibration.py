@@ -539,6 +539,13 @@ def test_a_fit_that_fails_keeps_the_measurements_and_says_where(tmp_path, monkey
     monkeypatch.setattr(cal, "build_profile", broken)
     with pytest.raises(cal.CalibrationError, match=r"RuntimeError: deadlock.*p\.raw\.json"):
         cal.calibrate(ranks=2, out=tmp_path / "p.yaml")
+
+    def refused(raw, *a, **k):
+        raise cal.CalibrationError("no ping-pong sizes past the eager threshold")
+
+    monkeypatch.setattr(cal, "build_profile", refused)   # a fit's own refusal keeps its words
+    with pytest.raises(cal.CalibrationError, match=r"^no ping-pong sizes past the eager threshold; the measurements"):
+        cal.calibrate(ranks=2, out=tmp_path / "p.yaml")
     kept = json.loads((tmp_path / "p.raw.json").read_text())
     assert kept["p2p"] == {"pingpong": [[4, 1e-5]]} and not (tmp_path / "p.yaml").exists()
     monkeypatch.setattr(cal, "build_profile", lambda raw, *a, **k: {"kept": raw["p2p"]})
