@@ -33,6 +33,7 @@ import numpy as np
 import yaml
 
 from ..backends.real.rank_env import meminfo_bytes, rank_env
+from ..compute import speed_probe
 from . import fit
 from .stack_probe import profile_entry
 
@@ -306,10 +307,9 @@ def build_profile(raw: dict, ranks: int, device: str, command: str, testbed=None
     if probes:   # the host's speed as the kernels were timed: what validate compares a measured point's probe with
         compute["speed_probe_s"] = float(np.median([p[f"{clock}_s"] for p in probes]))
         compute["speed_probe_clock"] = clock
-        calls = {k[len(clock) + 1:-2] for k in probes[0] if k.startswith(f"{clock}_") and k != f"{clock}_s"}
-        if calls and all(f"{clock}_{c}_s" in p for p in probes for c in calls):
-            compute["speed_probe_calls_s"] = {c: float(np.median([p[f"{clock}_{c}_s"] for p in probes]))
-                                              for c in sorted(calls)}
+        calls = [speed_probe.calls_of(p, clock) for p in probes]
+        if all(calls):
+            compute["speed_probe_calls_s"] = {c: float(np.median([got[c] for got in calls])) for c in calls[0]}
     layer_fits, models = layer_times(raw["layers"])
     if layer_fits:
         best = max(layer_fits.values(), key=lambda f: f["residuals"]["points"])

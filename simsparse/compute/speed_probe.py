@@ -77,8 +77,19 @@ def probe(device, sync=lambda: None, reps: int = REPS) -> dict[str, float]:
     for clock, got in (("cpu", cpu), ("wall", wall)):
         med = {name: float(np.median(v)) for (name, _), v in got.items()}
         out[f"{clock}_s"] = float(sum(med.values()))
-        out.update({f"{clock}_{name}_s": t for name, t in med.items()})
+        out.update({call_key(clock, name): t for name, t in med.items()})
     return out
+
+
+def call_key(clock: str, name: str) -> str:
+    """A probe's field for call ``name`` on ``clock`` (a row holds it as ``host_probe_`` + this)."""
+    return f"{clock}_{name}_s"
+
+
+def calls_of(probe: dict, clock: str) -> dict[str, float]:
+    """Each call's median in ``probe`` on ``clock``; {} for a probe made before they were kept."""
+    keys = {name: call_key(clock, name) for name, _ in CALLS}
+    return {name: probe[k] for name, k in keys.items()} if all(k in probe for k in keys.values()) else {}
 
 
 def across_ranks(comm, device, sync=lambda: None) -> dict[str, float]:
@@ -102,7 +113,7 @@ def slowdown(row: dict, compute: dict) -> float | None:
     if not clock:
         return None
     calls = compute.get("speed_probe_calls_s") or {}
-    ratios = [_ratio(row.get(f"host_probe_{clock}_{name}_s"), t) for name, t in calls.items()]
+    ratios = [_ratio(row.get("host_probe_" + call_key(clock, name)), t) for name, t in calls.items()]
     if calls and all(r is not None for r in ratios):
         return float(np.exp(np.mean(np.log(ratios))))
     return _ratio(row.get(f"host_probe_{clock}_s"), ref)
@@ -113,7 +124,7 @@ def cpu_slowdown(row: dict, compute: dict) -> float | None:
     top-k call's ratio where both sides hold it, the compute-bound call of the probe; else :func:`slowdown`."""
     clock = compute.get("speed_probe_clock")
     ref = (compute.get("speed_probe_calls_s") or {}).get("topk")
-    got = _ratio(row.get(f"host_probe_{clock}_topk_s"), ref) if clock and ref else None
+    got = _ratio(row.get("host_probe_" + call_key(clock, "topk")), ref) if clock and ref else None
     return got if got is not None else slowdown(row, compute)
 
 

@@ -56,11 +56,13 @@ def test_with_each_calls_time_on_both_sides_every_call_counts_once():
 
 def test_a_calibration_keeps_the_median_probe_in_its_kernels_clock():
     raw = {**synthetic_raw(), "compute_clock": "cpu",
-           "speed_probe": [{"cpu_s": c, "wall_s": 9.0, "cpu_topk_s": c - 0.001, "cpu_add_s": 0.001, "wall_topk_s": 8.0,
-                            "wall_add_s": 1.0} for c in (0.020, 0.030, 0.022)]}
+           "speed_probe": [{"cpu_s": c, "wall_s": 9.0, "cpu_topk_s": c - 0.003, "cpu_add_s": 0.001, "cpu_copy_s": 0.001,
+                            "cpu_scatter_add_s": 0.001, "wall_topk_s": 6.0, "wall_add_s": 1.0, "wall_copy_s": 1.0,
+                            "wall_scatter_add_s": 1.0} for c in (0.020, 0.030, 0.022)]}
     comp = build_profile(raw, 2, "cpu", "test")["compute"]
     assert comp["speed_probe_s"] == pytest.approx(0.022) and comp["speed_probe_clock"] == "cpu"
-    assert comp["speed_probe_calls_s"] == pytest.approx({"add": 0.001, "topk": 0.021})
+    assert comp["speed_probe_calls_s"] == pytest.approx({"add": 0.001, "copy": 0.001, "scatter_add": 0.001,
+                                                         "topk": 0.019})
     assert DeviceProfile.model_validate(comp).speed_probe_calls_s == comp["speed_probe_calls_s"]
     assert "speed_probe_s" not in build_profile(synthetic_raw(), 2, "cpu", "test")["compute"]
 
