@@ -112,7 +112,8 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
             backend_env = {"SIMSPARSE_SPLIT": testbed_rank_env()["SIMSPARSE_SPLIT"]}
         comp = _launch(mpiexec, comp_spec, ranks if cpu_clock else max(min(ranks, cores), 2), None, timeout_s,
                        backend_env)
-        raw = {**net, **comp, "wall_s": net["wall_s"] + comp["wall_s"]}
+        raw = {**net, **comp, "wall_s": net["wall_s"] + comp["wall_s"],
+               "stage_s": {**net.get("stage_s", {}), **comp.get("stage_s", {})}}
     raw["compute_clock"] = "cpu" if cpu_clock else "wall"
     # The ranks' driver and MPI progress run on this host's cores: on the CPU device their kernels and each
     # request's CPU share those cores (round robin with the slice measured below, or processor sharing; with a core
@@ -550,6 +551,7 @@ def _provenance(command: str, ranks: int, raw: dict) -> dict:
             "python": platform.python_version(), "simsparse": v("simsparse"), "git": git,
             "numpy": v("numpy"), "torch": v("torch"), "mpi4py": v("mpi4py"), "mpich": v("mpich"),
             "wall_s": raw["wall_s"],
+            "stage_s": {stage: round(s, 3) for stage, s in raw.get("stage_s", {}).items()},
             "compute_clock": {"cpu": f"kernels and layers in CPU seconds of each of {ranks} resident ranks",
                               "wall": "kernels and layers in wall seconds, one rank per core"}[
                 raw.get("compute_clock", "wall")]}

@@ -192,6 +192,9 @@ RUN_DENSITY = 0.004
 #: selection, up to what a scatter-add of P selections reaches (P d / (1 + P d): 0.29 at P = 8 and
 #: d = 0.05), holding none of the validation suites' densities (0.001, 0.01, 0.05)
 SELECT_DENSITIES = (0.0003, 0.0007, 0.0015, 0.004, 0.008, 0.014, 0.02, 0.04, 0.1, 0.2, 0.4)
+#: a quick calibration's: every other one, still around :data:`RUN_DENSITY` on both sides (its cold calls
+#: each write twice the last-level cache first, 60 ms on a host that reports 480 MiB: most of its time)
+QUICK_SELECT_DENSITIES = SELECT_DENSITIES[::2]
 
 
 def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
@@ -299,10 +302,13 @@ def llc_bytes() -> int | None:
     return None
 
 
-def evictor(device):
+def evictor(device, threads: int | None = None):
     """A function that writes twice the device's last-level cache (the CPU's
     from sysfs, a GPU's L2; 64 MiB where unknown), so that the next call
-    finds its operands out of it."""
+    finds its operands out of it. On the CPU it writes with ``threads``
+    (default: every core of this process's; the callers time one rank while
+    the others sleep) and gives the rank its own thread count back: one
+    thread wrote this project's 960 MiB in 120 ms, two in 62."""
     import torch
 
     if device.type == "cuda":
@@ -310,13 +316,24 @@ def evictor(device):
     else:
         size = llc_bytes()
     buf = torch.empty(max(2 * (size or 0), 64 << 20) // 4, device=device)
-    return lambda: buf.fill_(1.0)
+    if device.type == "cuda":
+        return lambda: buf.fill_(1.0)
+    from . import host_cores
+
+    threads = threads or host_cores()
+
+    def evict():
+        own = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        buf.fill_(1.0)
+        torch.set_num_threads(own)
+    return evict
 
 
-def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
+def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter, densities=SELECT_DENSITIES) -> list:
     """Each of :data:`SPARSE_KERNELS` (the real backend's torch
     implementation) on its own at each of ``sizes`` times
-    :data:`SELECT_DENSITIES`, one rank at a time while the others sleep
+    ``densities``, one rank at a time while the others sleep
     (:func:`in_turn`): ``(kernel, n, density, seconds, elements)``, the
     median of ``reps`` calls after one warm-up, and the elements the
     kernel's line counts for that call (``Work.elems``: n, or a
@@ -343,7 +360,7 @@ def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter) -> list:
             cold = evict if name in COLD_KERNELS else (lambda: None)
 
             def timed(k=k, n=n, name=name, x=x, cold=cold):
-                for d in SELECT_DENSITIES:
+                for d in densities:
                     args = _sparse_inputs(name, x, d, comm.Get_size())
                     w = k.work(k.torch_fn(*args), *args)
                     ts = []
@@ -596,26 +613,38 @@ def main(argv=None):
     t0 = time.perf_counter()
     parts = spec.get("parts", ["p2p", "kernels", "layers"])
     now = clock(spec.get("clock"))
-    raw = {}
+    raw = {"stage_s": {}}
+
+    def stage(name, t):
+        raw["stage_s"][name] = time.perf_counter() - t
+        return time.perf_counter()
+
+    t = t0
     if "p2p" in parts:
         driver = MPIDriver(comm, device)
         raw["p2p"] = p2p(driver, comm, spec["p2p_sizes"], spec["reps"], spec["quick"], spec.get("exchange_sizes", ()),
                          spec.get("concurrency_sizes", (1 << 16, 1 << 20)), spec.get("late_sizes", ()),
                          spec.get("path_calls", True), spec.get("stack", False))
+        t = stage("p2p", t)
     if "kernels" in parts:
         calls, raw["steps"], raw["message_path"], raw["speed_probe"] = kernels(
             comm, kind, spec["kernel_sizes"], spec["quick"], now, spec.get("path_calls", True))
         raw["kernels"] = every_rank(comm, calls if kind == spec["device"] else [])
-        grid = sparse_grid(comm, device, spec["kernel_sizes"], 3 if spec["quick"] else 5, now)
+        t = stage("kernels", t)
+        grid = sparse_grid(comm, device, spec["kernel_sizes"], 3 if spec["quick"] else 5, now,
+                           QUICK_SELECT_DENSITIES if spec["quick"] else SELECT_DENSITIES)
         raw["sparse_grid"] = every_rank(comm, grid if kind == spec["device"] else [])
+        t = stage("sparse_grid", t)
         woke = idle_grid(comm, device, [n for n in spec["kernel_sizes"] if n <= IDLE_MAX_N], 3 if spec["quick"] else 7,
                          now, QUICK_IDLES_S if spec["quick"] else IDLES_S)
         raw["idle_grid"] = every_rank(comm, woke if kind == spec["device"] else [])
+        t = stage("idle_grid", t)
     if "layers" in parts:
         partner = kind != spec["device"]
         raw["layers"] = layers(comm, device, spec["models"], spec["batch_size"], spec["layer_reps"], now, partner)
         if not partner:
             raw["op_launch"] = op_launch(device, now=now)
+        t = stage("layers", t)
     raw["device"] = f"{device.type}:{torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}"
     if spec["device"] == "cuda":
         raw["cpu_partners"] = max(0, comm.Get_size() - gpus)

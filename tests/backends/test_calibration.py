@@ -390,6 +390,8 @@ def test_quick_calibration_end_to_end(tmp_path):
     # the host speed probe between the algorithms, in the kernels' clock: what a measured point's is compared with
     assert 0 < prof["compute"]["speed_probe_s"] < 5 and prof["compute"]["speed_probe_clock"] in ("cpu", "wall")
     assert len(prof["fits"]["speed_probe"]) >= 10
+    # each stage's wall time, to see where a calibration spends it
+    assert {"p2p", "kernels", "sparse_grid", "idle_grid", "layers"} <= set(prof["provenance"]["stage_s"])
     load_profile(str(out))
 
 
@@ -767,6 +769,20 @@ def test_layers_on_more_ranks_than_cores_are_timed_by_the_calibrations_cpu_clock
     assert [s["clock"] for s in seen] == ["cpu", "wall"]
 
 
+def test_the_evictor_writes_with_the_cores_it_is_given_and_gives_the_rank_its_threads_back(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from simsparse.calibration import worker
+
+    monkeypatch.setattr(worker, "llc_bytes", lambda: 1 << 20)
+    own = torch.get_num_threads()
+    seen = []
+    evict = worker.evictor(torch.device("cpu"), threads=2)
+    real = torch.Tensor.fill_
+    monkeypatch.setattr(torch.Tensor, "fill_", lambda self, v: seen.append(torch.get_num_threads()) or real(self, v))
+    evict()
+    assert seen == [2] and torch.get_num_threads() == own
+
+
 def test_the_sparse_grid_times_the_random_access_kernels_with_the_caches_written_over(monkeypatch):
     """sparse_grid: every timed call of a kernel of COLD_KERNELS comes right after the evictor wrote over
     the caches (an algorithm run meets its vector cold); the other sparse kernels run back to back."""
@@ -791,10 +807,9 @@ def test_the_sparse_grid_times_the_random_access_kernels_with_the_caches_written
 
     log = []
     monkeypatch.setattr(worker, "evictor", lambda device: lambda: log.append("evict"))
-    monkeypatch.setattr(worker, "SELECT_DENSITIES", (0.01, 0.1))
     clock = iter(range(10_000))
     got = worker.sparse_grid(Comm(), torch.device("cpu"), [3000], reps=2,
-                             now=lambda: log.append("clock") or float(next(clock)))
+                             now=lambda: log.append("clock") or float(next(clock)), densities=(0.01, 0.1))
     assert {g[0] for g in got} == set(worker.SPARSE_KERNELS) and len(got) == 2 * len(worker.SPARSE_KERNELS)
     assert log.count("evict") == 2 * 2 * len(worker.COLD_KERNELS)   # reps x densities x kernels
     assert all(log[i + 1] == "clock" for i, e in enumerate(log) if e == "evict")   # each call timed right after
