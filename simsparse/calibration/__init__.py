@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ..backends.real.rank_env import meminfo_bytes, rank_env
+from ..backends.real.rank_env import host_cores, meminfo_bytes, rank_env
 from ..compute import speed_probe
 from . import fit
 from .stack_probe import profile_entry
@@ -151,14 +151,6 @@ def write_raw(raw: dict, path: Path) -> None:
             json.dump(_plain(raw), f, default=lambda o: o.tolist() if hasattr(o, "tolist") else repr(o))
 
     atomic_write(path, dump)
-
-
-def host_cores() -> int:
-    """Cores this process may run on (what the ranks of a launch share)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
 
 
 def _launch(mpiexec: str, spec: dict, ranks: int, testbed, timeout_s: float, extra_env: dict | None = None) -> dict:

@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 
-from ..backends.real.rank_env import release_heap
+from ..backends.real.rank_env import host_cores, release_heap
 from ..backends.real.wire import SocketSleep
 from ..compute import speed_probe
 from . import patterns, stack_probe
@@ -318,8 +318,6 @@ def evictor(device, threads: int | None = None):
     buf = torch.empty(max(2 * (size or 0), 64 << 20) // 4, device=device)
     if device.type == "cuda":
         return lambda: buf.fill_(1.0)
-    from . import host_cores
-
     threads = threads or host_cores()
 
     def evict():

@@ -60,6 +60,14 @@ def heap_bytes() -> int | None:
     return int(m.arena + m.hblkhd)
 
 
+def host_cores() -> int:
+    """Cores this process may run on (what the ranks of a launch share)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
 def meminfo_bytes(key: str) -> int | None:
     """The host's /proc/meminfo ``key`` (``MemTotal``, ``MemAvailable``) in bytes; None where it does not say."""
     try:
