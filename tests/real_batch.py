@@ -23,15 +23,16 @@ import numpy as np
 
 #: the P of the files that check every algorithm at once
 P = 4
-#: test file's key -> (its points, the results' relative and absolute tolerances)
-_REGISTERED: dict[str, tuple[list, float, float]] = {}
+#: test file's key -> (its points, the results' relative and absolute tolerances, whether it reads the speed probe)
+_REGISTERED: dict[str, tuple[list, float, float, bool]] = {}
 #: P -> what its launch wrote, read once per worker (its rows hold every point's trace)
 _READ: dict[int, tuple[dict, Path]] = {}
 
 
-def register(key: str, points: list, rtol: float = 1e-5, atol: float = 1e-5) -> list:
-    """Add ``points`` to the launches of their P, under ``key``."""
-    _REGISTERED[key] = (points, rtol, atol)
+def register(key: str, points: list, rtol: float = 1e-5, atol: float = 1e-5, probe: bool = False) -> list:
+    """Add ``points`` to the launches of their P, under ``key``; ``probe``: the launch times the host's speed
+    before each point (``compute.speed_probe``; it took half the 60 points' launch at P = 4)."""
+    _REGISTERED[key] = (points, rtol, atol, probe)
     return points
 
 
@@ -50,11 +51,12 @@ def _launch(P: int, tmp_path_factory, worker_id) -> tuple[dict, Path]:
     with open(root / f"real_batch_{P}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists() and not failed.exists():
-            points = list({p.point_id("mpi"): p for ps, _, _ in _REGISTERED.values() for p in ps
+            points = list({p.point_id("mpi"): p for ps, _, _, _ in _REGISTERED.values() for p in ps
                            if p.P == P}.values())
+            probe = any(pr and any(p.P == P for p in ps) for ps, _, _, pr in _REGISTERED.values())
             out.mkdir(exist_ok=True)
             try:   # each point takes about a second: a launch that stops for two minutes has hung
-                got = measure_points(points, device="cpu", trace=True, speed_probe=True, dump_results=str(out),
+                got = measure_points(points, device="cpu", trace=True, speed_probe=probe, dump_results=str(out),
                                      timeout_s=120)
             except BaseException as e:   # the other tests report this launch's failure rather than launch again
                 failed.write_text(f"{type(e).__name__}: {e}")
@@ -79,7 +81,7 @@ def check_against_simulator(key: str, tmp_path_factory, worker_id) -> None:
     from simsparse.experiments.config.point import to_dense
     from simsparse.experiments.run.runner import simulate_point
 
-    points, rtol, atol = _REGISTERED[key]
+    points, rtol, atol, _ = _REGISTERED[key]
     for point in points:
         rows, out = _launch(point.P, tmp_path_factory, worker_id)
         row, s = rows[point.point_id("mpi")]["row"], simulate_point(point, keep_results=True)

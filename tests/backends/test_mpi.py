@@ -16,7 +16,7 @@ ALGOS = [("ring", {}), ("recursive_doubling", {}), ("rabenseifner", {}), ("topka
 for _P in (2, 3, 4):
     real_batch.register(f"mpi_{_P}", [make_point(a, _P, n=1000 + _P, density=0.03, params=prm, iterations=2, warmup=1,
                                                  seed=7) for a, prm in ALGOS])
-TRACED = real_batch.register("mpi_traced", [make_point("ring", 2, n=64)])
+TRACED = real_batch.register("mpi_traced", [make_point("ring", 2, n=64)], probe=True)
 KERNELS = real_batch.register("mpi_kernels", [make_point("topka", 2, n=3000, density=0.05, iterations=1, warmup=0)])
 
 
