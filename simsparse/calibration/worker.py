@@ -342,7 +342,15 @@ def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter, densities
     One at a time, since the simulator shares the cores itself: with four
     ranks looping at once on two cores, a scatter-add of 3M entries at
     density 0.2 took 5.8 ms of wall time (2.3 ms of CPU) against 1.6 ms
-    alone, and its ratio to density 0.004 read 20x where alone it is 4.4x."""
+    alone, and its ratio to density 0.004 read 20x where alone it is 4.4x.
+    In rounds, each calling every density once: a factor is a ratio of two
+    densities' times, and the host's memory speed moves over seconds, so
+    each density sees the same stretches of time. Timed density after
+    density, top-k of 3M at density 0.0007 read 0.67 to 0.74 of 0.004 with
+    a spread of 36 to 46 % over eight runs, in rounds 0.78 to 0.81 with 4.5
+    to 11 % (``python benchmarks/bench_grid_order.py``); a testbed's
+    calibration put it at 0.53, and its held-out points at density 0.001
+    and 3.1M entries 13 to 28 % fast."""
     import torch
 
     from ..compute.kernels import get_kernel
@@ -358,18 +366,21 @@ def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter, densities
             cold = evict if name in COLD_KERNELS else (lambda: None)
 
             def timed(k=k, n=n, name=name, x=x, cold=cold):
-                for d in densities:
+                calls = []
+                for d in densities:   # every density's inputs, and its warm-up (which counts its elements)
                     args = _sparse_inputs(name, x, d, comm.Get_size())
-                    w = k.work(k.torch_fn(*args), *args)
-                    ts = []
-                    for _ in range(reps):
+                    calls.append((d, args, k.work(k.torch_fn(*args), *args), []))
+                for _round in range(reps):
+                    for _, args, _, ts in calls:
                         cold()
                         sync()
                         t0 = now()
                         k.torch_fn(*args)
                         sync()
                         ts.append(now() - t0)
-                    out.append((name, n, d, _median(ts), float(w.elems)))
+                out.extend((name, n, d, _median(ts), float(w.elems)) for d, _, w, ts in calls)
+                del calls
+                release_heap()   # (the inputs of every density at once: up to 0.5 GB at 1.2e7 entries)
             in_turn(comm, timed)
     return out
 

@@ -814,3 +814,37 @@ def test_the_sparse_grid_times_the_random_access_kernels_with_the_caches_written
     assert log.count("evict") == 2 * 2 * len(worker.COLD_KERNELS)   # reps x densities x kernels
     assert all(log[i + 1] == "clock" for i, e in enumerate(log) if e == "evict")   # each call timed right after
     assert worker.llc_bytes() is None or worker.llc_bytes() > 0
+
+
+def test_the_sparse_grid_times_every_density_once_a_round(monkeypatch):
+    """A factor is the ratio of two densities' times: the grid calls them in rounds (each density once,
+    after every density's warm-up), so a host whose speed drifts over seconds moves them alike."""
+    torch = pytest.importorskip("torch")
+    from simsparse.calibration import worker
+    from simsparse.compute import kernels
+    from simsparse.compute.kernels import Work
+
+    class Comm:
+        def Get_rank(self):
+            return 0
+
+        def Get_size(self):
+            return 1
+
+        def Ibarrier(self):
+            return type("Done", (), {"Test": lambda self: True})()
+
+    calls = []
+
+    class Fake:
+        def torch_fn(self, x, k):
+            calls.append(k)
+
+        def work(self, out, x, k):
+            return Work(len(x), 0.0)
+
+    monkeypatch.setattr(worker, "SPARSE_KERNELS", ("topk",))
+    monkeypatch.setattr(kernels, "get_kernel", lambda name: Fake())
+    got = worker.sparse_grid(Comm(), torch.device("cpu"), [1000], reps=3, densities=(0.01, 0.1))
+    assert calls == [10, 100] + [10, 100] * 3   # the warm-ups, then three rounds
+    assert [(g[0], g[1], g[2], g[4]) for g in got] == [("topk", 1000, 0.01, 1000.0), ("topk", 1000, 0.1, 1000.0)]
