@@ -769,6 +769,19 @@ def test_layers_on_more_ranks_than_cores_are_timed_by_the_calibrations_cpu_clock
     assert [s["clock"] for s in seen] == ["cpu", "wall"]
 
 
+class OneRank:
+    """A communicator of one rank whose barriers are over at once (the grid's turns without MPI)."""
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return 1
+
+    def Ibarrier(self):
+        return type("Done", (), {"Test": lambda self: True})()
+
+
 def test_the_evictor_writes_with_the_cores_it_is_given_and_gives_the_rank_its_threads_back(monkeypatch):
     torch = pytest.importorskip("torch")
     from simsparse.calibration import worker
@@ -791,24 +804,10 @@ def test_the_sparse_grid_times_the_random_access_kernels_with_the_caches_written
 
     from simsparse.calibration import worker
 
-    class Done:
-        def Test(self):
-            return True
-
-    class Comm:
-        def Get_rank(self):
-            return 0
-
-        def Get_size(self):
-            return 1
-
-        def Ibarrier(self):
-            return Done()
-
     log = []
     monkeypatch.setattr(worker, "evictor", lambda device: lambda: log.append("evict"))
     clock = iter(range(10_000))
-    got = worker.sparse_grid(Comm(), torch.device("cpu"), [3000], reps=2,
+    got = worker.sparse_grid(OneRank(), torch.device("cpu"), [3000], reps=2,
                              now=lambda: log.append("clock") or float(next(clock)), densities=(0.01, 0.1))
     assert {g[0] for g in got} == set(worker.SPARSE_KERNELS) and len(got) == 2 * len(worker.SPARSE_KERNELS)
     assert log.count("evict") == 2 * 2 * len(worker.COLD_KERNELS)   # reps x densities x kernels
@@ -824,16 +823,6 @@ def test_the_sparse_grid_times_every_density_once_a_round(monkeypatch):
     from simsparse.compute import kernels
     from simsparse.compute.kernels import Work
 
-    class Comm:
-        def Get_rank(self):
-            return 0
-
-        def Get_size(self):
-            return 1
-
-        def Ibarrier(self):
-            return type("Done", (), {"Test": lambda self: True})()
-
     calls = []
 
     class Fake:
@@ -845,6 +834,6 @@ def test_the_sparse_grid_times_every_density_once_a_round(monkeypatch):
 
     monkeypatch.setattr(worker, "SPARSE_KERNELS", ("topk",))
     monkeypatch.setattr(kernels, "get_kernel", lambda name: Fake())
-    got = worker.sparse_grid(Comm(), torch.device("cpu"), [1000], reps=3, densities=(0.01, 0.1))
+    got = worker.sparse_grid(OneRank(), torch.device("cpu"), [1000], reps=3, densities=(0.01, 0.1))
     assert calls == [10, 100] + [10, 100] * 3   # the warm-ups, then three rounds
     assert [(g[0], g[1], g[2], g[4]) for g in got] == [("topk", 1000, 0.01, 1000.0), ("topk", 1000, 0.1, 1000.0)]
