@@ -640,7 +640,7 @@ def main(argv=None):
             comm, kind, spec["kernel_sizes"], spec["quick"], now, spec.get("path_calls", True))
         raw["kernels"] = every_rank(comm, calls if kind == spec["device"] else [])
         t = stage("kernels", t)
-        grid = sparse_grid(comm, device, spec["kernel_sizes"], 3 if spec["quick"] else 5, now,
+        grid = sparse_grid(comm, device, spec["kernel_sizes"], 2 if spec["quick"] else 5, now,
                            QUICK_SELECT_DENSITIES if spec["quick"] else SELECT_DENSITIES)
         raw["sparse_grid"] = every_rank(comm, grid if kind == spec["device"] else [])
         t = stage("sparse_grid", t)
