@@ -328,7 +328,8 @@ def evictor(device, threads: int | None = None):
     return evict
 
 
-def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter, densities=SELECT_DENSITIES) -> list:
+def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter, densities=SELECT_DENSITIES,
+                turns: int | None = None) -> list:
     """Each of :data:`SPARSE_KERNELS` (the real backend's torch
     implementation) on its own at each of ``sizes`` times
     ``densities``, one rank at a time while the others sleep
@@ -350,7 +351,8 @@ def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter, densities
     a spread of 36 to 46 % over eight runs, in rounds 0.78 to 0.81 with 4.5
     to 11 % (``python benchmarks/bench_grid_order.py``); a testbed's
     calibration put it at 0.53, and its held-out points at density 0.001
-    and 3.1M entries 13 to 28 % fast."""
+    and 3.1M entries 13 to 28 % fast. ``turns``: the ranks that time it
+    (:func:`in_turn`; default every one, each adding its calls)."""
     import torch
 
     from ..compute.kernels import get_kernel
@@ -381,7 +383,7 @@ def sparse_grid(comm, device, sizes, reps: int, now=time.perf_counter, densities
                 out.extend((name, n, d, _median(ts), float(w.elems)) for d, _, w, ts in calls)
                 del calls
                 release_heap()   # (the inputs of every density at once: up to 0.5 GB at 1.2e7 entries)
-            in_turn(comm, timed)
+            in_turn(comm, timed, turns)
     return out
 
 
@@ -469,11 +471,11 @@ def idle_grid(comm, device, sizes, reps: int, now=time.perf_counter, idles=IDLES
     return out
 
 
-def in_turn(comm, fn) -> None:
-    """``fn()`` on each rank of ``comm`` in turn while the others sleep
-    (:func:`_sleeping_barrier`): a kernel's own time, no other rank's work
-    beside it on the cores."""
-    for turn in range(comm.Get_size()):
+def in_turn(comm, fn, turns: int | None = None) -> None:
+    """``fn()`` on each rank of ``comm`` (the first ``turns``) in turn while
+    the others sleep (:func:`_sleeping_barrier`): a kernel's own time, no
+    other rank's work beside it on the cores."""
+    for turn in range(min(comm.Get_size(), turns or comm.Get_size())):
         if turn == comm.Get_rank():
             fn()
         _sleeping_barrier(comm)
@@ -640,8 +642,9 @@ def main(argv=None):
             comm, kind, spec["kernel_sizes"], spec["quick"], now, spec.get("path_calls", True))
         raw["kernels"] = every_rank(comm, calls if kind == spec["device"] else [])
         t = stage("kernels", t)
+        # (quick: every other density, two calls a round, timed by the first rank alone)
         grid = sparse_grid(comm, device, spec["kernel_sizes"], 2 if spec["quick"] else 5, now,
-                           QUICK_SELECT_DENSITIES if spec["quick"] else SELECT_DENSITIES)
+                           QUICK_SELECT_DENSITIES if spec["quick"] else SELECT_DENSITIES, 1 if spec["quick"] else None)
         raw["sparse_grid"] = every_rank(comm, grid if kind == spec["device"] else [])
         t = stage("sparse_grid", t)
         woke = idle_grid(comm, device, [n for n in spec["kernel_sizes"] if n <= IDLE_MAX_N], 3 if spec["quick"] else 7,

@@ -782,6 +782,29 @@ class OneRank:
         return type("Done", (), {"Test": lambda self: True})()
 
 
+def test_in_turn_runs_the_first_turns_ranks_each_behind_a_barrier():
+    from simsparse.calibration import worker
+
+    class Three(OneRank):
+        def __init__(self, rank):
+            self.rank, self.barriers = rank, 0
+
+        def Get_rank(self):
+            return self.rank
+
+        def Get_size(self):
+            return 3
+
+        def Ibarrier(self):
+            self.barriers += 1
+            return super().Ibarrier()
+
+    for rank, turns, runs, barriers in ((0, None, 1, 3), (2, None, 1, 3), (0, 1, 1, 1), (2, 1, 0, 1)):
+        comm, ran = Three(rank), []
+        worker.in_turn(comm, lambda ran=ran: ran.append(1), turns)
+        assert (len(ran), comm.barriers) == (runs, barriers)
+
+
 def test_the_evictor_writes_with_the_cores_it_is_given_and_gives_the_rank_its_threads_back(monkeypatch):
     torch = pytest.importorskip("torch")
     from simsparse.calibration import worker
