@@ -192,9 +192,10 @@ RUN_DENSITY = 0.004
 #: selection, up to what a scatter-add of P selections reaches (P d / (1 + P d): 0.29 at P = 8 and
 #: d = 0.05), holding none of the validation suites' densities (0.001, 0.01, 0.05)
 SELECT_DENSITIES = (0.0003, 0.0007, 0.0015, 0.004, 0.008, 0.014, 0.02, 0.04, 0.1, 0.2, 0.4)
-#: a quick calibration's: every other one, still around :data:`RUN_DENSITY` on both sides (its cold calls
-#: each write twice the last-level cache first, 60 ms on a host that reports 480 MiB: most of its time)
-QUICK_SELECT_DENSITIES = SELECT_DENSITIES[::2]
+#: :func:`sparse_grid`'s calls a round, densities and timing ranks, for a full calibration and a quick one: every
+#: other density (still around :data:`RUN_DENSITY` on both sides), two calls a round, the first rank alone (its cold
+#: calls each write twice the last-level cache first, 60 ms on a host that reports 480 MiB: most of its time)
+GRID = {False: (5, SELECT_DENSITIES, None), True: (2, SELECT_DENSITIES[::2], 1)}
 
 
 def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
@@ -307,8 +308,9 @@ def evictor(device, threads: int | None = None):
     from sysfs, a GPU's L2; 64 MiB where unknown), so that the next call
     finds its operands out of it. On the CPU it writes with ``threads``
     (default: every core of this process's; the callers time one rank while
-    the others sleep) and gives the rank its own thread count back: one
-    thread wrote this project's 960 MiB in 120 ms, two in 62."""
+    the others sleep) and gives the rank its own thread count back: on a
+    host whose cache reads 480 MiB, one thread wrote its 960 MiB in 120 ms,
+    two in 62."""
     import torch
 
     if device.type == "cuda":
@@ -642,9 +644,8 @@ def main(argv=None):
             comm, kind, spec["kernel_sizes"], spec["quick"], now, spec.get("path_calls", True))
         raw["kernels"] = every_rank(comm, calls if kind == spec["device"] else [])
         t = stage("kernels", t)
-        # (quick: every other density, two calls a round, timed by the first rank alone)
-        grid = sparse_grid(comm, device, spec["kernel_sizes"], 2 if spec["quick"] else 5, now,
-                           QUICK_SELECT_DENSITIES if spec["quick"] else SELECT_DENSITIES, 1 if spec["quick"] else None)
+        reps, densities, turns = GRID[bool(spec["quick"])]
+        grid = sparse_grid(comm, device, spec["kernel_sizes"], reps, now, densities, turns)
         raw["sparse_grid"] = every_rank(comm, grid if kind == spec["device"] else [])
         t = stage("sparse_grid", t)
         woke = idle_grid(comm, device, [n for n in spec["kernel_sizes"] if n <= IDLE_MAX_N], 3 if spec["quick"] else 7,
