@@ -43,8 +43,6 @@ what a measured step shows).
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
 import numpy as np
@@ -97,10 +95,10 @@ def sparse(args) -> None:
 
 
 def main(argv=None) -> None:
-    from simsparse.backends.real.rank_env import RANK_ENV
+    from simsparse.backends.real.rank_env import as_a_rank
 
-    if argv is None and any(os.environ.get(k) != v for k, v in RANK_ENV.items()):
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **RANK_ENV})
+    if argv is None:
+        as_a_rank()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=None)
     ap.add_argument("--reps", type=int, default=30)
