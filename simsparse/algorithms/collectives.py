@@ -364,11 +364,18 @@ class AllreduceHost(Collective):
     @staticmethod
     def bulk(reqs, run):
         """The same schedule for all ranks at once, reducing every rank's
-        array in the same order (bit-identical)."""
+        array in the same order (bit-identical). Where the order cannot
+        show (integers, or max and min of anything but floats), every rank
+        ends with the one reduction of all rows, computed once: Ok-Topk's
+        4,095 boundaries at P = 4096 took 2.9 s as 12 steps of P x P copies."""
         fn = HOST_OPS[reqs[0].op]
         M = np.stack([np.asarray(q.values) for q in reqs])
-        sizes = np.array([run.size(Scalars(v)) for v in M], dtype=np.int64)
+        sizes = np.full(run.P, run.size(Scalars(M[0])), dtype=np.int64)   # (every row: one shape and dtype)
+        whole = M.dtype.kind in "biu"   # (integer sums wrap alike in any order; max and min never depend on it)
         for st, src, dst in RECURSIVE_DOUBLING.all(run.P):
             run.wave(src, dst, sizes[src])
-            M[dst] = M[src] if st.kernel is None else fn(M[dst], M[src])   # (M[src] is a copy)
+            if not whole:
+                M[dst] = M[src] if st.kernel is None else fn(M[dst], M[src])   # (M[src] is a copy)
+        if whole:
+            M[:] = fn.reduce(M, axis=0, dtype=M.dtype)
         return list(M)   # (each rank's own row: no two share memory)

@@ -103,6 +103,10 @@ ONE = {   # a program of one collective: what it returns
                                            Reduce("scatter_add_region", np.zeros(4, np.float32), (4 * ctx.rank,))),
     "alltoall_unrotated": lambda ctx: Alltoall(_blocks(ctx.rank, ctx.size), 1, False, 3),
     "allreduce_host": lambda ctx: AllreduceHost(np.array([ctx.rank, 1]), "max", 2),
+    # integer sums that wrap (reduced once, in no order), and float sums (reduced step by step: the order shows)
+    "allreduce_host_wrap": lambda ctx: AllreduceHost(np.array([2**62 + ctx.rank, -ctx.rank], np.int64), "sum", 2),
+    "allreduce_host_float": lambda ctx: AllreduceHost(np.array([0.1 * (ctx.rank + 1), 1e16 / (ctx.rank + 1)]),
+                                                      "sum", 2),
 }
 
 
