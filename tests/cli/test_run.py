@@ -41,8 +41,11 @@ def test_run_writes_table_plot_and_trace(cfg, tmp_path, capsys):
         row = df[df.point_id == pid].iloc[0]
         per_iter = g.groupby("iteration")["bytes"].sum()
         assert per_iter.iloc[-1] == row["bytes_total"]
-    printed = capsys.readouterr().out
-    assert "rabenseifner" in printed and "wrote" in printed
+    printed = capsys.readouterr()
+    assert "rabenseifner" in printed.out and "wrote" in printed.out
+    # each point's own peak memory, where it ran, and the largest said at the end
+    assert (df["peak_rss_B"] > 50e6).all()
+    assert "the largest peak memory of a point" in printed.err
 
 
 def test_default_output_folder_is_results_name(cfg, tmp_path, monkeypatch):
@@ -101,12 +104,12 @@ def test_quickstart_config_is_valid():
 @pytest.mark.slow
 def test_points_simulated_at_once_give_the_rows_and_trace_of_one_after_another(cfg, tmp_path):
     """``--jobs 2`` (the default on a grid estimated at 10 s or more, one per core): the same rows,
-    in the config's order, and the same trace; only the wall time differs."""
+    in the config's order, and the same trace; only the wall time and peak memory differ."""
     rows, traces = [], []
     for jobs in ("1", "2"):
         out = tmp_path / f"j{jobs}"
         assert main(["run", str(cfg), "--out", str(out), "--no-plot", "--trace", "--jobs", jobs]) == 0
-        rows.append(pd.read_csv(out / "results.csv").drop(columns=["wall_s"]))
+        rows.append(pd.read_csv(out / "results.csv").drop(columns=["wall_s", "peak_rss_B"]))
         traces.append(pd.read_csv(out / "trace.csv"))
     assert len(rows[0]) == 9
     pd.testing.assert_frame_equal(rows[0], rows[1])

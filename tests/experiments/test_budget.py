@@ -53,3 +53,19 @@ def test_one_rank_sends_nothing_and_is_estimated_at_its_calls_alone(algorithm):
 
     est = point_estimate(make_point(algorithm, 1, n=1, density=1.0, iterations=1))
     assert 0.0 <= est.seconds < 1.0
+
+
+def test_a_points_peak_memory_is_its_own():
+    """``reset_peak`` starts the high-water mark afresh, so a worker's
+    earlier, larger point does not become the next point's peak."""
+    import numpy as np
+
+    from simsparse.experiments.run import budget
+
+    big = np.ones(200 << 20, dtype=np.uint8)   # 200 MiB touched
+    budget.reset_peak()
+    before = budget.peak_rss_B()
+    del big
+    budget.reset_peak()
+    after = budget.peak_rss_B()
+    assert before - after > 150 << 20

@@ -19,7 +19,8 @@ ROW_COLUMNS = ["point_id", "backend", "schedule", "model", "batch_size", "algori
                "time_min_s", "time_max_s", "period",
                "t_compute_s", "t_comm_s", "t_iter_s", "t_forward_s", "t_backward_s", "t_sparsify_s",
                "t_comm_nonoverlap_s", "merged_groups", "cpu_s",
-               "bytes_sent_max", "bytes_total", "msgs_total", "correct", "max_rel_err", "sim_events", "wall_s"]
+               "bytes_sent_max", "bytes_total", "msgs_total", "correct", "max_rel_err", "sim_events", "wall_s",
+               "peak_rss_B"]
 BREAKDOWN = ("t_forward_s", "t_backward_s", "t_sparsify_s", "t_comm_nonoverlap_s")
 #: a bare collective's slowest rank: device busy time and the rest (messages, waiting)
 COLLECTIVE_BREAKDOWN = ("t_compute_s", "t_comm_s")

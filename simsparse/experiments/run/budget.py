@@ -365,6 +365,32 @@ def rss_B() -> float:
         return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+def reset_peak() -> None:
+    """Start this process's peak resident memory afresh (Linux's ``clear_refs``
+    code 5, since 4.0), so that :func:`peak_rss_B` after a point is that point's
+    own peak, not an earlier point's in the same worker."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # pragma: no cover - not Linux, or not allowed: the process's peak since it started
+        pass
+
+
+def peak_rss_B() -> float:
+    """This process's peak resident memory since :func:`reset_peak` (``VmHWM``),
+    else since it started."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    import resource
+
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
 class Watchdog:
     """Stops the running point when this process outgrows ``max_memory_B``
     or the point runs longer than ``max_point_s``: it records why in

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..config.errors import ConfigError
 from ..config.schema import Experiment
-from ..results.format import fmt_duration
+from ..results.format import fmt_bytes, fmt_duration
 from ..results.paths import results_dir
 from ..results.store import ResultsStore
 from ...backends.evaluators import EvaluationError
@@ -85,12 +85,14 @@ def execute(exp: Experiment, backend: str = "sim", out: str | None = None, *, fr
                   f"{exp.name}", file=log, flush=True)
         progress = s.progress(backend, backend)
         max_point_s = None if force else limits.max_seconds
+        peak = 0.0   # the largest point's peak memory, in whichever process it ran
         try:
             if backend == "sim":
                 at_once, order, _ = jobs_for(s.pending, limits, trace, jobs)
                 for p, (row, rows) in simulated(order, at_once, trace, limits.max_memory_B, max_point_s, progress):
                     s.save(row, rows)
                     progress.finished(p, row)
+                    peak = max(peak, row["peak_rss_B"])
             else:
                 def done(p, outcome):
                     s.save(outcome.row, outcome.trace)
@@ -109,7 +111,9 @@ def execute(exp: Experiment, backend: str = "sim", out: str | None = None, *, fr
         finally:
             progress.close()
         if s.pending:
-            print(f"simsparse: {len(s.pending)} points in {fmt_duration(progress.elapsed_s())}", file=log)
+            print(f"simsparse: {len(s.pending)} points in {fmt_duration(progress.elapsed_s())}"
+                  + (f"; the largest peak memory of a point {fmt_bytes(peak)} (peak_rss_B in the results)" if peak
+                     else ""), file=log)
         return Executed(s.store, out_dir, s.written)
 
 
@@ -168,6 +172,7 @@ def simulate_watched(point, trace: bool, max_memory_B: float, max_point_s: float
 
     watchdog = budget.Watchdog(max_memory_B, max_point_s)
     _WATCHING[:] = [watchdog]
+    budget.reset_peak()
     try:
         with watchdog:
             got = runner.simulate_point(point, trace=trace, max_seconds=max_point_s)
@@ -177,7 +182,8 @@ def simulate_watched(point, trace: bool, max_memory_B: float, max_point_s: float
         raise PointStopped(watchdog.breach) from None
     finally:
         _WATCHING.clear()
-    return got.row, got.trace
+    # the point's own peak: the process it ran in (a pool's worker, whose memory /usr/bin/time does not see)
+    return {**got.row, "peak_rss_B": budget.peak_rss_B()}, got.trace
 
 
 def _indexed(task) -> tuple:

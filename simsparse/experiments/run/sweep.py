@@ -40,7 +40,7 @@ from .session import Session
 
 EXECUTORS = ("local", "mpi", "dask")
 #: columns that say when and where a point ran (and how long it took): the only ones that differ between runs
-RUN_COLUMNS = ("wall_s", "host", "worker", "started_at")
+RUN_COLUMNS = ("wall_s", "peak_rss_B", "host", "worker", "started_at")
 
 
 class SweepError(ConfigError):
@@ -53,11 +53,14 @@ def ident(point: Point) -> str:
 
 def run_task(point: Point, trace: bool = False, max_seconds: float | None = None) -> tuple[dict, list]:
     """Simulate one point (in a worker): its row, with where and when it ran, and its trace rows."""
+    from . import budget
     from .runner import simulate_point
 
     started = provenance.now()
+    budget.reset_peak()
     out = simulate_point(point, trace=trace, max_seconds=max_seconds)
-    row = {**out.row, "host": socket.gethostname(), "worker": os.getpid(), "started_at": started}
+    row = {**out.row, "peak_rss_B": budget.peak_rss_B(), "host": socket.gethostname(), "worker": os.getpid(),
+           "started_at": started}
     return row, out.trace
 
 
