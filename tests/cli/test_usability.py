@@ -99,6 +99,17 @@ def test_results_table_names_a_missing_baseline():
     assert any("oktopkk" in n for n in notes)
 
 
+def test_a_training_table_says_what_its_breakdown_columns_hold():
+    """A dense allreduce's reductions and copies are not a sparsification: the
+    column of the slowest rank's other device work is named for what it holds."""
+    df = pd.DataFrame({"schedule": ["whole"], "algorithm": ["rabenseifner"], "P": [4], "n": [10], "time_s": [1.0],
+                       "t_forward_s": [0.1], "t_backward_s": [0.2], "t_sparsify_s": [0.5],
+                       "t_comm_nonoverlap_s": [0.2], "bytes_sent_max": [100], "bytes_total": [200]})
+    table, _ = results_table(df)
+    assert "other compute" in table and "sparsify" not in table.replace("t_sparsify_s", "")
+    assert "500 ms" in table
+
+
 def test_measure_runs_once_per_group_of_simulator_only_settings(tmp_path):
     exp = load_config(_cfg(tmp_path, CFG.replace("network:", "compute: [ideal, p100]\ndata_scale: [1, 0.5]\nnetwork:")))
     groups = ms.group_points(exp.points)

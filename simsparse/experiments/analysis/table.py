@@ -89,6 +89,10 @@ def results_table(df: pd.DataFrame, baseline: str | None = None) -> tuple[str, l
         lines.append("all rows: " + ", ".join(f"{c} = {_fmt_value(c, df[c].iloc[0])}" for c in const))
     if "period" in df.columns:
         lines.append(_time_note(df))
+    if training:
+        lines.append("fwd+bwd: the slowest rank's forward and backward passes; other compute: its other device work "
+                     "(selection, compression, reductions, copies, the optimizer; t_sparsify_s); comm wait: the rest of "
+                     "its iteration")
     if base:
         lines.append(f"speed-up: time of {base} / time, at the same P"
                      + (" and " + ", ".join(facets) if facets else ""))
@@ -121,7 +125,7 @@ def _block(g: pd.DataFrame, base: str | None, training: bool) -> list[str]:
     if base:
         header.append("speed-up")
     if training:
-        header += ["fwd+bwd", "sparsify", "comm wait", "groups"]
+        header += ["fwd+bwd", "other compute", "comm wait", "groups"]
     else:
         header += ["compute", "comm"]
     header += ["sent (busiest)", "sent (all)", "correct"]
