@@ -364,10 +364,11 @@ class AllreduceHost(Collective):
     @staticmethod
     def bulk(reqs, run):
         """The same schedule for all ranks at once, reducing every rank's
-        array in the same order (bit-identical). Where the order cannot
-        show (integers, or max and min of anything but floats), every rank
-        ends with the one reduction of all rows, computed once: Ok-Topk's
-        4,095 boundaries at P = 4096 took 2.9 s as 12 steps of P x P copies."""
+        array in the same order (bit-identical). Integer and boolean arrays,
+        where the order cannot show (a sum wraps alike in any order; max and
+        min never depend on it), end with the one reduction of all rows on
+        every rank, computed once: Ok-Topk's 4,095 boundaries at P = 4096
+        took 2.9 s as 12 steps of P x P copies."""
         fn = HOST_OPS[reqs[0].op]
         M = np.stack([np.asarray(q.values) for q in reqs])
         sizes = np.full(run.P, run.size(Scalars(M[0])), dtype=np.int64)   # (every row: one shape and dtype)
