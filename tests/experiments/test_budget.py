@@ -56,16 +56,13 @@ def test_one_rank_sends_nothing_and_is_estimated_at_its_calls_alone(algorithm):
 
 
 def test_a_points_peak_memory_is_its_own():
-    """``reset_peak`` starts the high-water mark afresh, so a worker's
+    """``peak_of`` starts the high-water mark afresh, so a worker's
     earlier, larger point does not become the next point's peak."""
     import numpy as np
 
     from simsparse.experiments.run import budget
 
-    big = np.ones(200 << 20, dtype=np.uint8)   # 200 MiB touched
-    budget.reset_peak()
-    before = budget.peak_rss_B()
+    big, before = budget.peak_of(lambda: np.ones(200 << 20, dtype=np.uint8))   # 200 MiB touched
     del big
-    budget.reset_peak()
-    after = budget.peak_rss_B()
+    _, after = budget.peak_of(lambda: None)
     assert before - after > 150 << 20

@@ -365,20 +365,20 @@ def rss_B() -> float:
         return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def reset_peak() -> None:
-    """Start this process's peak resident memory afresh (Linux's ``clear_refs``
-    code 5, since 4.0), so that :func:`peak_rss_B` after a point is that point's
-    own peak, not an earlier point's in the same worker."""
+def peak_of(fn):
+    """``fn()`` and this process's peak resident memory while it ran: the
+    high-water mark is started afresh first (Linux's ``clear_refs`` code 5,
+    since 4.0; elsewhere the process's peak since it started), so a worker's
+    earlier, larger point is not the next one's peak."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
-    except OSError:  # pragma: no cover - not Linux, or not allowed: the process's peak since it started
+    except OSError:  # pragma: no cover - not Linux, or not allowed
         pass
+    return fn(), _peak_rss_B()
 
 
-def peak_rss_B() -> float:
-    """This process's peak resident memory since :func:`reset_peak` (``VmHWM``),
-    else since it started."""
+def _peak_rss_B() -> float:
     try:
         with open("/proc/self/status") as f:
             for line in f:

@@ -172,10 +172,9 @@ def simulate_watched(point, trace: bool, max_memory_B: float, max_point_s: float
 
     watchdog = budget.Watchdog(max_memory_B, max_point_s)
     _WATCHING[:] = [watchdog]
-    budget.reset_peak()
     try:
         with watchdog:
-            got = runner.simulate_point(point, trace=trace, max_seconds=max_point_s)
+            got, peak = budget.peak_of(lambda: runner.simulate_point(point, trace=trace, max_seconds=max_point_s))
     except KeyboardInterrupt:
         if watchdog.breach is None:
             raise
@@ -183,7 +182,7 @@ def simulate_watched(point, trace: bool, max_memory_B: float, max_point_s: float
     finally:
         _WATCHING.clear()
     # the point's own peak: the process it ran in (a pool's worker, whose memory /usr/bin/time does not see)
-    return {**got.row, "peak_rss_B": budget.peak_rss_B()}, got.trace
+    return {**got.row, "peak_rss_B": peak}, got.trace
 
 
 def _indexed(task) -> tuple:

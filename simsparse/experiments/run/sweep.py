@@ -57,10 +57,8 @@ def run_task(point: Point, trace: bool = False, max_seconds: float | None = None
     from .runner import simulate_point
 
     started = provenance.now()
-    budget.reset_peak()
-    out = simulate_point(point, trace=trace, max_seconds=max_seconds)
-    row = {**out.row, "peak_rss_B": budget.peak_rss_B(), "host": socket.gethostname(), "worker": os.getpid(),
-           "started_at": started}
+    out, peak = budget.peak_of(lambda: simulate_point(point, trace=trace, max_seconds=max_seconds))
+    row = {**out.row, "peak_rss_B": peak, "host": socket.gethostname(), "worker": os.getpid(), "started_at": started}
     return row, out.trace
 
 
