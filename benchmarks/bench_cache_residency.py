@@ -1,7 +1,7 @@
 """Streaming kernels with their operands in cache and out of it, and after the rank slept.
 
     python benchmarks/bench_cache_residency.py [--sizes 75000 250000 750000 2500000] [--reps 30]
-        [--evict-mb 64] [--idle-ms 1 2 10 50]
+        [--evict-mb 64] [--idle-ms 1 2 10 50] [--stack-mb 1.5 12]
     python benchmarks/bench_cache_residency.py --sparse [--sizes 393216 3145728]
         [--densities 0.001 0.004 0.0157 0.05]
 
@@ -23,7 +23,12 @@ more ranks than cores):
 * ``woken``: as ``idle`` at the longest D, with the same kernel run on a
   4 KB block first, untimed, as ``calibrate``'s ``idle_grid`` times it
   (the wake-up's own cost left out: woken less warm is what the profile's
-  ``idle_excess`` holds).
+  ``idle_excess`` holds);
+* ``stack X MB`` (``--stack-mb``): X MB pass through a loopback TCP
+  connection of this process before each call (a thread receives them), as
+  the kernel's network stack copies a rank's messages while it waits: what
+  the stack's own copies evict, which neither ``cold`` (a write by the
+  rank) nor ``idle`` (nothing runs) shows.
 
 With ``--sparse``, the kernels that read or write entries at random places
 of a dense vector (``worker.COLD_KERNELS``: scatter-add, scatter of values,
@@ -55,6 +60,32 @@ def _calls(name: str, m: int):
     """The kernel's arguments on blocks of m entries, as ``calibrate``'s idle grid passes them
     (``worker._idle_inputs``, four ranks' blocks for ``concat``)."""
     return _idle_inputs(name, np.random.default_rng(m).random(2 * m, dtype=np.float32), 4)
+
+
+def loopback():
+    """A function that passes its argument's MB through a loopback TCP connection of this process
+    (sent here, received by a thread): the stack's copies on both ends, as a waiting rank's messages."""
+    import socket
+    import threading
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    tx = socket.create_connection(srv.getsockname())
+    rx, _ = srv.accept()
+    srv.close()
+
+    def carry(mb: float) -> None:
+        n = int(mb * 1e6)
+        into = memoryview(bytearray(n))
+
+        def receive():
+            got = 0
+            while got < n:
+                got += rx.recv_into(into[got:], n - got)
+        t = threading.Thread(target=receive)
+        t.start()
+        tx.sendall(bytes(n))
+        t.join()
+    return carry
 
 
 def _median_us(fn, args, reps: int, evict=None, idle_s: float = 0.0, wake=None) -> float:
@@ -104,6 +135,8 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--evict-mb", type=int, default=64)
     ap.add_argument("--idle-ms", type=float, nargs="*", default=[1.0, 2.0, 10.0, 50.0])
+    ap.add_argument("--stack-mb", type=float, nargs="*", default=[1.5, 12.0],
+                    help="MB through a loopback TCP connection before each call (a column each)")
     ap.add_argument("--sparse", action="store_true", help="the random-access sparse kernels, warm and cold")
     ap.add_argument("--densities", type=float, nargs="+", default=[0.001, 0.004, 0.0157, 0.05])
     args = ap.parse_args(argv)
@@ -116,8 +149,10 @@ def main(argv=None) -> None:
         np.add(big, 1.0, out=big)
     args.sizes = args.sizes or [75_000, 250_000, 750_000, 2_500_000]
     idle = "".join(f" {f'idle {d:g} ms':>11}" for d in args.idle_ms)
+    stack = "".join(f" {f'stack {x:g} MB':>13}" for x in args.stack_mb)
+    carry = loopback()
     print(f"{'kernel':<10} {'n':>10} {'warm us':>9} {'GB/s':>6} {'cold us':>9} {'GB/s':>6} {'cold/warm':>9}{idle}"
-          f" {'woken':>11}")
+          f" {'woken':>11}{stack}")
     for name in ("add_into", "copy_into", "copy", "add", "concat"):
         k = KERNELS[name]
         for m in args.sizes:
@@ -128,8 +163,10 @@ def main(argv=None) -> None:
             slept = "".join(f" {_median_us(k.numpy, a, args.reps, idle_s=d / 1e3):>8.1f} us" for d in args.idle_ms)
             woken = _median_us(k.numpy, a, args.reps, idle_s=max(args.idle_ms, default=10.0) / 1e3,
                                wake=_calls(name, WAKE_N))
+            carried = "".join(f" {_median_us(k.numpy, a, args.reps, evict=lambda x=x: carry(x)):>10.1f} us"
+                              for x in args.stack_mb)
             print(f"{name:<10} {m:>10} {warm:>9.1f} {nbytes / warm / 1e3:>6.1f} {cold:>9.1f} "
-                  f"{nbytes / cold / 1e3:>6.1f} {cold / warm:>9.2f}{slept} {woken:>8.1f} us")
+                  f"{nbytes / cold / 1e3:>6.1f} {cold / warm:>9.2f}{slept} {woken:>8.1f} us{carried}")
 
 
 if __name__ == "__main__":
