@@ -124,9 +124,8 @@ class PathProbe:
 
     * ``calls=False``: the serialisation of each send (``Mailbox.pack``) and
       the unpacking of each receive (``wire.unpack``), nothing of the MPI
-      calls between them, which move the bytes and are the transport's: a
-      path that holds on any transport (a testbed's ranks write TCP sockets,
-      while its calibration runs the algorithms through shared memory).
+      calls between them, which move the bytes and are the transport's: on
+      a testbed its point-to-point patterns fit them.
     * ``calls=True``: ``isend`` whole (serialise and post) and, per receive,
       its match, receive and unpacking (``Mailbox._take``) -- for a message
       too large to receive at once only its unpacking (``Mailbox._complete``:

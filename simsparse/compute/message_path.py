@@ -9,10 +9,10 @@ completes. Both run in the rank's Python on its core. The MPI calls between
 them (post, match, receive) are the transport's. Where the calibration's
 algorithms ran on the profile's own transport (this host's shared memory)
 the path holds them too, as they cost in place (a 2 MB isend copies part of
-its message before it returns); for a testbed, whose algorithms the
-calibration runs through shared memory while its ranks write TCP sockets,
-the path is the serialisation alone and the calls stay in the transport's
-fits (LogGP ``o``, ``message_cpu_s``):
+its message before it returns); for a testbed, whose calibration runs the
+algorithms on its sockets, the path is the serialisation alone and the
+calls stay in the transport's fits (LogGP ``o``, ``message_cpu_s``), which
+its point-to-point patterns measure:
 :class:`~simsparse.calibration.probes.PathProbe`. The cost depends on the
 wire format:
 
