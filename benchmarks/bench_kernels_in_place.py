@@ -69,9 +69,11 @@ def main(argv=None) -> None:
         for i in range(args.repeats):
             for side, (flags, env) in sides.items():
                 out = Path(td) / f"{side.replace(' ', '_')}{i}"
-                subprocess.run([sys.executable, "-m", "simsparse.cli", "measure", str(cfg), "--trace", "--no-plot",
-                                "--out", str(out), *flags], check=True, cwd=ROOT, env={**os.environ, **env},
-                               stdout=subprocess.DEVNULL)
+                proc = subprocess.run([sys.executable, "-m", "simsparse.cli", "measure", str(cfg), "--trace",
+                                       "--no-plot", "--out", str(out), *flags], cwd=ROOT, env={**os.environ, **env},
+                                      capture_output=True, text=True)
+                if proc.returncode:
+                    sys.exit(f"measure on the {side} failed:\n{proc.stderr[-2000:]}")
                 runs[side].append(medians(out))
     print(f"P = {args.P}, {args.repeats} runs a side, median call in us (median over runs); "
           f"{Path(args.testbed).name} over the host, with the runs' range; load {load:.2f} before and "
