@@ -499,10 +499,11 @@ def test_more_ranks_than_cores_time_kernels_in_cpu_seconds_with_every_rank_resid
     from simsparse.calibration import worker
     from simsparse.experiments.run import measure
 
-    launches = []
+    launches, places = [], []
 
-    def fake_launch(mpiexec, spec, ranks, testbed, timeout_s, extra_env=None):
+    def fake_launch(mpiexec, spec, ranks, testbed, timeout_s):
         launches.append((tuple(spec.get("parts", ("p2p", "kernels", "layers"))), spec.get("clock"), ranks))
+        places.append(testbed)
         return {"wall_s": 1.0}
 
     monkeypatch.setattr(measure, "check_prerequisites", lambda: "mpiexec")
@@ -521,6 +522,17 @@ def test_more_ranks_than_cores_time_kernels_in_cpu_seconds_with_every_rank_resid
     cal.calibrate(device="cuda", ranks=2, out=tmp_path / "g.yaml")
     assert written[-1]["shared_cores"] is None   # kernels on the GPU
     assert worker.clock("cpu") is time.process_time and worker.clock("wall") is time.perf_counter
+    # on a testbed the algorithms run where its measured runs do: both launches on its sockets
+    from pathlib import Path
+
+    from simsparse.testbed import load_spec
+
+    star = load_spec(str(Path(__file__).resolve().parents[2] / "topologies/testbed_star.yaml"))
+    launches.clear()
+    places.clear()
+    cal.calibrate(ranks=2, out=tmp_path / "t.yaml", testbed=star)
+    assert launches == [(("p2p",), None, 2), (("kernels", "layers"), "wall", 2)]
+    assert places == [star, star]
 
 
 def test_a_fit_that_fails_keeps_the_measurements_and_says_where(tmp_path, monkeypatch):
