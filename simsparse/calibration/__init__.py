@@ -103,9 +103,9 @@ def calibrate(device: str = "cpu", ranks: int = 2, out: str | Path | None = None
         comp_spec = {**spec, "parts": ["kernels", "layers"], "clock": "cpu" if cpu_clock else "wall"}
         # the algorithms run where the profile's runs will: on a testbed through its sockets, with its wire formats,
         # wait mode and common start (testbed.MPI_ENV), so a kernel meets the caches a measured run leaves it.
-        # Through shared memory the same kernels ran 1.1x to 3x faster than on the star at P = 2 (the ring's
-        # copy_into of 200 KB 20 us against 53 to 60, its add_into 24 against 51 to 59; spinning ranks on the
-        # testbed alike: the sockets' path, not the sleeps; benchmarks/bench_kernels_in_place.py)
+        # Through shared memory the same kernels in the same runs took 1.0x to 2.7x less than on the star at
+        # P = 2 (the ring's copy_into of 200 KB 19 us against 47, its add_into 20 against 53; with spinning ranks
+        # on the testbed alike: the sockets' path, not the sleeps; benchmarks/bench_kernels_in_place.py --spin)
         comp = _launch(mpiexec, comp_spec, ranks if cpu_clock else max(min(ranks, cores), 2), testbed, timeout_s)
         raw = {**net, **comp, "wall_s": net["wall_s"] + comp["wall_s"],
                "stage_s": {**net.get("stage_s", {}), **comp.get("stage_s", {})}}
