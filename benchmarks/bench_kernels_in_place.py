@@ -12,7 +12,7 @@ its namespace, TCP through veth pairs and a bridge, ranks sleeping in
 third side runs on the testbed with spinning ranks (``SIMSPARSE_WAIT=spin``),
 which tells the sockets' path from the sleeps. Per algorithm, size and
 kernel it prints the median over the repeats of each run's median call (wall
-time, every rank and iteration) and the testbed's over the host's, with the
+time, every rank, the iterations after the warm-ups) and the testbed's over the host's, with the
 repeats' range. Where the ratio is above 1, a kernel timed through shared
 memory misses what it costs in a testbed run: what
 :func:`simsparse.calibration.calibrate` avoids by running the calibration's
@@ -31,15 +31,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def medians(out: Path):
-    """Per (algorithm, n, kernel) the median wall time of its calls in one measured run, in microseconds."""
+    """Per (algorithm, n, kernel) the median wall time of its calls in one measured run's measured iterations
+    (``analysis.kernels.call_stats``, as ``validate`` compares them), in microseconds."""
     import pandas as pd
 
-    t = pd.read_csv(out / "trace.csv")
+    from simsparse.experiments.analysis.kernels import call_stats
+
     r = pd.read_csv(out / "results.csv")
-    t = t[t.op.str.startswith("compute:")].merge(r[["point_id", "algorithm", "n"]], on="point_id")
-    t["us"] = (t.end_s - t.start_s) * 1e6
+    t = call_stats(pd.read_csv(out / "trace.csv"), dict(zip(r.point_id, r.warmup)))
+    t = t.merge(r[["point_id", "algorithm", "n"]], on="point_id")
+    t["us"] = t.median_s * 1e6
     t["kernel"] = t.op.str.removeprefix("compute:")
-    return t.groupby(["algorithm", "n", "kernel"]).us.median()
+    return t.set_index(["algorithm", "n", "kernel"]).us
 
 
 def main(argv=None) -> None:
