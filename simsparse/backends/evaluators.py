@@ -95,6 +95,8 @@ class Situation:
     shared_cores: bool = False
     #: each kernel call's time is drawn around its median (each rank's own draws)
     kernel_noise: bool = False
+    #: a kernel call's time depends on the rank's previous request (``back_to_back_scale``)
+    kernel_history: bool = False
     #: every message is recorded (a trace holds what the events do)
     trace: bool = False
     #: the algorithm has lockstep rounds (``Algorithm.rounds``) and the point carries sizes only
@@ -112,6 +114,8 @@ class Situation:
             return "ranks share cores (a kernel's end depends on the other ranks' work)"
         if self.kernel_noise:
             return "kernel times are drawn per call (each rank's own draws)"
+        if self.kernel_history:
+            return "a kernel call right after one of the same kernel has its own time (back_to_back_scale)"
         return None
 
 

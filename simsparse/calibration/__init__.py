@@ -35,6 +35,7 @@ import yaml
 from ..backends.real.rank_env import host_cores, meminfo_bytes, rank_env
 from ..compute import speed_probe
 from . import fit
+from .probes import back_to_back
 from .stack_probe import profile_entry
 
 #: where a profile for R ranks goes by default; configs name it with {P} (resolved per point)
@@ -335,26 +336,37 @@ def _fitted_as(name: str) -> set:
     return {name, name.split("/")[0]}
 
 
+#: calls a size needs on each side, back to back and after something else, before it gets a factor
+BACK_TO_BACK_MIN_CALLS = 3
+
+
 def _kernels(calls) -> tuple[dict, dict]:
     """Per kernel, the fit of its calls' median time per (elements, parts)
     (:func:`.fit.fit_kernel`), and what it was fitted from. A call is
-    ``(name, elems, bytes, seconds[, faults[, parts]][, rank])``: the rank is
+    ``(name, elems, bytes, seconds[, faults[, parts[, select[, back to back]]]]][, rank])``: the rank is
     appended by :func:`.worker.every_rank` after the probe's fields. A call
     of one path of a kernel (``"name/path"``) counts for the path and for the
-    kernel (the fallback for a path the calibration never took)."""
+    kernel (the fallback for a path the calibration never took). The line
+    is fitted from the calls that follow something else (a message, a wait,
+    another kernel), where a size has any; its calls back to back
+    (:func:`back_to_back`) give, per size, their median over theirs
+    (``back_to_back_scale``): top-k's count runs in a loop that moves the
+    threshold, and at a density where that loop turns often the median of
+    every call was the loop's hot one."""
     kept, _ = steady_calls(calls)
     left_out = (Counter(k for c in calls for k in _fitted_as(c[0]))
                 - Counter(k for c in kept for k in _fitted_as(c[0])))
     by, ranks = defaultdict(lambda: defaultdict(list)), defaultdict(set)
-    for name, elems, _nbytes, dt, *more in kept:
+    for c in kept:
+        name, elems, _nbytes, dt, *more = c
         parts = more[1] if len(more) > 2 else 1.0
         for key in _fitted_as(name):
-            by[key][(elems, parts)].append(dt)
+            by[key][(elems, parts)].append((dt, back_to_back(c)))
             ranks[key].add(more[-1] if len(more) > 1 else 0)   # every rank's calls since 2026-11-27
     kernels, fits = {}, {}
     for name, pts in sorted(by.items()):
         keys = sorted(pts)
-        times = [float(np.median(pts[k])) for k in keys]
+        times = [float(np.median([dt for dt, rep in pts[k] if not rep] or [dt for dt, _ in pts[k]])) for k in keys]
         if len(keys) < 2 or min(times) <= 0:
             continue
         f = fit.fit_kernel([e for e, _ in keys], times, [p for _, p in keys])
@@ -364,7 +376,23 @@ def _kernels(calls) -> tuple[dict, dict]:
                       "ranks": len(ranks[name]), "calls_left_out_for_faults": left_out[name]}
         if "per_part_s" in f:   # what a size band's factor cannot give back: its sizes' part counts
             fits[name]["medians"] = [[float(e), float(p), t] for (e, p), t in zip(keys, times)]
+        scale = _back_to_back_scale(pts)
+        if scale:
+            kernels[name]["back_to_back_scale"] = scale
+            fits[name]["back_to_back_calls"] = sum(rep for v in pts.values() for _, rep in v)
     return kernels, fits
+
+
+def _back_to_back_scale(pts: dict) -> list | None:
+    """Per size with :data:`BACK_TO_BACK_MIN_CALLS` calls each way, the median of its calls back to back over
+    that of the others (``pts``: (elements, parts) -> [(seconds, back to back)])."""
+    by: dict = defaultdict(lambda: ([], []))
+    for (elems, _parts), v in pts.items():
+        for dt, rep in v:
+            by[int(elems)][rep].append(dt)
+    scale = [[e, float(np.median(reps) / np.median(firsts))] for e, (firsts, reps) in sorted(by.items())
+             if len(reps) >= BACK_TO_BACK_MIN_CALLS and len(firsts) >= BACK_TO_BACK_MIN_CALLS and min(firsts) > 0]
+    return scale or None
 
 
 def _select_scales(kernels: dict, fits: dict, calls: list, grid: list) -> None:

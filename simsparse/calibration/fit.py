@@ -12,6 +12,8 @@ from collections import defaultdict
 import numpy as np
 from scipy.optimize import least_squares, nnls
 
+from .probes import back_to_back
+
 
 def residuals(pred, meas) -> dict:
     r = np.asarray(pred, float) / np.asarray(meas, float) - 1.0
@@ -269,8 +271,8 @@ def fit_kernel_noise(calls, min_calls: int = 5) -> tuple[list, list]:
     :data:`NOISE_QUANTILES` ratios, fits: per band its samples, mean and
     90th percentile)."""
     by: dict = {}
-    for name, elems, _nb, dt, *_ in calls:
-        by.setdefault((name, elems), []).append(float(dt))
+    for c in calls:   # (calls back to back have a median of their own: DeviceProfile's back_to_back_scale)
+        by.setdefault((c[0], c[1], back_to_back(c)), []).append(float(c[3]))
     decades: dict = {}
     for times in by.values():
         t = np.asarray(times)

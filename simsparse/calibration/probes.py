@@ -18,19 +18,31 @@ def _minflt() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+def back_to_back(call) -> bool:
+    """Whether a recorded call (:class:`KernelProbe`'s fields, then the rank that
+    :func:`~.worker.every_rank` appends) repeated its rank's previous request, a
+    call of the same kernel, with no message or wait between."""
+    return len(call) > 8 and bool(call[7])
+
+
 class KernelProbe:
     """Wraps every kernel's torch implementation to record (name, elements,
-    bytes, seconds, minor page faults, parts, sparse entries), the name with the call's path
+    bytes, seconds, minor page faults, parts, sparse entries, back to back),
+    the name with the call's path
     (``"name/path"``, :class:`~simsparse.compute.kernels.Work`) where it
     reports one. A call that faulted grew the rank's heap (its first
     touches), which a measured iteration in steady state does not pay
-    (:mod:`simsparse.backends.real.rank_env`)."""
+    (:mod:`simsparse.backends.real.rank_env`). Back to back (1): the call
+    repeats its rank's previous request, a call of the same kernel, as the
+    real backend's rank state ``rank`` says (``back_to_back``; set it to each
+    run's)."""
 
-    def __init__(self, sync, now=time.perf_counter):
+    def __init__(self, sync, now=time.perf_counter, rank=None):
         from ..compute.kernels import KERNELS
 
         self.calls: list = []
         self.active = False
+        self.rank = rank
         self._orig = {}
         for name, k in KERNELS.items():
             self._orig[name] = k.torch_fn
@@ -49,7 +61,8 @@ class KernelProbe:
             faults = _minflt() - f0
             w = k.work(out, *args, **kwargs)
             name = f"{k.name}/{w.path}" if w.path else k.name
-            self.calls.append((name, float(w.elems), float(w.bytes), dt, faults, float(w.parts), float(w.select)))
+            b2b = int(bool(getattr(self.rank, "back_to_back", False)))
+            self.calls.append((name, float(w.elems), float(w.bytes), dt, faults, float(w.parts), float(w.select), b2b))
             return out
 
         return timed

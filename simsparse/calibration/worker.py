@@ -229,6 +229,7 @@ def kernels(comm, device_kind, sizes, quick, now=time.perf_counter,
                 speed[-1] = speed_probe.across_ranks(comm, backend.device, backend.driver.rs.sync)
             if probe is None:
                 probe = KernelProbe(backend.driver.rs.sync, now)
+            probe.rank = backend.driver.rs
             probe.active = steps.active = path.active = True
             run_point(pt, backend)
             probe.active = steps.active = path.active = False

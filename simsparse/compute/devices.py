@@ -41,6 +41,14 @@ class KernelCost(BaseModel):
     size_scale: SizeScale | None = Field(
         None, description="[[elements, factor], ...]: the line's time times this factor, interpolated in log size and "
                           "constant beyond the ends (memory regimes one line cannot follow; simsparse calibrate)")
+    back_to_back_scale: SizeScale | None = Field(
+        None, description="[[elements, factor], ...]: a call right after a call of the same kernel on its rank, with "
+                          "no message posted and no wait between, takes its time times this factor (its operands, "
+                          "its temporaries' blocks and the code are still hot: top-k's count in a loop that moves "
+                          "the threshold took 11 us back to back against 35 us after another kernel, at 3e3 on "
+                          "this project's host); interpolated as size_scale. The line is fitted from the calls "
+                          "that follow something else (simsparse calibrate: each algorithm run's back-to-back "
+                          "calls over its first ones)")
     select_scale: DensityScale | None = Field(
         None, description="a sparse kernel's factor over size and density (the entries it selects or scatters over "
                           "its elements, Work.select), 1 at the density the line was fitted at: at one size its time "
@@ -73,16 +81,25 @@ class KernelCost(BaseModel):
         return extra[i - 1] + w * (extra[i] - extra[i - 1])
 
     def scale(self, elems: float) -> float:
-        sc = self.size_scale
-        if not sc:
-            return 1.0
-        if elems <= sc[0][0]:
-            return sc[0][1]
-        for (x0, f0), (x1, f1) in zip(sc, sc[1:]):
-            if elems <= x1:
-                w = math.log(elems / x0) / math.log(x1 / x0)
-                return f0 + w * (f1 - f0)
-        return sc[-1][1]
+        """``size_scale`` at ``elems``."""
+        return _interp(self.size_scale, elems)
+
+    def back_to_back(self, elems: float) -> float:
+        """``back_to_back_scale`` at ``elems``."""
+        return _interp(self.back_to_back_scale, elems)
+
+
+def _interp(sc, elems: float) -> float:
+    """A ``[[elements, factor], ...]`` scale at ``elems``: linear in log size, constant beyond its ends; 1 without one."""
+    if not sc:
+        return 1.0
+    if elems <= sc[0][0]:
+        return sc[0][1]
+    for (x0, f0), (x1, f1) in zip(sc, sc[1:]):
+        if elems <= x1:
+            w = math.log(elems / x0) / math.log(x1 / x0)
+            return f0 + w * (f1 - f0)
+    return sc[-1][1]
 
 
 def _loglin(pts, x: float) -> float:
@@ -216,7 +233,8 @@ class Device:
     name = "device"
     profile: DeviceProfile | None = None
 
-    def cost(self, kernel: str, work: Work, idle_s: float = 0.0) -> float:  # pragma: no cover - interface
+    def cost(self, kernel: str, work: Work, idle_s: float = 0.0,
+             back_to_back: bool = False) -> float:  # pragma: no cover - interface
         raise NotImplementedError
 
 
@@ -225,7 +243,7 @@ class IdealDevice(Device):
 
     name = "ideal"
 
-    def cost(self, kernel: str, work: Work, idle_s: float = 0.0) -> float:
+    def cost(self, kernel: str, work: Work, idle_s: float = 0.0, back_to_back: bool = False) -> float:
         return 0.0
 
 
@@ -257,10 +275,12 @@ class ParametricDevice(Device):
             t = t * kc.select_scale.at(n, np.asarray(select, float) / n)
         return t * p.slowdown
 
-    def cost(self, kernel: str, work: Work, idle_s: float = 0.0) -> float:
+    def cost(self, kernel: str, work: Work, idle_s: float = 0.0, back_to_back: bool = False) -> float:
         """Seconds of ``work`` by ``kernel``: its path's own fit where the
         profile has one (``"kernel/path"``), else the kernel's; at least its
-        ``idle_excess`` more where its rank just woke from idling ``idle_s``."""
+        ``idle_excess`` more where its rank just woke from idling ``idle_s``;
+        times its ``back_to_back_scale`` where the rank's previous request was
+        a call of the same kernel (``back_to_back``)."""
         p = self.profile
         kc = (work.path and p.kernels.get(f"{kernel}/{work.path}")) or p.kernels.get(kernel)
         if kc is None:
@@ -272,6 +292,8 @@ class ParametricDevice(Device):
             t *= kc.scale(max(work.elems, 1.0))
         if kc.select_scale and work.select:
             t *= kc.select_scale.at(max(work.elems, 1.0), work.select / max(work.elems, 1.0))
+        if back_to_back and kc.back_to_back_scale:
+            t *= kc.back_to_back(max(work.elems, 1.0))
         if idle_s and kc.idle_excess:
             t += kc.idle_extra(work.elems, idle_s) * p.slowdown
         return t

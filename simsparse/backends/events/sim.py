@@ -75,7 +75,7 @@ class _Rank:
     """Per-rank state shared by the rank's programs: device, streams, counters."""
 
     __slots__ = ("rank", "device_free", "streams", "bytes_sent", "msgs_sent", "busy", "next_bwd", "ready_at",
-                 "core_q", "waking", "unseen", "bulk_until", "blocked_at", "idled")
+                 "core_q", "waking", "unseen", "bulk_until", "blocked_at", "idled", "last_kernel")
 
     def __init__(self, rank: int, n_tensors: int):
         self.rank = rank
@@ -92,6 +92,7 @@ class _Rank:
         self.bulk_until = -1.0                  # the last exit from a bulk collective that ran kernels here
         self.blocked_at = 0.0                   # with a polled wait: when it last went from none blocked to one
         self.idled = 0.0                        # how long it idled in its last wait, until its next kernel
+        self.last_kernel = None                 # its previous request's kernel (None: a message, a wait, a layer)
 
 
 class _Gathering:
@@ -141,6 +142,7 @@ class SimContext(ContextBase):
             payload = payload.map(_freeze)
         rs.bytes_sent += nb
         rs.msgs_sent += 1
+        rs.last_kernel = None
         msg = _Message(sim, self.rank, dst, tag, self.wire_tag(tag), payload, nb, sim.env.now, self._phase, self.lane)
         if sim.path is not None:   # serialised on the rank's core first (compute.message_path), then posted
             sim.on_core(self.rank, sim.path.send_s(payload, nb), sim._packed, (self, msg))
@@ -152,6 +154,7 @@ class SimContext(ContextBase):
         if not 0 <= src < self.size or src == self.rank:
             self._check_peer(src)
         sim = self.sim
+        self.r.last_kernel = None
         h = Handle("recv", src, tag, 0, sim.env.now, self._phase, self.lane)
         if sim.msg_cpu:
             sim._cpu_start(h, self.rank)
@@ -342,6 +345,7 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
     # -- request handlers (the table in .driver) ------------------------------------
     def on_waitall(self, prog, req):
         hs = req   # the request is the list of handles
+        prog.ctx.r.last_kernel = None
         need = 0
         for h in hs:
             if not h.done:
@@ -357,6 +361,7 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         hs = req.handles
         if not hs:
             raise ValueError(f"rank {prog.ctx.rank}: waitany on an empty list")
+        prog.ctx.r.last_kernel = None
         for i, h in enumerate(hs):
             if h.done:
                 return (i, h.value)
@@ -375,8 +380,8 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
             dt = 0.0
         else:
             rs = prog.ctx.r
-            dt = self.work_seconds(k.name, w, rs.idled)
-            rs.idled = 0.0
+            dt = self.work_seconds(k.name, w, rs.idled, rs.last_kernel == k.name)
+            rs.idled, rs.last_kernel = 0.0, k.name
             if self.noise is not None:   # the call's draw of the profile's kernel noise (compute.noise)
                 dt *= self.noise.factor(prog.ctx.rank, dt)
         nbytes = round(w.bytes * self.byte_scale) if self.trace_on else 0   # (its record: the bytes it touches)
@@ -398,13 +403,14 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
             return 0.0
         return self.work_seconds(k.name, k.work(value, *args, **kwargs), idle_s)
 
-    def work_seconds(self, name: str, w: Work, idle_s: float = 0.0) -> float:
-        """Device seconds of kernel ``name`` doing work ``w``, scaled back to full size."""
+    def work_seconds(self, name: str, w: Work, idle_s: float = 0.0, back_to_back: bool = False) -> float:
+        """Device seconds of kernel ``name`` doing work ``w``, scaled back to full size (``idle_s``,
+        ``back_to_back``: :meth:`~simsparse.compute.devices.ParametricDevice.cost`)."""
         if self.ideal:
             return 0.0
         if self.byte_scale != 1.0:   # (the constructor: dataclasses.replace was a fifth of a small kernel's cost)
             w = Work(w.elems * self.byte_scale, w.bytes * self.byte_scale, w.parts, w.path, w.select * self.byte_scale)
-        return self.device.cost(name, w, idle_s)
+        return self.device.cost(name, w, idle_s, back_to_back)
 
     def wire_bytes(self, payload: Payload) -> int:
         """Bytes on the wire: data scaled back to full size, host metadata as is."""

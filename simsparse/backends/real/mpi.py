@@ -66,6 +66,10 @@ class _Rank:
         self.trace: list[TraceRecord] = []
         self.streams = {}
         self.busy = {"forward": 0.0, "backward": 0.0, "compute": 0.0}
+        #: the kernel of the rank's previous request (None: a message, a wait or a layer since), and whether the
+        #: call running now repeats it back to back (as the simulator's ranks track it: DeviceProfile's
+        #: back_to_back_scale; calibration.probes.KernelProbe records it)
+        self.last_kernel, self.back_to_back = None, False
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -107,6 +111,7 @@ class MPIContext(ContextBase):
         h.wtag = self.wire_tag(tag)
         rs.bytes_sent += nb
         rs.msgs_sent += 1
+        rs.last_kernel = None
 
         def do_post():
             h.post_s = rs.now()
@@ -118,6 +123,7 @@ class MPIContext(ContextBase):
     def irecv(self, src, tag=0):
         self._check_peer(src)
         rs = self.r
+        rs.last_kernel = None
         h = wire.Message("recv", src, tag, 0, rs.now(), self._phase, self.lane)
         h.wtag = self.wire_tag(tag)
 
@@ -236,6 +242,7 @@ class MPIDriver(Driver):
 
     # -- request handlers ----------------------------------------------------------
     def on_waitall(self, prog, req):
+        self.rs.last_kernel = None
         value = _answer(req)
         if value is BLOCKED:
             self.blocked.append((prog, req))
@@ -263,6 +270,7 @@ class MPIDriver(Driver):
             raise RuntimeError("ctx.grad_ready() needs a model: this run measures a bare collective")
         if not 0 <= req.index < len(self.grads):
             raise IndexError(f"grad_ready({req.index}): the model has {len(self.grads)} tensors")
+        self.rs.last_kernel = None
         g = self.grads[req.index]
         if g is not None:
             return g
@@ -282,8 +290,10 @@ class MPIDriver(Driver):
                 raise RuntimeError("ctx.forward() needs a model: this run measures a bare collective")
             self.trainer.forward()
             out, op, cat = None, "forward", "forward"
+            rs.last_kernel = None
         else:
             k = get_kernel(req.kernel)
+            rs.back_to_back, rs.last_kernel = rs.last_kernel == req.kernel, req.kernel
             out = k.torch_fn(*req.args, **req.kwargs)
             op, cat = "compute:" + req.kernel, "compute"
         rs.sync()

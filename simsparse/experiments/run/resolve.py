@@ -87,8 +87,9 @@ def situation(point: Point, network, trace: bool = False) -> ev.Situation:
     compute = point.compute or {}
     cls = point.algorithm_cls
     noise = bool(compute.get("kernel_noise")) or any((m or {}).get("noise") for m in (compute.get("models") or {}).values())
+    history = any((kc or {}).get("back_to_back_scale") for kc in (compute.get("kernels") or {}).values())
     return ev.Situation(P=point.P, network=network.capabilities(point.P), shared_cores=bool(compute.get("shared_cores")),
-                        kernel_noise=noise, trace=trace,
+                        kernel_noise=noise, kernel_history=history, trace=trace,
                         rounds=cls.rounds is not None and values_of(point) == "sizes",
                         schedule=point.schedule is not None, algorithm=point.algorithm)
 
