@@ -257,6 +257,44 @@ def test_a_kernel_with_several_code_paths_is_costed_per_path():
     assert dev.cost("stream_add", Work(1e4, 1.2e5, path="merge")) == both != pytest.approx(3e-5, rel=1e-3)
 
 
+def test_calls_back_to_back_get_a_factor_and_leave_the_line_to_the_first_calls():
+    """gaussiank's count runs in a loop that moves the threshold: at the
+    calibration's density most of its calls were that loop's, hot, and their
+    median put the line 4x under what a suite's single call after another
+    kernel took. The line is fitted from the calls that follow something
+    else; the ones back to back (the probe's 8th field) give their median
+    over those per size, where a size has enough of each, as
+    ``back_to_back_scale``; the noise bands take each kind around its own
+    median."""
+    from simsparse.calibration import BACK_TO_BACK_MIN_CALLS, _kernels
+    from simsparse.calibration.probes import back_to_back
+
+    first = {3e3: 40e-6, 3e4: 80e-6, 3e5: 700e-6}
+    ratio = {3e3: 0.3, 3e4: 0.6, 3e5: 0.8}
+    calls = []
+    for e, t in first.items():   # (name, elems, bytes, seconds, faults, parts, select, back to back, rank)
+        calls += [("count_above", e, 4 * e, t * (1 + 0.002 * (i - 4)), 0, 1.0, 0.0, 0, i % 2) for i in range(9)]
+        calls += [("count_above", e, 4 * e, t * ratio[e], 0, 1.0, 0.0, 1, i % 2) for i in range(9)]
+    calls += [("count_above", 3e6, 1.2e7, 7e-3, 0, 1.0, 0.0, 0, 0)] * 3   # no call back to back there: no factor
+    calls += [("count_above", 3e6, 1.2e7, 5e-3, 0, 1.0, 0.0, 1, 0)] * (BACK_TO_BACK_MIN_CALLS - 1)
+    assert back_to_back(calls[9]) and not back_to_back(calls[0])
+    assert not back_to_back(("copy", 1e3, 4e3, 1e-6, 0, 1.0, 0.0, 1))   # seven fields and the rank: an older call
+    kernels, fits = _kernels(calls)
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.compute.kernels import Work
+
+    dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e10, kernels={"count_above": kernels["count_above"]}))
+    for e, t in first.items():   # the line meets the first calls' medians (within the fit's 5 % band tolerance)
+        line = dev.cost("count_above", Work(e, 4 * e))
+        assert line == pytest.approx(t, rel=0.06)
+        b2b = dev.cost("count_above", Work(e, 4 * e), back_to_back=True)
+        assert b2b == pytest.approx(line * ratio[e], rel=1e-6)
+    assert [e for e, _ in kernels["count_above"]["back_to_back_scale"]] == [3000, 30000, 300000]
+    assert fits["count_above"]["back_to_back_calls"] == 27 + BACK_TO_BACK_MIN_CALLS - 1
+    bands, _ = fit.fit_kernel_noise(calls)   # each kind about its own median: a tight band
+    assert bands and max(max(b["ratios"]) for b in bands) < 1.01 and min(min(b["ratios"]) for b in bands) > 0.99
+
+
 def test_fft_unpack_sum_reports_its_payloads_as_parts():
     from simsparse.compression import fft
 
@@ -368,6 +406,9 @@ def test_quick_calibration_end_to_end(tmp_path):
     assert prof["compute"]["kernels"]["topk"]["select_scale"]["reference_density"] == pytest.approx(RUN_DENSITY,
                                                                                                    rel=0.05)
     assert prof["compute"]["models"]["resnet20_cifar10"]["batch_size"] == 8
+    # gaussiank's threshold loop at the runs' density calls its count back to back: recorded, and a factor
+    assert prof["fits"]["kernels"]["count_above"]["back_to_back_calls"] > 0
+    assert prof["compute"]["kernels"]["count_above"]["back_to_back_scale"]
     from simsparse.calibration.worker import IDLE_KERNELS, QUICK_IDLES_S
     for name in IDLE_KERNELS:   # timed right after each rank slept, at each idle and size, against back to back
         rows = prof["compute"]["kernels"][name]["idle_excess"]

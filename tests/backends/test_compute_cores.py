@@ -509,3 +509,50 @@ def test_a_kernel_right_after_a_long_wait_or_the_start_pays_its_idle_excess():
     # the run's start: the first kernel of each rank pays the excess at start_idle_s, the next its line
     assert add_times([first, first], rows, start_idle_s=1e-2, **cores) == pytest.approx([1e-5, 2e-6], rel=1e-6)
     assert add_times([first, first], rows, start_idle_s=1e-2) == pytest.approx([2e-6, 2e-6], rel=1e-6)   # own cores
+
+
+def test_a_call_right_after_a_call_of_the_same_kernel_takes_its_back_to_back_factor():
+    """back_to_back_scale (calibrate: an algorithm run's back-to-back calls
+    over its first ones): a kernel called again by its rank with no message,
+    wait or layer between takes its line times the factor at its size
+    (interpolated in log size as size_scale); after a message, another
+    kernel or a wait it takes its line. The bulk and round evaluators
+    decline such a profile."""
+    import numpy as np
+
+    from simsparse.backends.evaluators import Situation
+    from simsparse.backends.events.sim import Simulator
+    from simsparse.compute.devices import DeviceProfile, KernelCost, ParametricDevice
+    from simsparse.compute.kernels import Work
+    from simsparse.network.spec import EthernetSpec
+    from simsparse.ops import Dense
+
+    kc = KernelCost(launch_s=1e-6, per_elem_s=1e-9, back_to_back_scale=[[1000, 0.25], [100_000, 0.5]])
+    assert kc.back_to_back(10_000) == pytest.approx(0.375) and kc.back_to_back(10) == 0.25
+    dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, kernels={"count_above": kc}))
+    line = dev.cost("count_above", Work(1000, 4000))
+    assert line == pytest.approx(2e-6) and dev.cost("count_above", Work(1000, 4000), back_to_back=True) == \
+        pytest.approx(0.5e-6)
+
+    x = np.ones(1000, np.float32)
+
+    def rank0(ctx):
+        yield ctx.compute("count_above", x, 0.5)
+        yield ctx.compute("count_above", x, 0.5)   # back to back
+        yield ctx.compute("count_above", x, 0.5)   # again
+        h = ctx.isend(1, Dense(x[:4]))
+        yield ctx.compute("count_above", x, 0.5)   # a message between: its line
+        yield ctx.compute("copy", x)
+        yield ctx.compute("count_above", x, 0.5)   # another kernel between
+        yield ctx.waitall([h])
+        yield ctx.compute("count_above", x, 0.5)   # a wait between
+
+    def rank1(ctx):
+        yield ctx.waitall([ctx.irecv(0)])
+
+    spec = EthernetSpec(topology="star", link_bw_Bps=1.25e9)
+    st = Simulator(spec.build(), dev, trace=True).run([rank0, rank1])
+    got = [t.end_s - t.start_s for t in st.trace if t.rank == 0 and t.op == "compute:count_above"]
+    assert got == pytest.approx([line, line / 4, line / 4, line, line, line], rel=1e-9)
+    why = Situation(P=2, kernel_history=True).gathers()
+    assert why and "back_to_back_scale" in why
