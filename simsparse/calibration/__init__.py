@@ -343,7 +343,7 @@ BACK_TO_BACK_MIN_CALLS = 3
 def _kernels(calls) -> tuple[dict, dict]:
     """Per kernel, the fit of its calls' median time per (elements, parts)
     (:func:`.fit.fit_kernel`), and what it was fitted from. A call is
-    ``(name, elems, bytes, seconds[, faults[, parts[, select[, back to back]]]]][, rank])``: the rank is
+    ``(name, elems, bytes, seconds[, faults[, parts[, select[, back to back]]]][, rank])``: the rank is
     appended by :func:`.worker.every_rank` after the probe's fields. A call
     of one path of a kernel (``"name/path"``) counts for the path and for the
     kernel (the fallback for a path the calibration never took). The line

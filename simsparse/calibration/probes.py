@@ -34,15 +34,15 @@ class KernelProbe:
     touches), which a measured iteration in steady state does not pay
     (:mod:`simsparse.backends.real.rank_env`). Back to back (1): the call
     repeats its rank's previous request, a call of the same kernel, as the
-    real backend's rank state ``rank`` says (``back_to_back``; set it to each
-    run's)."""
+    real backend's rank state :attr:`rank` says (``back_to_back``; the caller
+    sets it to each run's)."""
 
-    def __init__(self, sync, now=time.perf_counter, rank=None):
+    def __init__(self, sync, now=time.perf_counter):
         from ..compute.kernels import KERNELS
 
         self.calls: list = []
         self.active = False
-        self.rank = rank
+        self.rank = None   # the real backend's rank state of the run being probed
         self._orig = {}
         for name, k in KERNELS.items():
             self._orig[name] = k.torch_fn
