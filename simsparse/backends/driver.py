@@ -141,7 +141,10 @@ class Driver:
                     continue
                 self._finish(prog, stop.value)
                 return
-            handler = table.get(type(req))
+            t = type(req)
+            if t is not Compute and t is not Delay:   # a wait, a layer or a collective between two kernels:
+                prog.ctx.r.last_kernel = None             # the next is not back to back (DeviceProfile)
+            handler = table.get(t)
             if handler is None:
                 handler = self._handler(prog, req)
             value = handler(prog, req)

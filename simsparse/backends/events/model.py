@@ -78,13 +78,11 @@ class ModelHandlers:
     ``model``, ``grads``, ``_views``, ``_bwd_cum``, ``_device``, ``layer_noise`` and clock)."""
 
     def on_forward(self, prog, req):
-        prog.ctx.r.last_kernel = None   # (a layer between two calls: no back-to-back call, DeviceProfile)
         return self._device(prog, self._piece(prog.ctx.rank, self._model("forward").t_forward), None, "forward",
                             "forward")
 
     def on_grad_ready(self, prog, req):
         m, rs = self._model("grad_ready"), prog.ctx.r
-        rs.last_kernel = None
         i = req.index
         L = len(m.sizes)
         if not 0 <= i < L:
@@ -112,7 +110,6 @@ class ModelHandlers:
         device spans, busy time and trace, one event instead of one a tensor
         (BERT: 207 a rank and iteration)."""
         m, rs = self._model("grad_ready"), prog.ctx.r
-        rs.last_kernel = None
         L, now, parts = len(m.sizes), self.env.now, []
         grads, ctx = self.grads[rs.rank], prog.ctx
         if _CHAIN is not None and not self.trace_on and self.layer_noise is None and 0 <= req.first <= req.end <= L:

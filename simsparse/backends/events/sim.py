@@ -345,7 +345,6 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
     # -- request handlers (the table in .driver) ------------------------------------
     def on_waitall(self, prog, req):
         hs = req   # the request is the list of handles
-        prog.ctx.r.last_kernel = None
         need = 0
         for h in hs:
             if not h.done:
@@ -361,7 +360,6 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         hs = req.handles
         if not hs:
             raise ValueError(f"rank {prog.ctx.rank}: waitany on an empty list")
-        prog.ctx.r.last_kernel = None
         for i, h in enumerate(hs):
             if h.done:
                 return (i, h.value)

@@ -242,7 +242,6 @@ class MPIDriver(Driver):
 
     # -- request handlers ----------------------------------------------------------
     def on_waitall(self, prog, req):
-        self.rs.last_kernel = None
         value = _answer(req)
         if value is BLOCKED:
             self.blocked.append((prog, req))
@@ -270,7 +269,6 @@ class MPIDriver(Driver):
             raise RuntimeError("ctx.grad_ready() needs a model: this run measures a bare collective")
         if not 0 <= req.index < len(self.grads):
             raise IndexError(f"grad_ready({req.index}): the model has {len(self.grads)} tensors")
-        self.rs.last_kernel = None
         g = self.grads[req.index]
         if g is not None:
             return g
@@ -290,7 +288,6 @@ class MPIDriver(Driver):
                 raise RuntimeError("ctx.forward() needs a model: this run measures a bare collective")
             self.trainer.forward()
             out, op, cat = None, "forward", "forward"
-            rs.last_kernel = None
         else:
             k = get_kernel(req.kernel)
             rs.back_to_back, rs.last_kernel = rs.last_kernel == req.kernel, req.kernel
