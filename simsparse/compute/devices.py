@@ -186,6 +186,11 @@ class DeviceProfile(BaseModel):
                                        "(the real backend's common start on a testbed sleeps its ranks until at "
                                        "least backends.real.start's MIN_MARGIN_S after the last one arrived; "
                                        "simsparse calibrate --testbed)")
+    start_pause_s: float | None = Field(None, ge=0, description="how long the network idles before each run: "
+                                        "the real backend's common start on a testbed begins a run at least "
+                                        "backends.real.start's MIN_MARGIN_S after the last rank arrived, spinning "
+                                        "or asleep; a shaped link's token bucket refills meanwhile (simsparse "
+                                        "calibrate --testbed; absent: no pause)")
     start_cpu_s: float | None = Field(None, ge=0, description="with shared_cores: core-seconds each rank spends on "
                                       "a run's first steps beyond message_cpu_s, charged as the run starts "
                                       "(simsparse calibrate: a short exchange against a long one)")

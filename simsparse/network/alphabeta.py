@@ -136,9 +136,9 @@ class AlphaBetaNetwork:
         f = np.interp(np.log(np.maximum(nbytes, 1.0)), *self.scale)
         return d * f if isinstance(d, np.ndarray) else d * float(f)
 
-    def reset(self, env, P: int) -> None:
+    def reset(self, env, P: int, idle_s: float = 0.0) -> None:
         """Bind to a fresh simulation of ``P`` ranks (idle network) on an
-        engine (:mod:`simsparse.engine`)."""
+        engine (:mod:`simsparse.engine`); it carries nothing from run to run (``idle_s`` changes nothing)."""
         self.env = env
         self._send = [_Port() for _ in range(P)]
         self._recv = [_Port() for _ in range(P)]

@@ -148,11 +148,11 @@ class FlowNetwork(FlowBulk, FlowSolve):
             got = self._per_P[P] = (m, eps, cap, _Routes(m, m.topo.n_links), port)
         return got
 
-    def reset(self, env, P: int) -> None:
+    def reset(self, env, P: int, idle_s: float = 0.0) -> None:
         """Bind to a fresh simulation of P ranks on an idle network. Token
         buckets carry over from the last run of the same P (the next
-        iteration of a point): see :meth:`_carry`."""
-        carried = self._carry(P)
+        iteration of a point), refilled over ``idle_s`` more: see :meth:`_carry`."""
+        carried = self._carry(P, idle_s)
         self.env = env
         m, self._ep, self._cap, self._routes, self._port = self.machine(P)
         self._ep_a = np.asarray(self._ep, dtype=np.int64)   # (the bulk waves index it by rank arrays)
@@ -189,19 +189,22 @@ class FlowNetwork(FlowBulk, FlowSolve):
             self._tb_t, self._tb_v = np.zeros(n), np.full(n, self.burst) if carried is None else carried
         self._P = P
 
-    def _carry(self, P: int):
+    def _carry(self, P: int, idle_s: float = 0.0):
         """Every link's token-bucket level at the end of the last run of P
-        ranks, or None (no run yet: full buckets). Iterations of a point run
-        back to back on a real network, a barrier apart, so an iteration
-        finds the buckets the previous one left, not full ones: a ring of
-        10 KB messages at P = 4 on the testbed gets a head start in its
-        first iteration only (measured 8.4, 6.5, 5.1, 4.5 ms). The refill
-        during the barrier between iterations (a few hundred microseconds,
-        a few KB at 100 Mb/s) is left out."""
+        ranks, refilled over ``idle_s`` after it, or None (no run yet: full
+        buckets). Iterations of a point run back to back on a real network,
+        so an iteration finds the buckets the previous one left, refilled
+        over the pause between them: with the real backend's common start
+        (``DeviceProfile.start_idle_s``, at least 2 ms) the testbed's 18 KB
+        buckets at 100 Mb/s are full again, and every iteration's first
+        20 KB send of a ring at P = 2 took 275 to 480 us, its second 1.3 to
+        1.6 ms (tuned P = 2 star, the five iterations of n = 1e4); a barrier
+        alone (a few hundred microseconds, a few KB at 100 Mb/s) leaves them
+        nearly as they were."""
         if not self.burst or self.env is None or getattr(self, "_P", None) != P:
             return None
         with np.errstate(invalid="ignore"):   # (the padding link: no time at infinite capacity, a full bucket)
-            refill = np.maximum(self.env.now - self._tb_t, 0.0) * self._cap
+            refill = (np.maximum(self.env.now - self._tb_t, 0.0) + idle_s) * self._cap
         return np.minimum(self.burst, self._tb_v + np.nan_to_num(refill, nan=self.burst))
 
     def route_id(self, es: int, ed: int, key=None) -> int:

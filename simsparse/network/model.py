@@ -29,8 +29,9 @@ class NetworkModel(Protocol):
     #: messages of the event simulation that found a port or link a bulk evaluation still held
     bulk_touched: int
 
-    def reset(self, env, P: int) -> None:
-        """Bind to a fresh simulation of P ranks (idle network) on an engine."""
+    def reset(self, env, P: int, idle_s: float = 0.0) -> None:
+        """Bind to a fresh simulation of P ranks (idle network) on an engine; ``idle_s``: how long the
+        network idled since the last run (what state it carries, a shaper's token buckets, recovers)."""
 
     def transfer(self, src: int, dst: int, nbytes: int, done: Callable[[], None]) -> None:
         """A message may start moving now; call ``done()`` when it has arrived."""

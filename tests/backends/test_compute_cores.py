@@ -448,6 +448,50 @@ def test_a_message_ends_once_its_ends_tcp_calls_have_run():
     only_send, _ = run(2, send_cpu_per_byte_s=c)
     assert only_send[0] == pytest.approx(M * c, rel=1e-3) and only_send[1] == pytest.approx(wire[1])
 
+def test_the_bytes_a_shaped_link_lets_pass_at_once_are_carried_at_once():
+    """On a shaped link (a token bucket of b payload bytes, the testbed's tbf) a message's first b bytes leave
+    at once: their TCP work in each end's calls is due at once too, not at the stack's pace. A message of
+    16 KB within the bucket at a pace of 12.4 MB/s ends in its CPU, not at 0.65 ms (its one piece half-way
+    through at the pace); the rest of a larger message stays paced."""
+    import numpy as np
+
+    from simsparse.backends.events.cpu import _pieces
+    from simsparse.backends.events.sim import Simulator
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.network.spec import EthernetSpec
+    from simsparse.ops import Dense
+
+    assert _pieces(20_000, 0.1, 1e6) == ([0.1 + 10_000 / 1e6], 20_000)
+    assert _pieces(20_000, 0.1, 1e6, burst=18_000) == ([0.1], 20_000)
+    due, piece = _pieces(1 << 20, 0.0, 1e6, burst=1 << 18)
+    assert piece == 1 << 16 and due[:3] == [0.0] * 3 and due[-1] == pytest.approx(((1 << 20) - (1 << 15) - (1 << 18)) / 1e6)
+
+    M, r, c = 16_000, 12.4e6, 1e-9
+    x = np.zeros(M // 4, np.float32)
+    ends = {}
+
+    def rank0(ctx):
+        yield ctx.waitall([ctx.isend(1, Dense(x))])
+        ends[0] = ctx.now()
+
+    def rank1(ctx):
+        yield ctx.waitall([ctx.irecv(0)])
+        ends[1] = ctx.now()
+
+    def run(burst):
+        spec = EthernetSpec(topology="star", link_bw_Bps=1.25e7, mtu_B=9000, shaper_burst_B=burst)
+        stack = {"cpu_per_byte_s": 1e-15, "rate_Bps": r, "send_cpu_per_byte_s": c, "recv_cpu_per_byte_s": c}
+        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=2, kernels={},
+                                             network_stack=stack))
+        Simulator(spec.build(), dev).run([rank0, rank1])
+        return dict(ends)
+
+    shaped = run(18_076)
+    assert shaped[0] == pytest.approx(M * c, rel=1e-3) and shaped[1] == pytest.approx(M * c, rel=1e-3)
+    wire = run(0)   # no bucket: the wire takes M / B and the TCP work is paced through it
+    assert wire[1] == pytest.approx(M / (1.25e7 * EthernetSpec(mtu_B=9000).payload_efficiency()), rel=0.01)
+
+
 def test_a_kernel_right_after_a_long_wait_or_the_start_pays_its_idle_excess():
     """idle_excess (calibrate's idle_grid): a kernel run as its rank wakes
     from idling takes its line plus what the idle added there, linear in log

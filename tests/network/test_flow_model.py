@@ -380,6 +380,45 @@ def test_the_next_iteration_finds_the_buckets_the_last_one_left():
     assert one(3) == pytest.approx(300 - b)    # another P: a fresh network
 
 
+def test_a_pause_between_iterations_refills_the_buckets():
+    """The real backend's common start idles the network before every run (``start_pause_s``): a reset
+    with ``idle_s`` refills each bucket by idle x rate, up to its depth; the simulator passes the
+    profile's pause."""
+    spec = star(P=4, bw=1.0, shaper_burst_B=100)
+    b = 100 * spec.payload_efficiency()
+    net = spec.build()
+
+    def one(idle, nb=300):
+        env = HeapEngine()
+        net.reset(env, 4, idle_s=idle)
+        end = []
+        env.at(0.0, lambda _: net.transfer(0, 1, nb, lambda: end.append(env.now)), None)
+        env.run()
+        return end[0]
+
+    assert one(0.0) == pytest.approx(300 - b)
+    assert one(40.0) == pytest.approx(260.0)          # 40 bytes back in the bucket
+    assert one(1000.0) == pytest.approx(300 - b)      # full again (no deeper than b)
+
+    from simsparse.backends.events.sim import Simulator
+    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+
+    calls, reset = [], net.reset
+
+    def recorded(env, P, idle_s=0.0):
+        calls.append(idle_s)
+        reset(env, P, idle_s)
+
+    def idle(ctx):
+        yield ctx.delay(0.0)
+
+    net.reset = recorded
+    for pause in (None, 0.002):
+        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e9, start_pause_s=pause))
+        Simulator(net, dev).run([idle] * 4)
+    assert calls == [0.0, 0.002]
+
+
 def test_shaped_links_are_not_evaluated_in_bulk():
     net = star(P=4, shaper_burst_B=9000).build()
     net.reset(HeapEngine(), 4)

@@ -24,12 +24,14 @@ POLL_MAX_S = 3600.0
 STACK_PIECE_B, STACK_PIECES = 1 << 16, 64
 
 
-def _pieces(nbytes: int, delay: float, rate: float) -> tuple[list, float]:
+def _pieces(nbytes: int, delay: float, rate: float, burst: float = 0.0) -> tuple[list, float]:
     """A message's TCP work in pieces of at least :data:`STACK_PIECE_B`, at most :data:`STACK_PIECES`, each
-    due as its bytes move at ``rate`` from ``delay``: (the pieces' due times, the bytes of each)."""
+    due as its bytes leave from ``delay``: the first ``burst`` bytes at once (a shaped link's token bucket,
+    ``FlowNetwork.burst``, lets them pass without waiting for the rate), the rest at ``rate``: (the pieces'
+    due times, the bytes of each)."""
     n = max(1, min(STACK_PIECES, -(-nbytes // STACK_PIECE_B)))
     piece = nbytes / n
-    return [delay + (i + 0.5) * piece / rate for i in range(n)], piece
+    return [delay + max(0.0, (i + 0.5) * piece - burst) / rate for i in range(n)], piece
 
 
 def _polled(_) -> None:
@@ -118,8 +120,8 @@ class HostCPU:
         least :data:`STACK_PIECE_B` spread as the bytes move at the stack's measured pace, each a job of its
         own that takes a core at once (an interrupt does not wait for a time slice). Not in the rank's
         ``cpu_s``: no rank's CPU clock counts it."""
-        per_b, rate = self.stack
-        due, piece = _pieces(nbytes, delay, rate)
+        per_b, rate, burst = self.stack
+        due, piece = _pieces(nbytes, delay, rate, burst)
         for at in due:
             self.env.at(at, self._stack_piece, (rank, piece * per_b))
 
@@ -181,7 +183,7 @@ class HostCPU:
         than the cores give (4 ranks streaming at 250 Mb/s with 1500-byte frames on 2 cores), a message
         ends when the CPU has carried it, not when the wire could have."""
         c_send, c_recv = self.tcp_calls
-        due, piece = _pieces(msg.nbytes, delay, self.stack[1])
+        due, piece = _pieces(msg.nbytes, delay, *self.stack[1:])
         if c_send:
             self._hold(msg, len(due))
         if c_recv:   # (a receive posted later waits for what is left of it then)

@@ -215,14 +215,18 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         self.start_cpu = charged("start_cpu_s")
         #: with shared cores, how long every rank idled before the run starts: its first kernel pays idle_excess for it
         self.start_idle = (getattr(prof, "start_idle_s", None) or 0.0) if self.shared_cores else 0.0
+        #: how long the network idles before each run (the real backend's common start): its buckets refill
+        self.start_pause = getattr(prof, "start_pause_s", None) or 0.0
         #: with shared cores and a measured send/receive path, its CPU per message (compute.message_path)
         costs = getattr(prof, "message_path", None) if self.shared_cores else None
         self.path = MessagePath(costs, scale=k) if costs else None
         #: with shared cores, core-seconds of the program's own Python before each kernel (the real driver's steps)
         self.program_cpu = charged("program_cpu_s")
-        #: with shared cores on a TCP fabric: the kernel's network stack per payload byte, and its pace (see _stack)
+        #: with shared cores on a TCP fabric: the kernel's network stack per payload byte, its pace, and the bytes a
+        #: shaped link lets pass at once (see _stack)
         st = getattr(prof, "network_stack", None) if self.shared_cores else None
-        self.stack = (k * st.cpu_per_byte_s, st.rate_Bps) if st is not None and st.cpu_per_byte_s > 0 else None
+        self.stack = ((k * st.cpu_per_byte_s, st.rate_Bps, getattr(network, "burst", 0.0))
+                      if st is not None and st.cpu_per_byte_s > 0 else None)
         #: and the TCP work inside each end's own send and receive calls, per payload byte (see _tcp_calls)
         calls = (k * st.send_cpu_per_byte_s, k * st.recv_cpu_per_byte_s) if self.stack is not None else (0, 0)
         self.tcp_calls = calls if any(calls) else None
@@ -248,7 +252,7 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         and ``grad_ready``."""
         P = len(programs)
         self.env = env = make_engine(self.engine)
-        self.network.reset(env, P)
+        self.network.reset(env, P, self.start_pause)
         self.model, self.grads = model, grads
         #: what the model's pieces draw from: its own bands (a stream of draws apart from the kernels'), else
         #: the kernel noise (None: none)
