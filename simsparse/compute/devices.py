@@ -206,6 +206,10 @@ class DeviceProfile(BaseModel):
     kernel_noise: list[NoiseBand] | None = Field(None, description="the spread of a kernel call's time around its "
                                                 "median, per band of call time (compute.noise; simsparse calibrate: "
                                                 "every kernel call of its algorithm runs)")
+    noise_seed: int = Field(0, ge=0, lt=1 << 15, description="which draws of kernel_noise and of a model's own "
+                            "noise a run takes (compute.noise: every seed another independent set, each the "
+                            "same from run to run; simsparse validate predicts a short point with seeds 0 to "
+                            "R - 1, as it measures it R times)")
     speed_probe_s: float | None = Field(None, gt=0, description="the host speed probe's time at calibration "
                                         "(simsparse calibrate; compute.speed_probe): what a measured point's "
                                         "probe is compared with")

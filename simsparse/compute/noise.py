@@ -84,3 +84,10 @@ class KernelNoise:
         """The mean factor on a call of ``seconds``."""
         ratios = self.ratios[bisect.bisect_left(self.edges, seconds)]
         return sum(ratios) / len(ratios)
+
+
+def draws_noise(compute: dict | None) -> bool:
+    """Whether a point's profile (a ``compute`` dict) draws noise: its kernels' or a model's own."""
+    compute = compute or {}
+    return bool(compute.get("kernel_noise")) or any((m or {}).get("noise")
+                                                    for m in (compute.get("models") or {}).values())

@@ -172,6 +172,49 @@ def test_a_point_measured_again_drops_its_stale_phase_medians(tmp_path):
     assert compare(tmp_path / "pred", tmp_path / "r3").phases["meas_s"].tolist() == pytest.approx([4e-3])
 
 
+def test_the_predicted_phases_are_their_median_over_the_predictions_repeats_too(tmp_path):
+    """A folder of repeated predictions holds phases.csv as a measured one does: compare takes each side's
+    medians (the prediction's one draw of x at 9 ms is outvoted by 2 and 2.5 ms)."""
+    from simsparse.experiments.analysis.compare import compare
+
+    _phased(tmp_path / "meas", "a", {"x": 2e-3})
+    runs = [_phased(tmp_path / f"p{i}", "p", {"x": t}) for i, t in enumerate([9e-3, 2e-3, 2.5e-3], 1)]
+    median_repeat(runs, ["p"], ResultsStore(tmp_path / "pred", fresh=True))
+    median_phases(runs, ["p"], tmp_path / "pred")
+    c = compare(tmp_path / "pred", tmp_path / "meas")
+    assert c.phases["pred_s"].tolist() == pytest.approx([2.5e-3])
+    assert any(n.startswith("predicted phases: each phase's median") for n in c.notes)
+
+
+def test_a_noisy_prediction_is_repeated_with_other_draws_as_the_measurement_is(tmp_path):
+    """With kernel noise the points the first prediction puts below the limit are predicted R times,
+    noise seeds 0 to R - 1 (each another draw, each repeatable); the folder holds the median repeat
+    under the point's own id, and each phase's median. A point above the limit, or a profile without
+    noise, is predicted once."""
+    from simsparse.experiments.analysis.validate import _predict
+    from tests.helpers import make_point
+
+    bands = [{"up_to_s": 1.0, "ratios": [0.5, 1.0, 1.0, 2.0, 4.0]}]
+    prof = {"name": "cpu", "mem_bandwidth_Bps": 1e9, "launch_s": 1e-4, "kernel_noise": bands}
+    small = make_point("topka", 2, n=4096, compute=prof, iterations=2, evaluation="events")
+    big = make_point("topka", 2, n=1 << 16, compute={**prof, "launch_s": 0.5}, iterations=2, evaluation="events")
+    _predict(tmp_path / "pred", [small, big], 3, 0.1, False, lambda m: None)
+    runs = [ResultsStore(tmp_path / "pred_runs" / f"r{i}") for i in (1, 2, 3)]
+    sid, bid = small.point_id("sim"), big.point_id("sim")
+    times = sorted(r.rows[sid]["time_s"] for r in runs)
+    assert len(set(times)) == 3                                         # three draws of the noise
+    assert bid in runs[0].rows and all(bid not in r.rows for r in runs[1:])   # above 0.1 s: once
+    got = ResultsStore(tmp_path / "pred").rows
+    assert got[sid]["time_s"] == times[1] and got[sid]["repeats"] == 3 and got[bid]["repeats"] == 1
+    assert set(read_csv(tmp_path / "pred" / "trace.csv")["point_id"]) == {sid, bid}
+    assert (tmp_path / "pred" / "phases.csv").is_file()
+    _predict(tmp_path / "again", [small], 3, 0.1, False, lambda m: None)   # the same draws from run to run
+    assert ResultsStore(tmp_path / "again").rows[sid]["time_s"] == times[1]
+    quiet = make_point("topka", 2, n=4096, compute={k: v for k, v in prof.items() if k != "kernel_noise"})
+    _predict(tmp_path / "quiet", [quiet], 3, 0.1, False, lambda m: None)
+    assert not (tmp_path / "quiet_runs").exists() and quiet.point_id("sim") in ResultsStore(tmp_path / "quiet").rows
+
+
 def test_a_held_out_models_layers_are_timed_on_the_ranks_once_and_kept(tmp_path, monkeypatch):
     """A training point whose model the calibration did not time (it times the tuned suite's
     model at one batch) gets its layers timed at its batch on its P ranks, once per (model,

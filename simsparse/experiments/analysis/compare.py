@@ -201,12 +201,12 @@ def _read_trace(path: Path) -> pd.DataFrame | None:
     return t if need <= set(t.columns) and len(t) else None
 
 
-def _current(medians: pd.DataFrame, meas: pd.DataFrame) -> pd.DataFrame | None:
-    """The rows of a phases.csv whose point still has the time they were taken with (a point
-    measured again since keeps its trace's phases); None if none is left."""
+def _current(medians: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame | None:
+    """The rows of a phases.csv whose point still has the time they were taken with in its side's
+    ``rows`` (a point run again since keeps its trace's phases); None if none is left."""
     if "point_time_s" not in medians:
         return None
-    now = dict(zip(meas["point_id"].astype(str), pd.to_numeric(meas["time_s"], errors="coerce")))
+    now = dict(zip(rows["point_id"].astype(str), pd.to_numeric(rows["time_s"], errors="coerce")))
     t = medians["point_id"].astype(str).map(now)
     keep = medians[np.isclose(t.to_numpy(dtype=float), medians["point_time_s"].to_numpy(dtype=float), rtol=1e-12)]
     return keep if len(keep) else None
@@ -229,11 +229,13 @@ def compare(pred, meas, allow_partial: bool = False, pred_where=(), meas_where=(
         if bad:
             notes.append(f"no per-phase comparison: {' and '.join(bad)} has no trace records")
         else:
-            medians = mcsv.parent / PHASES_CSV
-            mph = _current(read_csv(medians), m) if medians.is_file() else None
-            if mph is not None:
-                notes.append(f"measured phases: each phase's median over the repeats ({medians})")
-            phases, more = join_phases(points, *traces, meas_phases=mph)
+            medians = []
+            for role, csv, rows in (("predicted", pcsv, p), ("measured", mcsv, m)):
+                f = csv.parent / PHASES_CSV
+                medians.append(_current(read_csv(f), rows) if f.is_file() else None)
+                if medians[-1] is not None:
+                    notes.append(f"{role} phases: each phase's median over the repeats ({f})")
+            phases, more = join_phases(points, *traces, *medians)
             notes += more
             calls = join_kernels(points, *traces)
     return Comparison(points, phases, (pcsv, mcsv, ptrace, mtrace), notes, kernels=calls)

@@ -91,15 +91,19 @@ def message_phases(trace: pd.DataFrame) -> set:
 
 
 def join_phases(points: pd.DataFrame, pred_trace: pd.DataFrame, meas_trace: pd.DataFrame,
+                pred_phases: pd.DataFrame | None = None,
                 meas_phases: pd.DataFrame | None = None) -> tuple[pd.DataFrame, list[str]]:
     """One row per (joined point, phase): the point's key, phase, kind, pred_s, meas_s, rel_err.
-    ``meas_phases`` (a measured folder's phases.csv: the median over repeats, :mod:`.repeats`)
-    replaces the measured trace's phase times for the points it has."""
-    pt = phase_times(pred_trace, dict(zip(points["pred_point_id"], points["pred_warmup"])))
-    mt = phase_times(meas_trace, dict(zip(points["meas_point_id"], points["meas_warmup"])))
-    if meas_phases is not None:
-        mt = pd.concat([mt[~mt["point_id"].isin(meas_phases["point_id"])],
-                        meas_phases[["point_id", "phase", "time_s"]]], ignore_index=True)
+    ``pred_phases`` and ``meas_phases`` (a folder's phases.csv: the median over repeats,
+    :mod:`.repeats`) replace that side's trace's phase times for the points they have."""
+    def side(trace, role, medians):
+        t = phase_times(trace, dict(zip(points[f"{role}_point_id"], points[f"{role}_warmup"])))
+        if medians is None:
+            return t
+        return pd.concat([t[~t["point_id"].isin(medians["point_id"])], medians[["point_id", "phase", "time_s"]]],
+                         ignore_index=True)
+
+    pt, mt = side(pred_trace, "pred", pred_phases), side(meas_trace, "meas", meas_phases)
     sent = message_phases(pred_trace) | message_phases(meas_trace)
     notes, frames = [], []
     for _, r in points.iterrows():

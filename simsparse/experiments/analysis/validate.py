@@ -138,21 +138,13 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
                       compute=_with_models(_with_models(profiles[p.P]["compute"], p.compute), {"models": timed.get(p.P)}),
                       data_scale=1.0) for p in exp.points]
 
-    pred = ResultsStore(base / "pred", fresh=fresh)
-    ids = {p.point_id("sim") for p in points}
-    stale = pred.retain(ids)   # predictions made with an earlier profile: as `run` does with an edited config
-    pred.prune_traces(ids)
-    if stale:
-        say(f"moved {stale} predictions made with another profile to {base / 'pred' / 'results.stale.csv'}")
-    todo = [p for p in points if not (pred.has(p.point_id("sim")) and pred.has_trace(p.point_id("sim")))]
-    say(f"predicting {len(todo)} of {len(points)} points of {exp.name}")
+    R = repeats or (TESTBED_REPEATS if spec is not None else 3)
+    below = repeat_below_s if repeat_below_s is not None else (REPEAT_BELOW_S if spec is not None else np.inf)
     with _stage(log, "predict"):
-        _predict_into(pred, todo)
+        _predict(base / "pred", points, R, below, fresh, say, exp.name)
 
     ms.check_prerequisites()
     groups = ms.group_points([with_plan(p) for p in points])
-    R = repeats or (TESTBED_REPEATS if spec is not None else 3)
-    below = repeat_below_s if repeat_below_s is not None else (REPEAT_BELOW_S if spec is not None else np.inf)
     runs = [ResultsStore(base / ("meas" if R == 1 else f"runs/r{r}"), fresh=fresh) for r in range(1, R + 1)]
     with _stage(log, "measure"):
         for r, store in enumerate(runs, 1):   # whole repeats one after the other: a disturbance of a few
@@ -181,7 +173,7 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
                 log["repeat_spread"][f"model_{kind}"] = error_on(cmp.phases[cmp.phases["kind"] == kind],
                                                                  log["repeat_spread"]["repeated"])
     with _stage(log, "predict at measured speed"):
-        log["slowdown"] = at_measured_speed(points, profiles, ResultsStore(base / "meas"), base, say)
+        log["slowdown"] = at_measured_speed(points, profiles, ResultsStore(base / "meas"), base, say, R, below)
     log["finished_at"] = now()
     atomic_write(cmp_dir / "validate.json", lambda tmp: Path(tmp).write_text(json.dumps(log, indent=1)))
     if R > 1:
@@ -243,7 +235,8 @@ def _smoothed(probed: list) -> list:
     return out
 
 
-def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
+def at_measured_speed(points, profiles, meas, base: Path, say, repeats: int = 1,
+                      below: float = np.inf) -> dict | None:
     """Every point predicted again with its CPU work scaled by the host's speed when it was measured
     (``DeviceProfile.slowdown``: the rows' speed probes over the profile's,
     :mod:`simsparse.compute.speed_probe`, as the median over its neighbours, :func:`_smoothed`) into
@@ -274,7 +267,7 @@ def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
         f"(min {ks.min():.3f}, max {ks.max():.3f}; each point's the median of the {SPEED_WINDOW} probes of its "
         f"launch around it), its top-k {np.median(cs):.3f}x: predicting {len(scaled)} points again with the "
         f"kernels at the first speed and the ranks' and the stack's CPU at the second")
-    _predict_into(ResultsStore(base / "pred_speed", fresh=True), scaled)
+    _predict(base / "pred_speed", scaled, repeats, below, True, lambda m: None)
     c = run_compare(base / "pred_speed", base / "meas", out=base / "compare_speed", echo=lambda m: None,
                     allow_partial=len(scaled) < len(points))
     med, p90 = error_stats(c.points["rel_err"])
@@ -288,15 +281,49 @@ def at_measured_speed(points, profiles, meas, base: Path, say) -> dict | None:
             **{f"{kind}_phases": {"median": m, "p90": q, "pairs": n} for kind, (n, m, q) in kinds.items()}}
 
 
-def _predict_into(store, points) -> None:
-    """Simulate ``points`` with traces into ``store`` (rows and traces)."""
+def _predict(folder: Path, points, R: int, below: float, fresh: bool, say, name: str = "") -> None:
+    """Every point simulated with traces into ``folder`` (a results store), resuming what it holds.
+    Where the profiles draw kernel noise (:mod:`simsparse.compute.noise`) and R > 1, the prediction
+    is repeated as the measurement is: a point the first prediction puts below ``below`` seconds is
+    simulated R times, with noise seeds 0 to R - 1 (``DeviceProfile.noise_seed``: each its own set of
+    draws) into ``<folder>_runs/r<i>``, and ``folder`` holds the median repeat and each phase's median
+    (:func:`~.repeats.median_repeat`, :func:`~.repeats.median_phases`): one draw of the noise is one
+    launch of the model, and the measurement it is compared with is the median of R launches."""
+    from ...compute.noise import draws_noise
+
+    R = R if any(draws_noise(p.compute) for p in points) else 1
+    runs = [folder] if R == 1 else [folder.parent / f"{folder.name}_runs" / f"r{i}" for i in range(1, R + 1)]
+    ids = {p.point_id("sim") for p in points}
+    stores = []
+    for i, where in enumerate(runs):
+        store = ResultsStore(where, fresh=fresh)
+        stale = store.retain(ids)   # predictions made with an earlier profile: as `run` does with an edited config
+        store.prune_traces(ids)
+        if stale and i == 0:
+            say(f"moved {stale} predictions made with another profile to {where / 'results.stale.csv'}")
+        wanted = points if i == 0 else [p for p in points if stores[0].rows[p.point_id("sim")]["time_s"] < below]
+        todo = [p for p in wanted if not (store.has(p.point_id("sim")) and store.has_trace(p.point_id("sim")))]
+        if i == 0:
+            say(f"predicting {len(todo)} of {len(points)} points of {name}"
+                + (f" (and again with {R - 1} other draws of the kernel noise, the points under {below:g} s)"
+                   if R > 1 else ""))
+        for p in todo:
+            _predict_into(store, replace(p, compute={**p.compute, "noise_seed": i}) if i else p, p.point_id("sim"))
+        store.combine_traces(True)
+        stores.append(store)
+    if R > 1:
+        order = [p.point_id("sim") for p in points]
+        median_repeat(stores, order, ResultsStore(folder, fresh=True))
+        median_phases(stores, order, folder)
+
+
+def _predict_into(store, point, pid: str) -> None:
+    """Simulate ``point`` with traces into ``store`` (its row and trace) as point ``pid``."""
     from ..run.runner import simulate_point
 
-    for p in points:
-        o = simulate_point(p, trace=True)
-        store.save_trace(o.row["point_id"], o.trace)
-        store.add(o.row)
-    store.combine_traces(True)
+    o = simulate_point(point, trace=True)
+    store.save_trace(pid, [{**t, "point_id": pid} for t in o.trace] if o.row["point_id"] != pid else o.trace)
+    store.add({**o.row, "point_id": pid})
 
 
 def _held_out_layers(points, profiles: dict, base: Path, device: str, say) -> dict:

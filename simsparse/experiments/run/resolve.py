@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ...backends import evaluators as ev
+from ...compute.noise import draws_noise
 from ...period import iterations_run, kinds_run
 from ...sampling import point_law, sampled_problem
 from ..config.point import Point
@@ -86,7 +87,7 @@ def situation(point: Point, network, trace: bool = False) -> ev.Situation:
     """What the evaluator table reads of ``point`` on its built ``network``."""
     compute = point.compute or {}
     cls = point.algorithm_cls
-    noise = bool(compute.get("kernel_noise")) or any((m or {}).get("noise") for m in (compute.get("models") or {}).values())
+    noise = draws_noise(compute)
     history = any((kc or {}).get("back_to_back_scale") for kc in (compute.get("kernels") or {}).values())
     return ev.Situation(P=point.P, network=network.capabilities(point.P), shared_cores=bool(compute.get("shared_cores")),
                         kernel_noise=noise, kernel_history=history, trace=trace,
