@@ -490,6 +490,29 @@ def test_a_step_in_the_per_message_cost_is_found_where_mpi_changes_protocol():
     assert flat["high_s"] == flat["low_s"] == pytest.approx(80e-6, rel=0.02)
 
 
+def test_the_pingpong_grid_finds_a_switch_between_32_and_64_kib_on_a_testbed():
+    """On a testbed the sizes within twice the token bucket are left out of the step's fit (the
+    bucket's level decides them): with powers of two alone a switch at 48 KiB reads as 32 KiB, the
+    largest size left out below the first one past it. The calibration's grid has quarter-octave
+    sizes between 32 and 128 KiB, and finds it."""
+    from simsparse.calibration import pingpong_sizes
+    from simsparse.calibration.network import testbed_network
+    from simsparse.network.spec import EthernetSpec
+
+    spec = EthernetSpec(name="t", topology="star", link_bw_Bps=1.25e7, framing="tcp", mtu_B=9000)
+    B, b = spec.payload_rate(), 2 * 9038 * spec.payload_efficiency()
+    o, rdv = 80e-6, 1.5e-3
+
+    def threshold(sizes):
+        pp = [(m, o + (rdv if m > 49152 else 0.0) + (0.0 if m <= b / 16 else max(m - b, m / 2) / B)) for m in sizes]
+        p2p = {"pingpong": pp, "window": [(4, 30e-6, 25e-6)]}
+        return testbed_network(p2p, spec, "testbed-t-2r", "test")[0]["eager_threshold_B"]
+
+    assert threshold([4 << i for i in range(0, 21)]) == 32768
+    assert threshold(pingpong_sizes()) == 49152
+    assert pingpong_sizes(quick=True) == [4 << i for i in range(0, 21, 3)]
+
+
 def test_testbed_profile_is_its_description_with_the_measured_costs():
     """A testbed's network is not fitted: the rates are the description's
     (line rate x TCP framing); the per-message costs are what the ping-pong
