@@ -17,6 +17,30 @@ def run_jobs(cores, jobs):
     return [ends[i] for i in range(len(jobs))], pool
 
 
+def one_message(spec, profile, M: int, **sim) -> tuple[dict, list]:
+    """Rank 0 sends M bytes to rank 1 (``Simulator`` keywords ``sim``): when each rank's request
+    ended, and each rank's CPU seconds."""
+    import numpy as np
+
+    from simsparse.backends.events.sim import Simulator
+    from simsparse.compute.devices import ParametricDevice
+    from simsparse.ops import Dense
+
+    x = np.zeros(M // 4, np.float32)
+    ends = {}
+
+    def rank0(ctx):
+        yield ctx.waitall([ctx.isend(1, Dense(x))])
+        ends[0] = ctx.now()
+
+    def rank1(ctx):
+        yield ctx.waitall([ctx.irecv(0)])
+        ends[1] = ctx.now()
+
+    st = Simulator(spec.build(), ParametricDevice(profile), **sim).run([rank0, rank1])
+    return ends, [b["cpu"] for b in st.busy]
+
+
 def test_fewer_jobs_than_cores_run_at_full_speed():
     ends, _ = run_jobs(2, [(0.0, 1.0), (0.0, 2.0)])
     assert ends == pytest.approx([1.0, 2.0])
@@ -411,32 +435,16 @@ def test_a_message_ends_once_its_ends_tcp_calls_have_run():
     cpu_s; the send and the receive end only once their side has run. Rank 0 sends M bytes to rank 1 on a
     fast link (M / bandwidth: 0.84 ms): on one shared core both sides' 2 M c must run first, on two each
     side takes its own core (M c), and without them the wire decides."""
-    import numpy as np
-
-    from simsparse.backends.events.sim import Simulator
-    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.compute.devices import DeviceProfile
     from simsparse.network.spec import EthernetSpec
-    from simsparse.ops import Dense
 
     M, c, r = 1 << 20, 1e-8, 1e12
     spec = EthernetSpec(topology="star", link_bw_Bps=1.25e9)
-    x = np.zeros(M // 4, np.float32)
-    ends = {}
-
-    def rank0(ctx):
-        yield ctx.waitall([ctx.isend(1, Dense(x))])
-        ends[0] = ctx.now()
-
-    def rank1(ctx):
-        yield ctx.waitall([ctx.irecv(0)])
-        ends[1] = ctx.now()
 
     def run(cores, **calls):
         stack = {"cpu_per_byte_s": 1e-15, "rate_Bps": r, **calls}
-        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=cores, kernels={},
-                                             network_stack=stack))
-        st = Simulator(spec.build(), dev, eager_threshold_B=M).run([rank0, rank1])   # it moves at once
-        return dict(ends), [b["cpu"] for b in st.busy]
+        prof = DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=cores, kernels={}, network_stack=stack)
+        return one_message(spec, prof, M, eager_threshold_B=M)   # it moves at once
 
     wire, cpu0 = run(1)
     assert wire[0] == pytest.approx(wire[1]) and wire[1] < 1e-3
@@ -448,18 +456,15 @@ def test_a_message_ends_once_its_ends_tcp_calls_have_run():
     only_send, _ = run(2, send_cpu_per_byte_s=c)
     assert only_send[0] == pytest.approx(M * c, rel=1e-3) and only_send[1] == pytest.approx(wire[1])
 
+
 def test_the_bytes_a_shaped_link_lets_pass_at_once_are_carried_at_once():
     """On a shaped link (a token bucket of b payload bytes, the testbed's tbf) a message's first b bytes leave
     at once: their TCP work in each end's calls is due at once too, not at the stack's pace. A message of
     16 KB within the bucket at a pace of 12.4 MB/s ends in its CPU, not at 0.65 ms (its one piece half-way
     through at the pace); the rest of a larger message stays paced."""
-    import numpy as np
-
     from simsparse.backends.events.cpu import _pieces
-    from simsparse.backends.events.sim import Simulator
-    from simsparse.compute.devices import DeviceProfile, ParametricDevice
+    from simsparse.compute.devices import DeviceProfile
     from simsparse.network.spec import EthernetSpec
-    from simsparse.ops import Dense
 
     assert _pieces(20_000, 0.1, 1e6) == ([0.1 + 10_000 / 1e6], 20_000)
     assert _pieces(20_000, 0.1, 1e6, burst=18_000) == ([0.1], 20_000)
@@ -467,24 +472,12 @@ def test_the_bytes_a_shaped_link_lets_pass_at_once_are_carried_at_once():
     assert piece == 1 << 16 and due[:3] == [0.0] * 3 and due[-1] == pytest.approx(((1 << 20) - (1 << 15) - (1 << 18)) / 1e6)
 
     M, r, c = 16_000, 12.4e6, 1e-9
-    x = np.zeros(M // 4, np.float32)
-    ends = {}
-
-    def rank0(ctx):
-        yield ctx.waitall([ctx.isend(1, Dense(x))])
-        ends[0] = ctx.now()
-
-    def rank1(ctx):
-        yield ctx.waitall([ctx.irecv(0)])
-        ends[1] = ctx.now()
 
     def run(burst):
         spec = EthernetSpec(topology="star", link_bw_Bps=1.25e7, mtu_B=9000, shaper_burst_B=burst)
         stack = {"cpu_per_byte_s": 1e-15, "rate_Bps": r, "send_cpu_per_byte_s": c, "recv_cpu_per_byte_s": c}
-        dev = ParametricDevice(DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=2, kernels={},
-                                             network_stack=stack))
-        Simulator(spec.build(), dev).run([rank0, rank1])
-        return dict(ends)
+        prof = DeviceProfile(mem_bandwidth_Bps=1e12, shared_cores=2, kernels={}, network_stack=stack)
+        return one_message(spec, prof, M)[0]
 
     shaped = run(18_076)
     assert shaped[0] == pytest.approx(M * c, rel=1e-3) and shaped[1] == pytest.approx(M * c, rel=1e-3)
