@@ -9,7 +9,10 @@ measure and compare in one command, on an emulated cluster or on this host.
    replaced by that profile (the testbed's own topology with the measured
    per-message costs; the kernels of this CPU), simulated with traces. A
    model the calibration did not time keeps the times the config's own
-   ``compute:`` measured for it (``simsparse model profile``).
+   ``compute:`` measured for it (``simsparse model profile``). Where the
+   profile draws kernel noise, the points under the repeat limit are
+   predicted R times, each with other draws, and compared by their median,
+   as they are measured (:func:`_predict`; the draws in ``pred_runs/r<i>``).
 3. **Measure** the same points with the real backend, on the testbed
    (rank i in host namespace i, MPI over TCP through the shaped links) or
    on this host; ``--repeats R`` times over, and per point the repeat of
