@@ -195,7 +195,7 @@ class FlowNetwork(FlowBulk, FlowSolve):
         buckets). Iterations of a point run back to back on a real network,
         so an iteration finds the buckets the previous one left, refilled
         over the pause between them: with the real backend's common start
-        (``DeviceProfile.start_idle_s``, at least 2 ms) the testbed's 18 KB
+        (``DeviceProfile.start_pause_s``, at least 2 ms) the testbed's 18 KB
         buckets at 100 Mb/s are full again, and every iteration's first
         20 KB send of a ring at P = 2 took 275 to 480 us, its second 1.3 to
         1.6 ms (tuned P = 2 star, the five iterations of n = 1e4); a barrier

@@ -28,7 +28,8 @@ def _pieces(nbytes: int, delay: float, rate: float, burst: float = 0.0) -> tuple
     """A message's TCP work in pieces of at least :data:`STACK_PIECE_B`, at most :data:`STACK_PIECES`, each
     due as its bytes leave from ``delay``: the first ``burst`` bytes at once (a shaped link's token bucket,
     ``FlowNetwork.burst``, lets them pass without waiting for the rate), the rest at ``rate``: (the pieces'
-    due times, the bytes of each)."""
+    due times, the bytes of each). The bucket is taken as full, as the pause before a run leaves it; where
+    a message finds it drained its work runs early, and its send still ends with its transfer."""
     n = max(1, min(STACK_PIECES, -(-nbytes // STACK_PIECE_B)))
     piece = nbytes / n
     return [delay + max(0.0, (i + 0.5) * piece - burst) / rate for i in range(n)], piece
