@@ -232,9 +232,9 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         self.tcp_calls = calls if any(calls) else None
         #: the spread of each kernel call's time around its median, where the profile measured it (compute.noise)
         bands = getattr(prof, "kernel_noise", None)
-        #: the draws' seeds: the kernels' and the model's own (DeviceProfile.noise_seed picks another pair)
-        self.noise_seeds = (2 * getattr(prof, "noise_seed", 0), 2 * getattr(prof, "noise_seed", 0) + 1)
-        self.noise = KernelNoise(bands, seed=self.noise_seeds[0]) if bands and not self.ideal else None
+        #: the kernels' draws take this seed, the model's own the next (DeviceProfile.noise_seed picks another pair)
+        self.noise_seed = 2 * getattr(prof, "noise_seed", 0)
+        self.noise = KernelNoise(bands, seed=self.noise_seed) if bands and not self.ideal else None
         self._layer_bands, self._own_noise = None, None   # a model's own bands, and their draws (run)
         #: with shared cores, how ranks are bound to them (compute.cores: one pool, or blocks)
         self.core_binding = getattr(prof, "core_binding", "none")
@@ -260,7 +260,7 @@ class Simulator(Messages, HostCPU, ModelHandlers, Driver):
         #: the kernel noise (None: none)
         own = model.noise if model is not None and not self.ideal else None
         if own != self._layer_bands:   # (kept from run to run, as the kernel noise is: each iteration draws on)
-            self._layer_bands, self._own_noise = own, KernelNoise(own, seed=self.noise_seeds[1]) if own else None
+            self._layer_bands, self._own_noise = own, KernelNoise(own, seed=self.noise_seed + 1) if own else None
         self.layer_noise = self._own_noise or self.noise
         if model is not None:
             L = len(model.sizes)
