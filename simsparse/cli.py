@@ -632,6 +632,8 @@ def _add_testbed_parsers(sub) -> None:
     p.add_argument("--repeat-below", type=_seconds, default=None, metavar="S",
                    help="repeat only the points the first measurement timed below S seconds (default: every "
                         "point on this host, 0.2 on a testbed, where longer points are decided by the links)")
+    p.add_argument("--ranks", type=_ranks, nargs="+", default=None, metavar="P",
+                   help="rank counts to run instead of the config's P; the run is named <name>_p<P>")
 
 
 def _testbed_commands(args) -> int:
@@ -639,7 +641,8 @@ def _testbed_commands(args) -> int:
         from .experiments.analysis.validate import validate
 
         validate(args.config, args.testbed, args.out, args.fresh, args.quick, args.device, args.timeout,
-                 repeats=args.repeats, recalibrate=args.recalibrate, repeat_below_s=args.repeat_below)
+                 repeats=args.repeats, recalibrate=args.recalibrate, repeat_below_s=args.repeat_below,
+                 ranks=args.ranks)
         return 0
     from .testbed import commands
 

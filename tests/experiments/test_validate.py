@@ -63,6 +63,23 @@ def test_rank_counts_are_read_before_the_profiles_they_name_exist(tmp_path):
         _rank_counts(str(cfg))
 
 
+def test_ranks_replace_the_configs_rank_counts_and_name_the_run(tmp_path):
+    """``validate --ranks 2`` runs a stored suite at P = 2 from the packaged config (the stored
+    ``validate_testbed_p2`` is ``configs/validate_testbed.yaml --ranks 2``)."""
+    from simsparse.experiments.analysis.validate import _ranks_override
+    from simsparse.experiments.config.schema import load_config
+
+    cfg = tmp_path / "v.yaml"
+    cfg.write_text("name: v\nworkload: {n: 10}\nalgorithms: [ring]\nP: [4, 8]\n")
+    assert _ranks_override(str(cfg), None) is None
+    over = _ranks_override(str(cfg), [2, 2])
+    assert over == {"P": [2], "name": "v_p2"}
+    assert _rank_counts(str(cfg), over) == [2]
+    exp = load_config(cfg, over)
+    assert exp.name == "v_p2" and {p.P for p in exp.points} == {2}
+    assert _ranks_override(str(cfg), [8, 4])["name"] == "v_p4_p8"
+
+
 def test_a_config_error_is_raised_before_the_calibration_unless_it_names_the_profiles_made(tmp_path, monkeypatch):
     """A config whose network preset does not exist failed after 23 minutes of calibration
     (tree3, twenty-third session); now before it. A config that names the profile validate is

@@ -113,8 +113,12 @@ def ensure_profiles(spec, Ps, quick: bool, device: str, say, recalibrate: bool =
 
 def validate(config: str, testbed: str | None = None, out: str | None = None, fresh: bool = False,
              quick: bool = False, device: str = "cpu", timeout_s: float = 900, say=None,
-             repeats: int | None = None, recalibrate: bool = False, repeat_below_s: float | None = None) -> Path:
-    """The loop of the module docstring; returns the comparison folder."""
+             repeats: int | None = None, recalibrate: bool = False, repeat_below_s: float | None = None,
+             ranks: list[int] | None = None) -> Path:
+    """The loop of the module docstring; returns the comparison folder.
+    ``ranks`` replaces the config's P, and the run is named
+    ``<name>_p<P>`` (the stored suites: ``validate_testbed_p2`` is
+    ``validate_testbed.yaml --ranks 2``)."""
     from ...testbed import load_spec
     from ...testbed.plan import testbed_name
     from ..run import measure as ms
@@ -127,11 +131,14 @@ def validate(config: str, testbed: str | None = None, out: str | None = None, fr
     machine = f"testbed-{testbed_name(spec)}" if spec is not None else "host"
     log = {"config": str(config), "testbed": testbed, "machine": machine, "started_at": now(), "git": git_commit(),
            "host": host()}
-    Ps = _rank_counts(config)
-    _check_before_calibrating(config, spec, Ps)
+    overrides = _ranks_override(config, ranks)
+    if overrides:
+        log["ranks"] = overrides["P"]
+    Ps = _rank_counts(config, overrides)
+    _check_before_calibrating(config, spec, Ps, overrides)
     with _stage(log, "calibrate"):
         profiles = ensure_profiles(spec, Ps, quick, device, say, recalibrate)
-    exp = load_config(config)
+    exp = load_config(config, overrides)
     log["name"] = exp.name
     base = Path(out) if out else Path("results") / f"{exp.name}_{machine}"
     log["profiles"] = {P: str(v["path"]) for P, v in profiles.items()}
@@ -369,7 +376,19 @@ def _with_models(calibrated: dict, named: dict | None) -> dict:
     return {**calibrated, "models": {**(calibrated.get("models") or {}), **extra}} if extra else calibrated
 
 
-def _check_before_calibrating(config: str, spec, Ps) -> None:
+def _ranks_override(config: str, ranks: list[int] | None) -> dict | None:
+    """The config keys ``--ranks`` replaces: P, and the name with ``_p<P>`` for each rank count."""
+    if not ranks:
+        return None
+    from ..config.sources import read_yaml
+
+    raw = read_yaml(Path(config), "config")
+    name = raw.get("name", Path(config).stem) if isinstance(raw, dict) else Path(config).stem
+    Ps = sorted(set(ranks))
+    return {"P": Ps, "name": f"{name}_" + "_".join(f"p{P}" for P in Ps)}
+
+
+def _check_before_calibrating(config: str, spec, Ps, overrides: dict | None = None) -> None:
     """Read the config before the calibration's minutes (about 12 per rank
     count on a testbed): its error is raised now unless the config names a
     profile that this calibration is about to write (``network:`` or
@@ -378,7 +397,7 @@ def _check_before_calibrating(config: str, spec, Ps) -> None:
     from ..config.sources import read_yaml
 
     try:
-        load_config(config)
+        load_config(config, overrides)
     except ConfigError:
         raw = read_yaml(Path(config), "config")
         made = {profile_path(spec, P).name for P in Ps}
@@ -388,18 +407,18 @@ def _check_before_calibrating(config: str, spec, Ps) -> None:
             raise
 
 
-def _rank_counts(config: str) -> list[int]:
+def _rank_counts(config: str, overrides: dict | None = None) -> list[int]:
     """The config's rank counts, read before the config is checked (its ``network:`` may name a
     profile that the calibration is about to write); a config that does not give them plainly
     gets load_config's own error."""
     from ..config.sources import read_yaml
 
     raw = read_yaml(Path(config), "config")
-    Ps = raw.get("P") if isinstance(raw, dict) else None
+    Ps = {**raw, **(overrides or {})}.get("P") if isinstance(raw, dict) else None
     Ps = [Ps] if isinstance(Ps, int) else Ps
     if not (isinstance(Ps, list) and Ps and all(isinstance(P, int) and not isinstance(P, bool) and P >= 1
                                                    for P in Ps)):
-        load_config(config)   # raises the error that names the key
+        load_config(config, overrides)   # raises the error that names the key
         raise ConfigError(f"{config}: P = {Ps!r} is not allowed here: validate needs P as an integer or a list of "
                           f"integers >= 1")
     return sorted(set(Ps))

@@ -79,12 +79,15 @@ class Experiment:
 
 # -- entry point -----------------------------------------------------------------
 
-def load_config(path: str | Path) -> Experiment:
+def load_config(path: str | Path, overrides: dict | None = None) -> Experiment:
+    """The experiment a config file describes; ``overrides`` replace its
+    top-level keys (``simsparse validate --ranks`` sets P and the name)."""
     path = Path(path)
     raw = read_yaml(path, "config")
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the config must be a mapping of keys (name, network, workload, algorithms, P, ...), "
                           f"got {type(raw).__name__}.")
+    raw = {**raw, **(overrides or {})}
     errors: list[str] = []
     old = [k for k in raw if k in REPLACED]
     if old:
